@@ -1,0 +1,150 @@
+//! The accelerator template (DESIGN §3): tensor cores, vector cores, on-chip buffers, HBM,
+//! clock and interconnect tiers. Real chips and searched configurations share this type.
+
+use serde::{Deserialize, Serialize};
+
+/// `count` systolic arrays of `rows × cols` MACs, each with its own local buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TensorCores {
+    pub count: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub local_buffer_bytes: u64,
+}
+
+/// `count` SIMD vector cores of `lanes` lanes, each with its own local buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct VectorCores {
+    pub count: u32,
+    pub lanes: u32,
+    pub local_buffer_bytes: u64,
+}
+
+/// Global buffer shared by all cores (TPU CMEM, GPU L2).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GlobalBuffer {
+    pub bytes: u64,
+    /// Aggregate bandwidth from the global buffer to the cores' local buffers.
+    pub bandwidth_bytes_per_s: f64,
+}
+
+/// Off-chip memory.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Hbm {
+    pub capacity_bytes: u64,
+    pub bandwidth_bytes_per_s: f64,
+}
+
+/// One level of the interconnect. Tiers are ordered fastest first; `devices` is how many
+/// devices one group at this tier spans (e.g. 8 GPUs per NVSwitch node), and the last tier
+/// spans the whole cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tier {
+    pub name: String,
+    pub devices: u32,
+    /// Per-device bandwidth in one direction.
+    pub bandwidth_bytes_per_s: f64,
+    pub latency_s: f64,
+}
+
+/// Achievable fractions of peak and fixed overheads, fitted by `calibrate` from measured
+/// kernels (DESIGN §4). The defaults describe an ideal machine.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Efficiency {
+    /// Fraction of peak tensor-core throughput a well-shaped GEMM achieves.
+    pub tensor_compute: f64,
+    /// Fraction of peak vector throughput achieved.
+    pub vector_compute: f64,
+    /// Fraction of peak HBM bandwidth achieved by streaming kernels.
+    pub hbm_bandwidth: f64,
+    /// Fixed time added to every GEMM (kernel launch, prologue/epilogue).
+    pub gemm_overhead_s: f64,
+    /// Fixed time added to every vector kernel.
+    pub vector_overhead_s: f64,
+    /// Fraction of link bandwidth collectives achieve.
+    pub link_bandwidth: f64,
+}
+
+impl Default for Efficiency {
+    fn default() -> Self {
+        Efficiency {
+            tensor_compute: 1.0,
+            vector_compute: 1.0,
+            hbm_bandwidth: 1.0,
+            gemm_overhead_s: 0.0,
+            vector_overhead_s: 0.0,
+            link_bandwidth: 1.0,
+        }
+    }
+}
+
+/// Cycles per element per lane of each vector primitive's arithmetic (DESIGN §4: add 1,
+/// exp ~15, division ~10). Chips with special-function units override them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VectorCycles {
+    pub add: f64,
+    pub mul: f64,
+    pub exp: f64,
+    pub div: f64,
+    pub sqrt: f64,
+}
+
+impl Default for VectorCycles {
+    fn default() -> Self {
+        VectorCycles {
+            add: 1.0,
+            mul: 1.0,
+            exp: 15.0,
+            div: 10.0,
+            sqrt: 10.0,
+        }
+    }
+}
+
+/// Energy per event in joules (DESIGN §3); constants are cited in the spec files.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnergyCosts {
+    /// One multiply-accumulate on a tensor core.
+    pub mac_j: f64,
+    /// One vector-lane operation.
+    pub vector_op_j: f64,
+    /// One byte moved to or from a core's local buffer.
+    pub local_byte_j: f64,
+    /// One byte moved to or from the global buffer.
+    pub glb_byte_j: f64,
+    /// One byte moved to or from HBM.
+    pub hbm_byte_j: f64,
+    /// One byte sent over an inter-device link.
+    pub link_byte_j: f64,
+}
+
+/// A complete accelerator description: either a real chip from `arch_specs/*.toml` or one
+/// point of a search space.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArchConfig {
+    pub name: String,
+    pub clock_hz: f64,
+    pub tensor: TensorCores,
+    pub vector: VectorCores,
+    pub glb: GlobalBuffer,
+    pub hbm: Hbm,
+    pub interconnect: Vec<Tier>,
+    pub efficiency: Efficiency,
+    pub vector_cycles: VectorCycles,
+    pub energy: EnergyCosts,
+    /// Die area when published (real chips); `None` means use the template area model.
+    pub die_area_mm2: Option<f64>,
+}
+
+impl ArchConfig {
+    /// Peak tensor-core throughput in FLOP/s (a MAC is 2 FLOPs).
+    pub fn peak_tensor_flops(&self) -> f64 {
+        2.0 * f64::from(self.tensor.count)
+            * f64::from(self.tensor.rows)
+            * f64::from(self.tensor.cols)
+            * self.clock_hz
+    }
+}

@@ -1,0 +1,10 @@
+//! tandem: co-design of accelerator hardware and the distributed training plan.
+//!
+//! The crate follows the data flow of `ARCHITECTURE.md`: [`workload`] builds operator and
+//! layer graphs, [`arch`] describes chips and search spaces, [`cost`] prices single
+//! operators on a chip.
+
+pub mod arch;
+pub mod cost;
+pub mod error;
+pub mod workload;

@@ -1,0 +1,160 @@
+//! The graphs every later stage consumes: an operator DAG per unique layer ([`OpGraph`]) and
+//! the layer DAG of a whole model at one tensor-parallel width ([`LayerGraph`]).
+//!
+//! All sizes are *per device* after tensor-parallel slicing and for one micro-batch.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Which kind of on-chip resource executes an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CoreType {
+    /// Systolic tensor cores (GEMMs).
+    Tensor,
+    /// SIMD vector cores (element-wise ops, reductions).
+    Vector,
+    /// The device's network port (collectives); one operation at a time.
+    Link,
+}
+
+/// Element-wise or reduction primitives run on vector cores. Their per-element cost lives in
+/// the architecture (`arch::VectorCycles`), so a chip file can describe its special-function units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VectorOp {
+    /// Residual add, bias add, gradient accumulation.
+    Add,
+    /// Element-wise multiply (SwiGLU gating, scaling, masking).
+    Mul,
+    /// GeLU (tanh approximation).
+    Gelu,
+    /// SiLU / swish.
+    Silu,
+    /// Row-wise softmax (max, exp, sum, divide) including scale and mask.
+    Softmax,
+    /// LayerNorm: mean and variance reductions, then scale and shift.
+    LayerNorm,
+    /// RMSNorm: one reduction, then scale.
+    RmsNorm,
+    /// Dropout: random mask and scale.
+    Dropout,
+    /// Rotary position embedding.
+    Rotary,
+    /// Embedding-table gather (and positional add).
+    Embedding,
+    /// Softmax cross-entropy loss over the vocabulary.
+    CrossEntropy,
+    /// Optimizer / generic update: a few fused multiply-adds per element.
+    Update,
+}
+
+/// Collective communication patterns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    /// Point-to-point send/receive (pipeline stage boundaries).
+    SendRecv,
+}
+
+/// What an operator computes, with the shape that determines its cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OpKind {
+    /// `batch` independent products of an (m × k) by a (k × n) matrix.
+    Gemm { batch: u64, m: u64, n: u64, k: u64 },
+    /// A vector primitive over `elements` values in rows of `row_len` (1 for element-wise ops).
+    Vector {
+        op: VectorOp,
+        elements: u64,
+        row_len: u64,
+    },
+    /// A collective over `group` devices moving `bytes` (the full buffer size per device).
+    Collective {
+        collective: CollectiveKind,
+        bytes: u64,
+        group: u32,
+    },
+}
+
+impl OpKind {
+    /// Which core type executes this operator.
+    pub fn core_type(&self) -> CoreType {
+        match self {
+            OpKind::Gemm { .. } => CoreType::Tensor,
+            OpKind::Vector { .. } => CoreType::Vector,
+            OpKind::Collective { .. } => CoreType::Link,
+        }
+    }
+}
+
+/// One operator of a layer, per device, for one micro-batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    pub name: String,
+    pub kind: OpKind,
+    /// Bytes per element of the operands (2 for bf16/fp16).
+    pub elem_bytes: u32,
+    /// Floating-point operations (a multiply-add counts 2).
+    pub flops: f64,
+    /// Bytes the operator reads from and writes to memory outside the core (operands and
+    /// results, once each); the cost model adds re-reads caused by tiling.
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// A DAG of operators. Invariant: `ops` are in topological order and every edge `(i, j)`
+/// has `i < j`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpGraph {
+    pub ops: Vec<Op>,
+    pub edges: Vec<(usize, usize)>,
+}
+
+impl OpGraph {
+    pub fn total_flops(&self) -> f64 {
+        self.ops.iter().map(|o| o.flops).sum()
+    }
+}
+
+/// Activation bytes one layer keeps for the backward pass, per device and micro-batch,
+/// under each recompute mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActivationBytes {
+    /// No recompute: every tensor the backward pass needs.
+    pub none: u64,
+    /// Selective recompute: the attention core (QKᵀ, softmax, dropout, ×V) is recomputed.
+    pub selective: u64,
+    /// Full recompute: only the layer input is kept.
+    pub full: u64,
+}
+
+/// One layer of the model at a given tensor-parallel width and micro-batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Layer {
+    pub name: String,
+    /// Layers with equal signatures have identical operator graphs; later stages key caches
+    /// on it (e.g. the 96 blocks of GPT-3 share one).
+    pub signature: String,
+    pub fwd: Arc<OpGraph>,
+    pub bwd: Arc<OpGraph>,
+    /// Parameters held by one device (after tensor-parallel slicing).
+    pub params: u64,
+    pub activation_bytes: ActivationBytes,
+    /// Bytes of the layer's output per device: what a pipeline send carries.
+    pub output_bytes: u64,
+}
+
+/// The model as a DAG of layers for one (tensor width, micro-batch, sequence-parallel) choice.
+/// Invariant: layers are in topological order; every edge `(i, j, bytes)` has `i < j`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerGraph {
+    pub layers: Vec<Layer>,
+    pub edges: Vec<(usize, usize, u64)>,
+    pub tp: u32,
+    pub micro_batch: u32,
+    pub sequence_parallel: bool,
+}
