@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// `count` systolic arrays of `rows × cols` MACs, each with its own local buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TensorCores {
     pub count: u32,
     pub rows: u32,
@@ -14,6 +15,7 @@ pub struct TensorCores {
 
 /// `count` SIMD vector cores of `lanes` lanes, each with its own local buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct VectorCores {
     pub count: u32,
     pub lanes: u32,
@@ -22,6 +24,7 @@ pub struct VectorCores {
 
 /// Global buffer shared by all cores (TPU CMEM, GPU L2).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GlobalBuffer {
     pub bytes: u64,
     /// Aggregate bandwidth from the global buffer to the cores' local buffers.
@@ -30,6 +33,7 @@ pub struct GlobalBuffer {
 
 /// Off-chip memory.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Hbm {
     pub capacity_bytes: u64,
     pub bandwidth_bytes_per_s: f64,
@@ -39,6 +43,7 @@ pub struct Hbm {
 /// devices one group at this tier spans (e.g. 8 GPUs per NVSwitch node), and the last tier
 /// spans the whole cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Tier {
     pub name: String,
     pub devices: u32,
@@ -124,6 +129,7 @@ pub struct EnergyCosts {
 /// A complete accelerator description: either a real chip from `arch_specs/*.toml` or one
 /// point of a search space.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ArchConfig {
     pub name: String,
     pub clock_hz: f64,

@@ -1,5 +1,20 @@
-//! Accelerators: the template, chip files, search spaces, area and energy.
+//! Accelerators: the template, chip files, search spaces and the area model (DESIGN §3).
+//!
+//! - [`load_chip`] reads one chip (`arch_specs/<chip>.toml`) and validates it.
+//! - [`SearchSpace`] reads a search-space file and streams its configurations.
+//! - [`area_breakdown`] is the PHAZE closed-form area model.
+//!
+//! File formats are documented in `docs/arch.md`.
 
+mod area;
+mod chip;
 mod config;
+mod space;
 
+pub use area::{
+    area_breakdown, global_buffer_area_um2, local_buffer_area_um2, AreaBreakdown, TENSOR_MAC_UM2,
+    VECTOR_LANE_UM2,
+};
+pub use chip::load_chip;
 pub use config::*;
+pub use space::SearchSpace;

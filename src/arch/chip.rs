@@ -1,0 +1,231 @@
+//! Chip files (`arch_specs/<chip>.toml`): the serde form of [`ArchConfig`], parsed strictly
+//! (unknown fields are errors) and validated so later stages can divide by any size, rate or
+//! efficiency without checking.
+
+use std::path::Path;
+
+use super::config::{ArchConfig, EnergyCosts, Hbm, Tier, VectorCycles};
+use super::config::{Efficiency, GlobalBuffer, TensorCores, VectorCores};
+use crate::error::{parse_toml, read_input, InputError};
+
+/// Reads and validates one chip file. Errors name the file, the field and the reason.
+pub fn load_chip(path: &Path) -> Result<ArchConfig, InputError> {
+    let text = read_input(path)?;
+    let arch: ArchConfig = parse_toml(path, &text)?;
+    validate_chip(path, &arch)?;
+    Ok(arch)
+}
+
+/// Checks every field of a parsed chip.
+pub(crate) fn validate_chip(file: &Path, arch: &ArchConfig) -> Result<(), InputError> {
+    if arch.name.trim().is_empty() {
+        return Err(InputError::invalid(file, "name", "must not be empty"));
+    }
+    validate_structure(file, "", &arch.tensor, &arch.vector, &arch.glb)?;
+    validate_environment(
+        file,
+        "",
+        &Environment {
+            clock_hz: arch.clock_hz,
+            hbm: &arch.hbm,
+            interconnect: &arch.interconnect,
+            efficiency: &arch.efficiency,
+            vector_cycles: &arch.vector_cycles,
+            energy: &arch.energy,
+        },
+    )?;
+    if let Some(area_mm2) = arch.die_area_mm2 {
+        positive(file, "die_area_mm2", area_mm2)?;
+    }
+    Ok(())
+}
+
+/// The fields a search space holds fixed (its `[base]`), borrowed from wherever they live.
+pub(crate) struct Environment<'a> {
+    pub clock_hz: f64,
+    pub hbm: &'a Hbm,
+    pub interconnect: &'a [Tier],
+    pub efficiency: &'a Efficiency,
+    pub vector_cycles: &'a VectorCycles,
+    pub energy: &'a EnergyCosts,
+}
+
+/// Cores and buffers: every count and size positive.
+fn validate_structure(
+    file: &Path,
+    prefix: &str,
+    tensor: &TensorCores,
+    vector: &VectorCores,
+    glb: &GlobalBuffer,
+) -> Result<(), InputError> {
+    let sizes = [
+        ("tensor.count", u64::from(tensor.count)),
+        ("tensor.rows", u64::from(tensor.rows)),
+        ("tensor.cols", u64::from(tensor.cols)),
+        ("tensor.local_buffer_bytes", tensor.local_buffer_bytes),
+        ("vector.count", u64::from(vector.count)),
+        ("vector.lanes", u64::from(vector.lanes)),
+        ("vector.local_buffer_bytes", vector.local_buffer_bytes),
+        ("glb.bytes", glb.bytes),
+    ];
+    for (field, value) in sizes {
+        if value == 0 {
+            return Err(InputError::invalid(
+                file,
+                format!("{prefix}{field}"),
+                "must be positive, got 0",
+            ));
+        }
+    }
+    positive(
+        file,
+        &format!("{prefix}glb.bandwidth_bytes_per_s"),
+        glb.bandwidth_bytes_per_s,
+    )
+}
+
+/// Clock, HBM, interconnect, efficiency, vector cycles and energy.
+pub(crate) fn validate_environment(
+    file: &Path,
+    prefix: &str,
+    env: &Environment<'_>,
+) -> Result<(), InputError> {
+    let field = |name: &str| format!("{prefix}{name}");
+    positive(file, &field("clock_hz"), env.clock_hz)?;
+    if env.hbm.capacity_bytes == 0 {
+        return Err(InputError::invalid(
+            file,
+            field("hbm.capacity_bytes"),
+            "must be positive, got 0",
+        ));
+    }
+    positive(
+        file,
+        &field("hbm.bandwidth_bytes_per_s"),
+        env.hbm.bandwidth_bytes_per_s,
+    )?;
+    validate_tiers(file, prefix, env.interconnect)?;
+
+    let eff = env.efficiency;
+    for (name, value) in [
+        ("efficiency.tensor_compute", eff.tensor_compute),
+        ("efficiency.vector_compute", eff.vector_compute),
+        ("efficiency.hbm_bandwidth", eff.hbm_bandwidth),
+        ("efficiency.link_bandwidth", eff.link_bandwidth),
+    ] {
+        if !(value > 0.0 && value <= 1.0) {
+            return Err(InputError::invalid(
+                file,
+                field(name),
+                format!("must be a fraction of peak in (0, 1], got {value}"),
+            ));
+        }
+    }
+    non_negative(
+        file,
+        &field("efficiency.gemm_overhead_s"),
+        eff.gemm_overhead_s,
+    )?;
+    non_negative(
+        file,
+        &field("efficiency.vector_overhead_s"),
+        eff.vector_overhead_s,
+    )?;
+
+    let cycles = env.vector_cycles;
+    for (name, value) in [
+        ("vector_cycles.add", cycles.add),
+        ("vector_cycles.mul", cycles.mul),
+        ("vector_cycles.exp", cycles.exp),
+        ("vector_cycles.div", cycles.div),
+        ("vector_cycles.sqrt", cycles.sqrt),
+    ] {
+        positive(file, &field(name), value)?;
+    }
+
+    let energy = env.energy;
+    for (name, value) in [
+        ("energy.mac_j", energy.mac_j),
+        ("energy.vector_op_j", energy.vector_op_j),
+        ("energy.local_byte_j", energy.local_byte_j),
+        ("energy.glb_byte_j", energy.glb_byte_j),
+        ("energy.hbm_byte_j", energy.hbm_byte_j),
+        ("energy.link_byte_j", energy.link_byte_j),
+    ] {
+        non_negative(file, &field(name), value)?;
+    }
+    Ok(())
+}
+
+/// At least one tier; tiers fastest first, each spanning strictly more devices.
+fn validate_tiers(file: &Path, prefix: &str, tiers: &[Tier]) -> Result<(), InputError> {
+    if tiers.is_empty() {
+        return Err(InputError::invalid(
+            file,
+            format!("{prefix}interconnect"),
+            "at least one tier is required (the last tier spans the whole cluster)",
+        ));
+    }
+    for (i, tier) in tiers.iter().enumerate() {
+        let field = |name: &str| format!("{prefix}interconnect[{i}].{name}");
+        if tier.name.trim().is_empty() {
+            return Err(InputError::invalid(
+                file,
+                field("name"),
+                "must not be empty",
+            ));
+        }
+        if tier.devices == 0 {
+            return Err(InputError::invalid(
+                file,
+                field("devices"),
+                "must be positive, got 0",
+            ));
+        }
+        if i > 0 && tier.devices <= tiers[i - 1].devices {
+            return Err(InputError::invalid(
+                file,
+                field("devices"),
+                format!(
+                    "tiers must be listed fastest first with strictly increasing `devices`: \
+                     tier `{}` spans {} devices, not more than the {} of the previous tier `{}`",
+                    tier.name,
+                    tier.devices,
+                    tiers[i - 1].devices,
+                    tiers[i - 1].name
+                ),
+            ));
+        }
+        positive(
+            file,
+            &field("bandwidth_bytes_per_s"),
+            tier.bandwidth_bytes_per_s,
+        )?;
+        non_negative(file, &field("latency_s"), tier.latency_s)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn positive(file: &Path, field: &str, value: f64) -> Result<(), InputError> {
+    if value > 0.0 && value.is_finite() {
+        Ok(())
+    } else {
+        Err(InputError::invalid(
+            file,
+            field,
+            format!("must be positive and finite, got {value}"),
+        ))
+    }
+}
+
+fn non_negative(file: &Path, field: &str, value: f64) -> Result<(), InputError> {
+    if value >= 0.0 && value.is_finite() {
+        Ok(())
+    } else {
+        Err(InputError::invalid(
+            file,
+            field,
+            format!("must be non-negative and finite, got {value}"),
+        ))
+    }
+}
