@@ -121,6 +121,27 @@ impl VectorOpOverheads {
     }
 }
 
+impl VectorOpOverheads {
+    /// Sets (or with `None` clears) the override for `op`.
+    pub fn set(&mut self, op: VectorOp, overhead_s: Option<f64>) {
+        let slot = match op {
+            VectorOp::Add => &mut self.add,
+            VectorOp::Mul => &mut self.mul,
+            VectorOp::Gelu => &mut self.gelu,
+            VectorOp::Silu => &mut self.silu,
+            VectorOp::Softmax => &mut self.softmax,
+            VectorOp::LayerNorm => &mut self.layer_norm,
+            VectorOp::RmsNorm => &mut self.rms_norm,
+            VectorOp::Dropout => &mut self.dropout,
+            VectorOp::Rotary => &mut self.rotary,
+            VectorOp::Embedding => &mut self.embedding,
+            VectorOp::CrossEntropy => &mut self.cross_entropy,
+            VectorOp::Update => &mut self.update,
+        };
+        *slot = overhead_s;
+    }
+}
+
 impl Efficiency {
     /// Fixed overhead of one vector kernel of primitive `op`.
     pub fn vector_overhead_for(&self, op: VectorOp) -> f64 {

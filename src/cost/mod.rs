@@ -5,13 +5,16 @@
 //! [`gemm_cost`] (tiled systolic GEMM with per-level traffic), [`vector_cost`] (per-element
 //! arithmetic against a memory term) and [`collective_cost`] (ring / point-to-point α-β).
 //! [`CostModel`] wraps them for the schedule stage: it is `Send + Sync` and memoises on
-//! `(OpKind, elem_bytes)`, which fully determine an operator's cost.
+//! `(OpKind, elem_bytes)`, which fully determine an operator's cost. [`fit_efficiency`]
+//! fits a chip's few efficiency parameters to measured kernels.
 
 mod collective;
+mod fit;
 mod gemm;
 mod vector;
 
 pub use collective::{collective_cost, tier_for_group, CollectiveCost};
+pub use fit::{class_errors, fit_efficiency, predicted_latency_s, KernelSample};
 pub use gemm::{gemm_cost, GemmCost, GemmTile};
 pub use vector::{vector_cost, vector_cycles_per_element, VectorCost};
 
