@@ -1,6 +1,7 @@
 //! The accelerator template (DESIGN §3): tensor cores, vector cores, on-chip buffers, HBM,
 //! clock and interconnect tiers. Real chips and searched configurations share this type.
 
+use crate::workload::VectorOp;
 use serde::{Deserialize, Serialize};
 
 /// `count` systolic arrays of `rows × cols` MACs, each with its own local buffer.
@@ -67,8 +68,92 @@ pub struct Efficiency {
     pub gemm_overhead_s: f64,
     /// Fixed time added to every vector kernel.
     pub vector_overhead_s: f64,
+    /// Per-primitive overrides of `vector_overhead_s` (kernels differ in launch and
+    /// prologue work); unset primitives use `vector_overhead_s`.
+    pub vector_op_overhead_s: VectorOpOverheads,
     /// Fraction of link bandwidth collectives achieve.
     pub link_bandwidth: f64,
+}
+
+/// Optional fixed overhead per vector primitive, in seconds (`[efficiency.vector_op_overhead_s]`
+/// in a chip file, keyed by the primitive's snake_case name).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VectorOpOverheads {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub add: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mul: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gelu: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub silu: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub softmax: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer_norm: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rms_norm: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotary: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cross_entropy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub update: Option<f64>,
+}
+
+impl VectorOpOverheads {
+    /// The override for `op`, if the chip file sets one.
+    pub fn get(&self, op: VectorOp) -> Option<f64> {
+        match op {
+            VectorOp::Add => self.add,
+            VectorOp::Mul => self.mul,
+            VectorOp::Gelu => self.gelu,
+            VectorOp::Silu => self.silu,
+            VectorOp::Softmax => self.softmax,
+            VectorOp::LayerNorm => self.layer_norm,
+            VectorOp::RmsNorm => self.rms_norm,
+            VectorOp::Dropout => self.dropout,
+            VectorOp::Rotary => self.rotary,
+            VectorOp::Embedding => self.embedding,
+            VectorOp::CrossEntropy => self.cross_entropy,
+            VectorOp::Update => self.update,
+        }
+    }
+}
+
+impl VectorOpOverheads {
+    /// Sets (or with `None` clears) the override for `op`.
+    pub fn set(&mut self, op: VectorOp, overhead_s: Option<f64>) {
+        let slot = match op {
+            VectorOp::Add => &mut self.add,
+            VectorOp::Mul => &mut self.mul,
+            VectorOp::Gelu => &mut self.gelu,
+            VectorOp::Silu => &mut self.silu,
+            VectorOp::Softmax => &mut self.softmax,
+            VectorOp::LayerNorm => &mut self.layer_norm,
+            VectorOp::RmsNorm => &mut self.rms_norm,
+            VectorOp::Dropout => &mut self.dropout,
+            VectorOp::Rotary => &mut self.rotary,
+            VectorOp::Embedding => &mut self.embedding,
+            VectorOp::CrossEntropy => &mut self.cross_entropy,
+            VectorOp::Update => &mut self.update,
+        };
+        *slot = overhead_s;
+    }
+}
+
+impl Efficiency {
+    /// Fixed overhead of one vector kernel of primitive `op`.
+    pub fn vector_overhead_for(&self, op: VectorOp) -> f64 {
+        self.vector_op_overhead_s
+            .get(op)
+            .unwrap_or(self.vector_overhead_s)
+    }
 }
 
 impl Default for Efficiency {
@@ -79,6 +164,7 @@ impl Default for Efficiency {
             hbm_bandwidth: 1.0,
             gemm_overhead_s: 0.0,
             vector_overhead_s: 0.0,
+            vector_op_overhead_s: VectorOpOverheads::default(),
             link_bandwidth: 1.0,
         }
     }

@@ -1,8 +1,72 @@
 //! Per-operator cost on one chip: latency and energy on one core and intra-operator parallel
 //! on all cores of the operator's type (DESIGN §4).
+//!
+//! Three analytic models, each a pure function of the chip and the operator's shape:
+//! [`gemm_cost`] (tiled systolic GEMM with per-level traffic), [`vector_cost`] (per-element
+//! arithmetic against a memory term) and [`collective_cost`] (ring / point-to-point α-β).
+//! [`CostModel`] wraps them for the schedule stage: it is `Send + Sync` and memoises on
+//! `(OpKind, elem_bytes)`, which fully determine an operator's cost. [`fit_efficiency`]
+//! fits a chip's few efficiency parameters to measured kernels.
 
-use crate::workload::CoreType;
+mod collective;
+mod fit;
+mod gemm;
+mod vector;
+
+pub use collective::{collective_cost, tier_for_group, CollectiveCost};
+pub use fit::{class_errors, fit_efficiency, predicted_latency_s, KernelSample};
+pub use gemm::{gemm_cost, GemmCost, GemmTile};
+pub use vector::{vector_cost, vector_cycles_per_element, VectorCost};
+
+use crate::arch::ArchConfig;
+use crate::workload::{CoreType, Op, OpKind};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+/// The memory level whose traffic limits an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryLevel {
+    /// Off-chip HBM.
+    Hbm,
+    /// The global buffer feeding the cores' local buffers.
+    Glb,
+    /// A core's local buffer.
+    Local,
+}
+
+/// What limits an operator's latency: the largest term of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    /// Tensor-core or vector-lane arithmetic.
+    Compute,
+    /// Traffic at the given memory level.
+    Memory(MemoryLevel),
+    /// The fixed per-kernel overhead exceeds every other term.
+    Overhead,
+    /// Link bandwidth and latency (collectives).
+    Network,
+}
+
+/// Picks the bound from the model's terms: the largest of compute and the memory levels, or
+/// `Overhead` when the fixed overhead alone is larger than all of them.
+fn dominant_bound(compute_s: f64, memory_s: &[(MemoryLevel, f64)], overhead_s: f64) -> Bound {
+    let mut bound = Bound::Compute;
+    let mut worst_s = compute_s;
+    for &(level, t_s) in memory_s {
+        if t_s > worst_s {
+            worst_s = t_s;
+            bound = Bound::Memory(level);
+        }
+    }
+    if overhead_s > worst_s {
+        Bound::Overhead
+    } else {
+        bound
+    }
+}
 
 /// Cost of one operator in its two execution variants.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -14,4 +78,104 @@ pub struct OpCost {
     pub all_cores_s: f64,
     pub one_core_energy_j: f64,
     pub all_cores_energy_j: f64,
+    /// What limits the single-core variant.
+    pub one_core_bound: Bound,
+    /// What limits the all-cores variant.
+    pub all_cores_bound: Bound,
+}
+
+/// Prices operators on one chip. Cheap to share across threads: lookups take a read lock and
+/// a miss computes outside any lock, so parallel schedulers do not serialise on it. The
+/// models are deterministic, so a racing duplicate insert stores an identical value.
+#[derive(Debug)]
+pub struct CostModel {
+    arch: ArchConfig,
+    memo: RwLock<HashMap<(OpKind, u32), OpCost>>,
+}
+
+impl CostModel {
+    pub fn new(arch: &ArchConfig) -> CostModel {
+        CostModel {
+            arch: arch.clone(),
+            memo: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn arch(&self) -> &ArchConfig {
+        &self.arch
+    }
+
+    /// Cost of `op` in both variants; memoised on `(op.kind, op.elem_bytes)`.
+    pub fn op_cost(&self, op: &Op) -> OpCost {
+        let key = (op.kind, op.elem_bytes);
+        // A poisoned lock only means another thread panicked mid-insert of a pure value:
+        // the map is still consistent, so keep using it.
+        if let Some(cost) = self
+            .memo
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return *cost;
+        }
+        let cost = self.compute(op.kind, op.elem_bytes);
+        self.memo
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, cost);
+        cost
+    }
+
+    fn compute(&self, kind: OpKind, elem_bytes: u32) -> OpCost {
+        let arch = &self.arch;
+        match kind {
+            OpKind::Gemm { batch, m, n, k } => {
+                let one = gemm_cost(arch, batch, m, n, k, elem_bytes, 1);
+                let all = gemm_cost(arch, batch, m, n, k, elem_bytes, arch.tensor.count);
+                OpCost {
+                    core: CoreType::Tensor,
+                    one_core_s: one.latency_s,
+                    all_cores_s: all.latency_s,
+                    one_core_energy_j: one.energy_j,
+                    all_cores_energy_j: all.energy_j,
+                    one_core_bound: one.bound,
+                    all_cores_bound: all.bound,
+                }
+            }
+            OpKind::Vector {
+                op,
+                elements,
+                row_len,
+            } => {
+                let one = vector_cost(arch, op, elements, row_len, elem_bytes, 1);
+                let all = vector_cost(arch, op, elements, row_len, elem_bytes, arch.vector.count);
+                OpCost {
+                    core: CoreType::Vector,
+                    one_core_s: one.latency_s,
+                    all_cores_s: all.latency_s,
+                    one_core_energy_j: one.energy_j,
+                    all_cores_energy_j: all.energy_j,
+                    one_core_bound: one.bound,
+                    all_cores_bound: all.bound,
+                }
+            }
+            OpKind::Collective {
+                collective,
+                bytes,
+                group,
+            } => {
+                // The device has one network port: both variants are the same transfer.
+                let c = collective_cost(arch, collective, bytes, group);
+                OpCost {
+                    core: CoreType::Link,
+                    one_core_s: c.latency_s,
+                    all_cores_s: c.latency_s,
+                    one_core_energy_j: c.energy_j,
+                    all_cores_energy_j: c.energy_j,
+                    one_core_bound: Bound::Network,
+                    all_cores_bound: Bound::Network,
+                }
+            }
+        }
+    }
 }

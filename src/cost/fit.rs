@@ -1,0 +1,193 @@
+//! Fits a chip's efficiency parameters to measured kernel latencies (DESIGN §4, §8).
+//!
+//! The parameters are few and physical: the achieved fraction of peak tensor throughput,
+//! the achieved fraction of HBM bandwidth, the fixed GEMM overhead, and one fixed overhead
+//! per measured vector primitive. The objective is the mean relative latency error per
+//! kernel class (GEMM, then each vector primitive), averaged over classes so a large sweep
+//! of one kernel does not drown the others. It is minimised by deterministic coordinate
+//! descent on shrinking grids (the model has max() kinks, so no gradients).
+
+use super::{gemm_cost, vector_cost};
+use crate::arch::{ArchConfig, Efficiency};
+use crate::workload::{OpKind, VectorOp};
+use std::collections::BTreeMap;
+
+/// Search ranges: fractions of peak, and overheads up to 200 µs.
+const FRACTION_RANGE: (f64, f64) = (0.3, 1.0);
+const OVERHEAD_RANGE_S: (f64, f64) = (0.0, 200e-6);
+/// Grid points per coordinate and rounds of grid shrinking (by 4× per round).
+const GRID_POINTS: usize = 21;
+const ROUNDS: usize = 5;
+
+/// One measured kernel: a GEMM or vector operator run on all cores of the chip.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelSample {
+    pub kind: OpKind,
+    pub elem_bytes: u32,
+    pub measured_s: f64,
+}
+
+/// The model's latency for `sample` on all cores of `arch` (`None` for collectives, which
+/// this fit does not use).
+pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> Option<f64> {
+    match sample.kind {
+        OpKind::Gemm { batch, m, n, k } => {
+            Some(gemm_cost(arch, batch, m, n, k, sample.elem_bytes, arch.tensor.count).latency_s)
+        }
+        OpKind::Vector {
+            op,
+            elements,
+            row_len,
+        } => Some(
+            vector_cost(
+                arch,
+                op,
+                elements,
+                row_len,
+                sample.elem_bytes,
+                arch.vector.count,
+            )
+            .latency_s,
+        ),
+        OpKind::Collective { .. } => None,
+    }
+}
+
+/// Mean relative latency error per kernel class (`None` = GEMM, `Some(op)` = that vector
+/// primitive), in a deterministic order.
+pub fn class_errors(
+    arch: &ArchConfig,
+    samples: &[KernelSample],
+) -> BTreeMap<Option<VectorOp>, f64> {
+    let mut sums: BTreeMap<Option<VectorOp>, (f64, usize)> = BTreeMap::new();
+    for s in samples {
+        let Some(predicted_s) = predicted_latency_s(arch, s) else {
+            continue;
+        };
+        let class = match s.kind {
+            OpKind::Vector { op, .. } => Some(op),
+            _ => None,
+        };
+        let entry = sums.entry(class).or_insert((0.0, 0));
+        entry.0 += (predicted_s - s.measured_s).abs() / s.measured_s;
+        entry.1 += 1;
+    }
+    sums.into_iter()
+        .map(|(class, (sum, count))| (class, sum / count as f64))
+        .collect()
+}
+
+fn objective(arch: &ArchConfig, samples: &[KernelSample]) -> f64 {
+    let errors = class_errors(arch, samples);
+    if errors.is_empty() {
+        return 0.0;
+    }
+    errors.values().sum::<f64>() / errors.len() as f64
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Param {
+    TensorCompute,
+    HbmBandwidth,
+    GemmOverhead,
+    VectorOverhead(VectorOp),
+}
+
+impl Param {
+    fn range(self) -> (f64, f64) {
+        match self {
+            Param::TensorCompute | Param::HbmBandwidth => FRACTION_RANGE,
+            Param::GemmOverhead | Param::VectorOverhead(_) => OVERHEAD_RANGE_S,
+        }
+    }
+
+    fn get(self, eff: &Efficiency) -> f64 {
+        match self {
+            Param::TensorCompute => eff.tensor_compute,
+            Param::HbmBandwidth => eff.hbm_bandwidth,
+            Param::GemmOverhead => eff.gemm_overhead_s,
+            Param::VectorOverhead(op) => eff.vector_overhead_for(op),
+        }
+    }
+
+    fn set(self, eff: &mut Efficiency, value: f64) {
+        match self {
+            Param::TensorCompute => eff.tensor_compute = value,
+            Param::HbmBandwidth => eff.hbm_bandwidth = value,
+            Param::GemmOverhead => eff.gemm_overhead_s = value,
+            Param::VectorOverhead(op) => eff.vector_op_overhead_s.set(op, Some(value)),
+        }
+    }
+}
+
+/// Efficiency parameters of `arch` fitted to `samples`. Parameters without samples to
+/// inform them (tensor terms without GEMMs, vector compute, links) keep `arch`'s values.
+/// The default `vector_overhead_s` becomes the smallest fitted per-primitive overhead (the
+/// leanest measured kernel: the best guess for unmeasured ones), and only primitives that
+/// differ from it keep an override.
+pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency {
+    let has_gemm = samples
+        .iter()
+        .any(|s| matches!(s.kind, OpKind::Gemm { .. }));
+    let mut vector_ops: Vec<VectorOp> = samples
+        .iter()
+        .filter_map(|s| match s.kind {
+            OpKind::Vector { op, .. } => Some(op),
+            _ => None,
+        })
+        .collect();
+    vector_ops.sort();
+    vector_ops.dedup();
+
+    let mut params = Vec::new();
+    if has_gemm {
+        params.extend([Param::TensorCompute, Param::GemmOverhead]);
+    }
+    if has_gemm || !vector_ops.is_empty() {
+        params.push(Param::HbmBandwidth);
+    }
+    params.extend(vector_ops.iter().map(|&op| Param::VectorOverhead(op)));
+
+    let mut trial = arch.clone();
+    for p in &params {
+        // Start every fitted parameter inside its range.
+        let (lo, hi) = p.range();
+        let v = p.get(&trial.efficiency).clamp(lo, hi);
+        p.set(&mut trial.efficiency, v);
+    }
+    let mut best_obj = objective(&trial, samples);
+    for round in 0..ROUNDS {
+        for &p in &params {
+            let (lo, hi) = p.range();
+            let width = (hi - lo) / 4f64.powi(round as i32);
+            let centre = p.get(&trial.efficiency);
+            let start = (centre - width / 2.0).max(lo);
+            let end = (centre + width / 2.0).min(hi);
+            let mut best_v = centre;
+            for i in 0..GRID_POINTS {
+                let v = start + (end - start) * i as f64 / (GRID_POINTS - 1) as f64;
+                p.set(&mut trial.efficiency, v);
+                let obj = objective(&trial, samples);
+                if obj < best_obj {
+                    best_obj = obj;
+                    best_v = v;
+                }
+            }
+            p.set(&mut trial.efficiency, best_v);
+        }
+    }
+
+    let mut eff = trial.efficiency;
+    let fitted: Vec<(VectorOp, f64)> = vector_ops
+        .iter()
+        .map(|&op| (op, eff.vector_overhead_for(op)))
+        .collect();
+    if let Some(default_s) = fitted.iter().map(|&(_, s)| s).reduce(f64::min) {
+        eff.vector_overhead_s = default_s;
+        for (op, s) in fitted {
+            eff.vector_op_overhead_s
+                .set(op, (s != default_s).then_some(s));
+        }
+    }
+    eff
+}
