@@ -5,9 +5,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use std::sync::Arc;
 use tandem::schedule::{
-    list_schedule, lower_bound, render_gantt, schedule, verify, Assignment, CoreCounts,
-    SchedOp, Schedule, ScheduleCache, ScheduleError, ScheduleProblem, SolveStatus,
-    SolverOptions,
+    list_schedule, lower_bound, render_gantt, schedule, verify, Assignment, CoreCounts, SchedOp,
+    Schedule, ScheduleCache, ScheduleError, ScheduleProblem, SolveStatus, SolverOptions,
 };
 use tandem::workload::CoreType;
 
@@ -214,7 +213,7 @@ fn random_problem() -> impl Strategy<Value = ScheduleProblem> {
 
 proptest! {
     #![proptest_config(Config {
-        cases: 60,
+        cases: 300,
         rng_seed: RngSeed::Fixed(0x5EED),
         failure_persistence: None,
         ..Config::default()
@@ -426,7 +425,12 @@ fn time_limit_returns_best_found_and_says_so() {
     let ops: Vec<SchedOp> = (0..40)
         .map(|i| {
             let one = 5.0 + f64::from((i * 37) % 23);
-            op(&format!("g{i}"), CoreType::Tensor, one * US, one * 0.37 * US)
+            op(
+                &format!("g{i}"),
+                CoreType::Tensor,
+                one * US,
+                one * 0.37 * US,
+            )
         })
         .collect();
     let problem = ScheduleProblem {
@@ -455,8 +459,14 @@ fn time_limit_returns_best_found_and_says_so() {
 #[test]
 fn status_display_is_csv_friendly() {
     assert_eq!(SolveStatus::Optimal.to_string(), "optimal");
-    assert_eq!(SolveStatus::WithinGap { gap: 0.008 }.to_string(), "gap:0.8%");
-    assert_eq!(SolveStatus::TimeLimit { gap: 0.031 }.to_string(), "time-limit:3.1%");
+    assert_eq!(
+        SolveStatus::WithinGap { gap: 0.008 }.to_string(),
+        "gap:0.8%"
+    );
+    assert_eq!(
+        SolveStatus::TimeLimit { gap: 0.031 }.to_string(),
+        "time-limit:3.1%"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -466,17 +476,25 @@ fn status_display_is_csv_friendly() {
 fn cache_reuses_per_signature_and_core_configuration() {
     let cache = ScheduleCache::new(exact()).unwrap();
     let problem = three_on_two(2.5);
-    let first = cache.get_or_compute("block/fwd", "chip-a", &problem).unwrap();
-    let again = cache.get_or_compute("block/fwd", "chip-a", &problem).unwrap();
+    let first = cache
+        .get_or_compute("block/fwd", "chip-a", &problem)
+        .unwrap();
+    let again = cache
+        .get_or_compute("block/fwd", "chip-a", &problem)
+        .unwrap();
     assert!(Arc::ptr_eq(&first, &again));
     assert_eq!(cache.len(), 1);
 
     let mut more_cores = problem.clone();
     more_cores.cores.tensor = 3;
-    let wider = cache.get_or_compute("block/fwd", "chip-a", &more_cores).unwrap();
+    let wider = cache
+        .get_or_compute("block/fwd", "chip-a", &more_cores)
+        .unwrap();
     // Three cores: every GEMM on its own core, 4 µs.
     assert!(close(wider.makespan_s, 4.0 * US));
-    cache.get_or_compute("block/fwd", "chip-b", &problem).unwrap();
+    cache
+        .get_or_compute("block/fwd", "chip-b", &problem)
+        .unwrap();
     assert_eq!(cache.len(), 3);
 
     // Many threads asking for one key get the one result.
@@ -486,7 +504,11 @@ fn cache_reuses_per_signature_and_core_configuration() {
             let problem = &problem;
             std::thread::scope(|scope| {
                 scope
-                    .spawn(move || cache.get_or_compute("block/bwd", "chip-a", problem).unwrap())
+                    .spawn(move || {
+                        cache
+                            .get_or_compute("block/bwd", "chip-a", problem)
+                            .unwrap()
+                    })
                     .join()
                     .unwrap()
             })
@@ -520,9 +542,8 @@ fn concurrent_solves_agree_with_sequential() {
 
 fn field_of(e: ScheduleError) -> String {
     match e {
-        ScheduleError::InvalidProblem { field, .. } | ScheduleError::InvalidOptions { field, .. } => {
-            field
-        }
+        ScheduleError::InvalidProblem { field, .. }
+        | ScheduleError::InvalidOptions { field, .. } => field,
         ScheduleError::Render { reason, .. } => reason,
     }
 }

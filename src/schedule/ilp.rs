@@ -136,9 +136,8 @@ pub(crate) fn solve(prep: &Prepared, request: &Request) -> Result<Outcome, Strin
     }
 
     // `i` before `j` unless `before` is 0: t_i + p_i − t_j ≤ M_ij (1 − before).
-    let big_m = |i: usize, j: usize| {
-        ((horizon_s - prep.tail_s[i] - prep.head_s[j]) * scale).max(0.0)
-    };
+    let big_m =
+        |i: usize, j: usize| ((horizon_s - prep.tail_s[i] - prep.head_s[j]) * scale).max(0.0);
     let precedes = |i: usize, j: usize, before: Expression| {
         let m = big_m(i, j);
         constraint!(start[i] + duration[i].clone() - start[j] <= m - m * before)

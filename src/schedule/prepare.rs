@@ -1,7 +1,7 @@
 //! Derived facts every stage of the scheduler shares: execution modes per operator,
 //! reachability as bitsets, and longest paths before and after each operator.
 
-use super::{ScheduleProblem, SchedOp};
+use super::{SchedOp, ScheduleProblem};
 use crate::workload::CoreType;
 
 /// Resource indices: tensor cores, vector cores, the link.

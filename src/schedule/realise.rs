@@ -2,9 +2,7 @@
 //! exactly, assign cores by interval colouring, and verify.
 
 use super::prepare::{Prepared, RESOURCES};
-use super::{
-    Assignment, CoreUtilisation, Schedule, ScheduleProblem, ScheduledOp, SolveStatus,
-};
+use super::{Assignment, CoreUtilisation, Schedule, ScheduleProblem, ScheduledOp, SolveStatus};
 use std::time::Instant;
 
 /// Operators whose solver intervals overlap by less than this fraction of the makespan are
@@ -237,7 +235,10 @@ pub fn verify(problem: &ScheduleProblem, schedule: &Schedule) -> Result<(), Stri
         }
         let (duration_s, energy) = match s.assignment {
             Assignment::AllCores if op.core == crate::workload::CoreType::Link => {
-                return Err(format!("link operator `{}` cannot run on all cores", op.name));
+                return Err(format!(
+                    "link operator `{}` cannot run on all cores",
+                    op.name
+                ));
             }
             Assignment::AllCores => (op.all_cores_s, op.all_cores_energy_j),
             Assignment::Core(c) => {
@@ -295,7 +296,8 @@ pub fn verify(problem: &ScheduleProblem, schedule: &Schedule) -> Result<(), Stri
             schedule.makespan_s
         ));
     }
-    if (schedule.energy_j - energy_j).abs() > VERIFY_TOLERANCE_REL * energy_j.abs() + f64::MIN_POSITIVE
+    if (schedule.energy_j - energy_j).abs()
+        > VERIFY_TOLERANCE_REL * energy_j.abs() + f64::MIN_POSITIVE
     {
         return Err(format!(
             "energy {} J but the chosen variants sum to {energy_j} J",
