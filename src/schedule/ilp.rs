@@ -260,8 +260,8 @@ fn add_core_assignment(
     let mut warm_label: Vec<Option<usize>> = vec![None; cores];
     let mut labels_used = 0;
     let mut z: Vec<Vec<Variable>> = vec![Vec::new(); n];
-    let mut rank = 0;
-    for i in (0..n).filter(|&i| prep.resource[i] == r && !prep.modes[i][0].parallel) {
+    let single_core_ops = (0..n).filter(|&i| prep.resource[i] == r && !prep.modes[i][0].parallel);
+    for (rank, i) in single_core_ops.enumerate() {
         let warm_core = match warm.assignment[i] {
             Assignment::Core(c) if warm.modes[i] == 0 => {
                 let slot = &mut warm_label[c as usize];
@@ -275,7 +275,6 @@ fn add_core_assignment(
         z[i] = (0..cores.min(rank + 1))
             .map(|c| columns.binary(warm_core == Some(c)))
             .collect();
-        rank += 1;
         let total: Expression = z[i].iter().copied().sum();
         rows.push(match parallel[i] {
             Some(y) => constraint!(total + y == 1),
