@@ -2,9 +2,10 @@
 //!
 //! The crate follows the data flow of `ARCHITECTURE.md`: [`workload`] builds operator and
 //! layer graphs, [`arch`] describes chips and search spaces, [`cost`] prices single
-//! operators on a chip.
+//! operators on a chip, [`schedule`] orders one layer's operators on a chip's cores.
 
 pub mod arch;
 pub mod cost;
 pub mod error;
+pub mod schedule;
 pub mod workload;

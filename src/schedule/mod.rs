@@ -1,0 +1,405 @@
+//! Per-layer operator scheduling (DESIGN §5).
+//!
+//! One unique layer's forward or backward operator DAG is scheduled on a device's tensor cores,
+//! vector cores and network link so that the makespan is minimal. Each tensor or vector
+//! operator runs either on one core or intra-operator parallel on all cores of its type (then
+//! alone on that type); link operators (collectives) use the single network resource one at a
+//! time.
+//!
+//! The pipeline per problem:
+//! 1. [`lower_bound`]: critical path and, per core type, "earliest start + work / cores +
+//!    shortest tail".
+//! 2. [`list_schedule`]: serial schedule-generation passes (several priority rules and
+//!    execution-variant rules, plus fixed-seed randomised passes); the best is the upper bound
+//!    and the ILP's warm start.
+//! 3. When the bounds are further apart than the requested gap, PHAZE's ILP on HiGHS (via
+//!    good_lp), first without core-assignment binaries; they are added for a core type only when
+//!    the solution needs more cores of that type than exist, and the model is solved again.
+//! 4. The solver's times are turned into a schedule that is valid by construction (precedence
+//!    and same-type orderings are replayed exactly, cores assigned by interval colouring) and
+//!    checked by [`verify`]. Anything the solver returns that cannot be realised falls back to
+//!    the heuristic, and the status says so.
+//!
+//! Results are memoised per (layer signature, core configuration, hardware) in
+//! [`ScheduleCache`].
+
+mod bounds;
+mod cache;
+mod gantt;
+mod ilp;
+mod list;
+mod prepare;
+mod realise;
+
+pub use cache::ScheduleCache;
+pub use gantt::render_gantt;
+pub use realise::verify;
+
+use crate::workload::CoreType;
+use prepare::Prepared;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// One operator as the scheduler sees it: its core type and its two execution variants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedOp {
+    pub name: String,
+    pub core: CoreType,
+    /// Latency on a single core of its type (the only variant for link operators).
+    pub one_core_s: f64,
+    /// Latency when split across all cores of its type.
+    pub all_cores_s: f64,
+    pub one_core_energy_j: f64,
+    pub all_cores_energy_j: f64,
+}
+
+/// Cores of each type on the device. The link is a single network resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CoreCounts {
+    pub tensor: u32,
+    pub vector: u32,
+}
+
+impl CoreCounts {
+    /// Number of units of a core type (1 for the link).
+    pub fn of(&self, core: CoreType) -> u32 {
+        match core {
+            CoreType::Tensor => self.tensor,
+            CoreType::Vector => self.vector,
+            CoreType::Link => 1,
+        }
+    }
+}
+
+/// A layer's operator DAG on one device. Invariant (checked by [`ScheduleProblem::validate`]):
+/// `ops` are topologically ordered and every edge `(i, j)` has `i < j`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleProblem {
+    pub ops: Vec<SchedOp>,
+    pub edges: Vec<(usize, usize)>,
+    pub cores: CoreCounts,
+}
+
+impl ScheduleProblem {
+    /// Checks the invariants the scheduler relies on; names the offending field.
+    pub fn validate(&self) -> Result<(), ScheduleError> {
+        let invalid = |field: String, reason: &str| ScheduleError::InvalidProblem {
+            field,
+            reason: reason.to_string(),
+        };
+        for (i, op) in self.ops.iter().enumerate() {
+            let values = [
+                ("one_core_s", op.one_core_s),
+                ("all_cores_s", op.all_cores_s),
+                ("one_core_energy_j", op.one_core_energy_j),
+                ("all_cores_energy_j", op.all_cores_energy_j),
+            ];
+            for (name, value) in values {
+                if !value.is_finite() || value < 0.0 {
+                    return Err(invalid(
+                        format!("ops[{i}].{name}"),
+                        &format!("must be finite and non-negative, got {value}"),
+                    ));
+                }
+            }
+            if self.cores.of(op.core) == 0 {
+                return Err(invalid(
+                    format!("ops[{i}].core"),
+                    &format!(
+                        "operator `{}` needs {:?} cores but the device has none",
+                        op.name, op.core
+                    ),
+                ));
+            }
+        }
+        for (e, &(from, to)) in self.edges.iter().enumerate() {
+            if from >= self.ops.len() || to >= self.ops.len() {
+                return Err(invalid(
+                    format!("edges[{e}]"),
+                    &format!(
+                        "({from}, {to}) refers to an operator beyond the {} given",
+                        self.ops.len()
+                    ),
+                ));
+            }
+            if from >= to {
+                return Err(invalid(
+                    format!("edges[{e}]"),
+                    &format!("({from}, {to}) is not in topological order (need from < to)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How hard to work on one problem.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SolverOptions {
+    /// Wall-clock budget for the ILP of one problem (all its re-solves together).
+    pub time_limit_s: f64,
+    /// Stop once (makespan − lower bound) / makespan is at most this (0.01 = 1 %).
+    pub relative_gap: f64,
+    /// When false, return the list schedule (with its bounds) without calling the solver.
+    pub use_ilp: bool,
+}
+
+impl Default for SolverOptions {
+    fn default() -> Self {
+        SolverOptions {
+            time_limit_s: 1.0,
+            relative_gap: 0.01,
+            use_ilp: true,
+        }
+    }
+}
+
+impl SolverOptions {
+    pub fn validate(&self) -> Result<(), ScheduleError> {
+        if !(self.time_limit_s.is_finite() && self.time_limit_s > 0.0) {
+            return Err(ScheduleError::InvalidOptions {
+                field: "time_limit_s".into(),
+                reason: format!("must be finite and positive, got {}", self.time_limit_s),
+            });
+        }
+        if !(self.relative_gap.is_finite() && (0.0..1.0).contains(&self.relative_gap)) {
+            return Err(ScheduleError::InvalidOptions {
+                field: "relative_gap".into(),
+                reason: format!("must lie in [0, 1), got {}", self.relative_gap),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// How the returned schedule was obtained. `Display` gives the CSV form.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum SolveStatus {
+    /// The list schedule meets the lower bound: optimal without the solver.
+    BoundsMet,
+    /// The solver proved optimality.
+    Optimal,
+    /// Within the requested relative gap of the lower bound (by the solver, or already by the
+    /// list schedule).
+    WithinGap { gap: f64 },
+    /// The time limit stopped the solver; the best schedule found is returned.
+    TimeLimit { gap: f64 },
+    /// Only the list schedule: the solver was disabled, failed, or returned something that
+    /// could not be realised.
+    HeuristicOnly,
+}
+
+impl fmt::Display for SolveStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SolveStatus::BoundsMet => write!(f, "bounds"),
+            SolveStatus::Optimal => write!(f, "optimal"),
+            SolveStatus::WithinGap { gap } => write!(f, "gap:{:.1}%", gap * 100.0),
+            SolveStatus::TimeLimit { gap } => write!(f, "time-limit:{:.1}%", gap * 100.0),
+            SolveStatus::HeuristicOnly => write!(f, "heuristic"),
+        }
+    }
+}
+
+/// Where an operator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Assignment {
+    /// Intra-operator parallel on every core of its type, alone on that type.
+    AllCores,
+    /// On one core of its type (index within the type; always 0 for the link).
+    Core(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ScheduledOp {
+    /// Index into [`ScheduleProblem::ops`].
+    pub op: usize,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub assignment: Assignment,
+}
+
+/// Busy fraction of each core type over the makespan (busy core-seconds / (cores × makespan)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoreUtilisation {
+    pub tensor: f64,
+    pub vector: f64,
+    pub link: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub makespan_s: f64,
+    /// Best proven lower bound on the optimal makespan.
+    pub lower_bound_s: f64,
+    /// Makespan of the list schedule (the solver's starting point).
+    pub upper_bound_s: f64,
+    pub status: SolveStatus,
+    /// Wall-clock time spent on this problem.
+    pub solve_time_s: f64,
+    /// One entry per operator, in operator order.
+    pub ops: Vec<ScheduledOp>,
+    /// Sum of the chosen variants' operator energies.
+    pub energy_j: f64,
+    pub utilisation: CoreUtilisation,
+}
+
+impl Schedule {
+    /// (makespan − lower bound) / makespan; 0 for an empty schedule.
+    pub fn gap(&self) -> f64 {
+        relative_gap(self.makespan_s, self.lower_bound_s)
+    }
+}
+
+/// Invalid input to the scheduler, or a failure to write its chart.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("schedule problem: field `{field}`: {reason}")]
+    InvalidProblem { field: String, reason: String },
+    #[error("solver options: field `{field}`: {reason}")]
+    InvalidOptions { field: String, reason: String },
+    #[error("{file}: cannot draw the Gantt chart: {reason}", file = .file.display())]
+    Render { file: PathBuf, reason: String },
+}
+
+/// Makespans closer than this (relative) count as equal: the bounds met, or the solver proved
+/// optimality up to its own tolerances.
+const SAME_MAKESPAN_REL: f64 = 1e-6;
+
+fn relative_gap(makespan_s: f64, lower_bound_s: f64) -> f64 {
+    if makespan_s > 0.0 {
+        ((makespan_s - lower_bound_s) / makespan_s).max(0.0)
+    } else {
+        0.0
+    }
+}
+
+/// Lower bound on the optimal makespan (critical path; per core type, work / cores between
+/// the earliest possible start and the shortest tail).
+pub fn lower_bound(problem: &ScheduleProblem) -> Result<f64, ScheduleError> {
+    problem.validate()?;
+    Ok(bounds::lower_bound(&Prepared::new(problem)))
+}
+
+/// The best of the list-scheduling passes, with status [`SolveStatus::HeuristicOnly`].
+pub fn list_schedule(problem: &ScheduleProblem) -> Result<Schedule, ScheduleError> {
+    problem.validate()?;
+    let started = Instant::now();
+    let prep = Prepared::new(problem);
+    let lower_bound_s = bounds::lower_bound(&prep);
+    let heuristic = list::best_list_schedule(&prep);
+    Ok(realise::assemble(
+        &prep,
+        &heuristic,
+        lower_bound_s,
+        heuristic.makespan_s,
+        SolveStatus::HeuristicOnly,
+        started,
+    ))
+}
+
+/// Minimum-makespan schedule of one layer's operator DAG (DESIGN §5). Errors only on invalid
+/// input; solver trouble degrades to the list schedule with a status that says so.
+pub fn schedule(
+    problem: &ScheduleProblem,
+    options: &SolverOptions,
+) -> Result<Schedule, ScheduleError> {
+    problem.validate()?;
+    options.validate()?;
+    Ok(solve_valid(problem, options))
+}
+
+/// [`schedule`] on input already validated.
+fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
+    let started = Instant::now();
+    let prep = Prepared::new(problem);
+    let mut lower_bound_s = bounds::lower_bound(&prep);
+    let heuristic = list::best_list_schedule(&prep);
+    let upper_bound_s = heuristic.makespan_s;
+    let finish = |plan: &realise::Realised, lower_bound_s: f64, status: SolveStatus| {
+        realise::assemble(&prep, plan, lower_bound_s, upper_bound_s, status, started)
+    };
+
+    let heuristic_gap = relative_gap(upper_bound_s, lower_bound_s);
+    if heuristic_gap <= SAME_MAKESPAN_REL {
+        return finish(&heuristic, lower_bound_s, SolveStatus::BoundsMet);
+    }
+    if !options.use_ilp {
+        return finish(&heuristic, lower_bound_s, SolveStatus::HeuristicOnly);
+    }
+    if heuristic_gap <= options.relative_gap {
+        return finish(
+            &heuristic,
+            lower_bound_s,
+            SolveStatus::WithinGap { gap: heuristic_gap },
+        );
+    }
+
+    // Core-assignment binaries per core type (tensor, vector); added only after a solution
+    // without them needed more cores than exist.
+    let mut assign_cores = [false; prepare::RESOURCES];
+    loop {
+        let remaining_s = options.time_limit_s - started.elapsed().as_secs_f64();
+        if remaining_s <= 0.0 {
+            let gap = relative_gap(upper_bound_s, lower_bound_s);
+            return finish(&heuristic, lower_bound_s, SolveStatus::TimeLimit { gap });
+        }
+        let request = ilp::Request {
+            warm_start: &heuristic,
+            lower_bound_s,
+            assign_cores,
+            time_limit_s: remaining_s,
+            relative_gap: options.relative_gap,
+        };
+        let Ok(outcome) = ilp::solve(&prep, &request) else {
+            return finish(&heuristic, lower_bound_s, SolveStatus::HeuristicOnly);
+        };
+        lower_bound_s = lower_bound_s.max(outcome.dual_bound_s);
+        let Some((starts_s, modes)) = outcome.solution else {
+            let gap = relative_gap(upper_bound_s, lower_bound_s);
+            let status = if outcome.limit_hit {
+                SolveStatus::TimeLimit { gap }
+            } else {
+                SolveStatus::HeuristicOnly
+            };
+            return finish(&heuristic, lower_bound_s, status);
+        };
+        match realise::from_solver(&prep, &starts_s, &modes) {
+            Ok(plan) => {
+                let best = if plan.makespan_s < heuristic.makespan_s {
+                    &plan
+                } else {
+                    &heuristic
+                };
+                lower_bound_s = lower_bound_s.min(best.makespan_s);
+                let gap = relative_gap(best.makespan_s, lower_bound_s);
+                let status = if outcome.limit_hit {
+                    SolveStatus::TimeLimit { gap }
+                } else if gap <= SAME_MAKESPAN_REL {
+                    SolveStatus::Optimal
+                } else {
+                    SolveStatus::WithinGap { gap }
+                };
+                return finish(best, lower_bound_s, status);
+            }
+            Err(over_capacity) => {
+                let new_types: Vec<usize> = over_capacity
+                    .into_iter()
+                    .filter(|&r| !assign_cores[r])
+                    .collect();
+                if outcome.limit_hit {
+                    let gap = relative_gap(upper_bound_s, lower_bound_s);
+                    return finish(&heuristic, lower_bound_s, SolveStatus::TimeLimit { gap });
+                }
+                if new_types.is_empty() {
+                    return finish(&heuristic, lower_bound_s, SolveStatus::HeuristicOnly);
+                }
+                for r in new_types {
+                    assign_cores[r] = true;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,667 @@
+//! Per-layer operator scheduling (DESIGN §5): hand-derived instances, an exact brute force on
+//! random small DAGs, bounds, validity, time limit, memoisation, input errors, Gantt output.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed};
+use std::sync::Arc;
+use tandem::schedule::{
+    list_schedule, lower_bound, render_gantt, schedule, verify, Assignment, CoreCounts, SchedOp,
+    Schedule, ScheduleCache, ScheduleError, ScheduleProblem, SolveStatus, SolverOptions,
+};
+use tandem::workload::CoreType;
+
+const US: f64 = 1e-6;
+
+fn op(name: &str, core: CoreType, one_core_s: f64, all_cores_s: f64) -> SchedOp {
+    SchedOp {
+        name: name.to_string(),
+        core,
+        one_core_s,
+        all_cores_s,
+        one_core_energy_j: 1.0,
+        all_cores_energy_j: 1.5,
+    }
+}
+
+fn exact() -> SolverOptions {
+    SolverOptions {
+        time_limit_s: 30.0,
+        relative_gap: 0.0,
+        use_ilp: true,
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs())
+}
+
+fn assert_sound(problem: &ScheduleProblem, s: &Schedule) {
+    verify(problem, s).unwrap_or_else(|e| panic!("invalid schedule: {e}\n{s:#?}"));
+    assert!(s.lower_bound_s <= s.makespan_s * (1.0 + 1e-9));
+    assert!(s.makespan_s <= s.upper_bound_s * (1.0 + 1e-9));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact brute force.
+//
+// With the execution variant of every operator fixed, the problem is a resource-constrained
+// project scheduling problem: resource "tensor" with `tensor` units, "vector" with `vector`
+// units, "link" with 1; a one-core run needs 1 unit, an all-core run every unit of its type.
+// (A schedule that never uses more units than exist has a concrete core assignment: one-core
+// intervals form an interval graph, coloured greedily with as many colours as the most
+// intervals that overlap.) For a regular objective such as the makespan, some optimal schedule
+// is *active* (no operator can start earlier without delaying another), and the serial
+// schedule-generation scheme, run over every precedence-feasible order, produces exactly the
+// active schedules (Sprecher, Kolisch & Drexl 1995; Kolisch 1996). Enumerating every variant
+// vector × every topological order and keeping the shortest result is therefore exact.
+
+struct Brute<'a> {
+    problem: &'a ScheduleProblem,
+    preds: Vec<Vec<usize>>,
+}
+
+fn capacity(problem: &ScheduleProblem, core: CoreType) -> u32 {
+    problem.cores.of(core)
+}
+
+impl Brute<'_> {
+    fn duration_demand(&self, i: usize, parallel: bool) -> (f64, u32) {
+        let o = &self.problem.ops[i];
+        if parallel {
+            (o.all_cores_s, capacity(self.problem, o.core))
+        } else {
+            (o.one_core_s, 1)
+        }
+    }
+
+    /// Serial schedule generation for one order and variant vector.
+    fn serial(&self, order: &[usize], parallel: &[bool]) -> f64 {
+        let n = self.problem.ops.len();
+        let mut start = vec![0.0; n];
+        let mut end = vec![0.0; n];
+        let mut placed: Vec<usize> = Vec::new();
+        for &j in order {
+            let (dur, demand) = self.duration_demand(j, parallel[j]);
+            let core = self.problem.ops[j].core;
+            let cap = capacity(self.problem, core);
+            let ready = self.preds[j].iter().map(|&p| end[p]).fold(0.0, f64::max);
+            let same: Vec<usize> = placed
+                .iter()
+                .copied()
+                .filter(|&k| self.problem.ops[k].core == core)
+                .collect();
+            let mut candidates: Vec<f64> = std::iter::once(ready)
+                .chain(same.iter().map(|&k| end[k]).filter(|&e| e >= ready))
+                .collect();
+            candidates.sort_by(f64::total_cmp);
+            let usage = |tau: f64| -> u32 {
+                same.iter()
+                    .filter(|&&k| start[k] <= tau && tau < end[k])
+                    .map(|&k| self.duration_demand(k, parallel[k]).1)
+                    .sum()
+            };
+            let fits = |t: f64| {
+                dur <= 0.0
+                    || std::iter::once(t)
+                        .chain(
+                            same.iter()
+                                .map(|&k| start[k])
+                                .filter(|&s| t < s && s < t + dur),
+                        )
+                        .all(|tau| usage(tau) + demand <= cap)
+            };
+            let t = candidates
+                .into_iter()
+                .find(|&t| fits(t))
+                .expect("the last end time always fits");
+            start[j] = t;
+            end[j] = t + dur;
+            placed.push(j);
+        }
+        end.into_iter().fold(0.0, f64::max)
+    }
+
+    fn orders(&self, prefix: &mut Vec<usize>, done: &mut Vec<bool>, out: &mut Vec<Vec<usize>>) {
+        let n = self.problem.ops.len();
+        if prefix.len() == n {
+            out.push(prefix.clone());
+            return;
+        }
+        for j in 0..n {
+            if !done[j] && self.preds[j].iter().all(|&p| done[p]) {
+                done[j] = true;
+                prefix.push(j);
+                self.orders(prefix, done, out);
+                prefix.pop();
+                done[j] = false;
+            }
+        }
+    }
+
+    fn optimum(problem: &ScheduleProblem) -> f64 {
+        let n = problem.ops.len();
+        let mut preds = vec![Vec::new(); n];
+        for &(a, b) in &problem.edges {
+            preds[b].push(a);
+        }
+        let brute = Brute { problem, preds };
+        let mut orders = Vec::new();
+        brute.orders(&mut Vec::new(), &mut vec![false; n], &mut orders);
+        // Variants: the link has only one; elsewhere both are tried.
+        let choosable: Vec<usize> = (0..n)
+            .filter(|&i| problem.ops[i].core != CoreType::Link)
+            .collect();
+        let mut best = f64::INFINITY;
+        for mask in 0..1u32 << choosable.len() {
+            let mut parallel = vec![false; n];
+            for (bit, &i) in choosable.iter().enumerate() {
+                parallel[i] = mask >> bit & 1 == 1;
+            }
+            for order in &orders {
+                best = best.min(brute.serial(order, &parallel));
+            }
+        }
+        best
+    }
+}
+
+fn random_problem() -> impl Strategy<Value = ScheduleProblem> {
+    (1usize..=7, 1u32..=3, 1u32..=3).prop_flat_map(|(n, tensor, vector)| {
+        let ops = prop::collection::vec((0u8..5, 1u32..=12, 2u32..=14), n);
+        let edges = prop::collection::vec(prop::bool::weighted(0.3), n * (n - 1) / 2);
+        (ops, edges).prop_map(move |(ops, edge_bits)| {
+            let ops: Vec<SchedOp> = ops
+                .into_iter()
+                .enumerate()
+                .map(|(i, (kind, one, all_tenths))| {
+                    // Two tensor, two vector, one link in five; the all-core variant between
+                    // 0.2× and 1.4× the one-core latency, so both variants matter.
+                    let core = match kind {
+                        0 | 1 => CoreType::Tensor,
+                        2 | 3 => CoreType::Vector,
+                        _ => CoreType::Link,
+                    };
+                    let one_core_s = f64::from(one) * US;
+                    SchedOp {
+                        name: format!("op{i}"),
+                        core,
+                        one_core_s,
+                        all_cores_s: one_core_s * f64::from(all_tenths) / 10.0,
+                        one_core_energy_j: f64::from(one),
+                        all_cores_energy_j: f64::from(one) * 1.2,
+                    }
+                })
+                .collect();
+            let mut edges = Vec::new();
+            let mut k = 0;
+            for i in 0..n {
+                for j in i + 1..n {
+                    if edge_bits[k] {
+                        edges.push((i, j));
+                    }
+                    k += 1;
+                }
+            }
+            ScheduleProblem {
+                ops,
+                edges,
+                cores: CoreCounts { tensor, vector },
+            }
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(Config {
+        cases: 300,
+        rng_seed: RngSeed::Fixed(0x5EED),
+        failure_persistence: None,
+        ..Config::default()
+    })]
+
+    /// The solver's makespan equals the brute-force optimum; bounds bracket it; the schedule
+    /// is valid.
+    #[test]
+    fn ilp_matches_brute_force(problem in random_problem()) {
+        let optimum = Brute::optimum(&problem);
+        let s = schedule(&problem, &exact()).unwrap();
+        assert_sound(&problem, &s);
+        prop_assert!(
+            matches!(s.status, SolveStatus::BoundsMet | SolveStatus::Optimal),
+            "status {}", s.status
+        );
+        prop_assert!(close(s.makespan_s, optimum), "ilp {} brute {}", s.makespan_s, optimum);
+        let lb = lower_bound(&problem).unwrap();
+        prop_assert!(lb <= optimum * (1.0 + 1e-9), "lower bound {lb} above optimum {optimum}");
+        let heuristic = list_schedule(&problem).unwrap();
+        assert_sound(&problem, &heuristic);
+        prop_assert!(heuristic.makespan_s >= optimum * (1.0 - 1e-9));
+        prop_assert!(close(heuristic.makespan_s, s.upper_bound_s));
+    }
+}
+
+/// The brute force itself on a hand-solved case (three independent ops, two cores, below).
+#[test]
+fn brute_force_reproduces_hand_optimum() {
+    assert!(close(Brute::optimum(&three_on_two(2.5)), 6.5 * US));
+    assert!(close(Brute::optimum(&three_on_two(3.9)), 7.9 * US));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hand-derived instances.
+
+/// A chain needs no solver: makespan = Σ min(one-core, all-core).
+#[test]
+fn chain_is_sum_of_fastest_variants_without_solver() {
+    let problem = ScheduleProblem {
+        ops: vec![
+            op("ln", CoreType::Vector, 3.0 * US, 1.0 * US),
+            op("qkv", CoreType::Tensor, 40.0 * US, 12.0 * US),
+            op("softmax", CoreType::Vector, 2.0 * US, 2.5 * US),
+            op("allreduce", CoreType::Link, 7.0 * US, 1.0 * US),
+            op("proj", CoreType::Tensor, 10.0 * US, 11.0 * US),
+        ],
+        edges: vec![(0, 1), (1, 2), (2, 3), (3, 4)],
+        cores: CoreCounts {
+            tensor: 4,
+            vector: 2,
+        },
+    };
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    // 1 + 12 + 2 + 7 (link: one-core only) + 10.
+    assert!(close(s.makespan_s, 32.0 * US), "{}", s.makespan_s);
+    assert_eq!(s.status, SolveStatus::BoundsMet);
+    assert_eq!(s.status.to_string(), "bounds");
+    let assignments: Vec<Assignment> = s.ops.iter().map(|o| o.assignment).collect();
+    assert_eq!(
+        assignments,
+        [
+            Assignment::AllCores,
+            Assignment::AllCores,
+            Assignment::Core(0),
+            Assignment::Core(0),
+            Assignment::Core(0)
+        ]
+    );
+    // 1.5 + 1.5 + 1 + 1 + 1 J.
+    assert!(close(s.energy_j, 6.0));
+}
+
+/// Three independent GEMMs on two tensor cores, one core 4 µs, all cores `all_us`.
+fn three_on_two(all_us: f64) -> ScheduleProblem {
+    ScheduleProblem {
+        ops: (0..3)
+            .map(|i| op(&format!("g{i}"), CoreType::Tensor, 4.0 * US, all_us * US))
+            .collect(),
+        edges: vec![],
+        cores: CoreCounts {
+            tensor: 2,
+            vector: 1,
+        },
+    }
+}
+
+/// Two GEMMs on one core each (0–4 µs), the third on both (4–6.5 µs): 6.5 µs. The lower bound
+/// is work / cores = (4 + 4 + 4) / 2 = 6 µs, so the solver must close the gap.
+#[test]
+fn mixed_variants_beat_uniform_ones() {
+    let problem = three_on_two(2.5);
+    assert!(close(lower_bound(&problem).unwrap(), 6.0 * US));
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.makespan_s, 6.5 * US), "{}", s.makespan_s);
+    assert!(matches!(s.status, SolveStatus::Optimal), "{}", s.status);
+    assert!(close(s.lower_bound_s, 6.5 * US));
+    let parallel = s
+        .ops
+        .iter()
+        .filter(|o| o.assignment == Assignment::AllCores)
+        .count();
+    assert_eq!(parallel, 1);
+    // Energy 1 + 1 + 1.5 J; both cores busy throughout: (4 + 4 + 2 × 2.5) / (2 × 6.5) = 1.
+    assert!(close(s.energy_j, 3.5));
+    assert!(close(s.utilisation.tensor, 1.0));
+    assert_eq!(s.utilisation.vector, 0.0);
+}
+
+/// All-core 3.9 µs: without core assignment the model would run three one-core GEMMs at once
+/// (makespan 6 µs = the lower bound); with it, 4 + 3.9 = 7.9 µs.
+#[test]
+fn core_assignment_added_when_relaxation_overbooks() {
+    let problem = three_on_two(3.9);
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.makespan_s, 7.9 * US), "{}", s.makespan_s);
+    assert!(matches!(s.status, SolveStatus::Optimal), "{}", s.status);
+}
+
+/// Two collectives share the one link; a GEMM overlaps them: 3 + 2 = 5 µs.
+#[test]
+fn link_runs_one_collective_at_a_time() {
+    let problem = ScheduleProblem {
+        ops: vec![
+            op("ar0", CoreType::Link, 3.0 * US, 1.0 * US),
+            op("ar1", CoreType::Link, 2.0 * US, 1.0 * US),
+            op("gemm", CoreType::Tensor, 4.0 * US, 4.0 * US),
+        ],
+        edges: vec![],
+        cores: CoreCounts {
+            tensor: 1,
+            vector: 1,
+        },
+    };
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.makespan_s, 5.0 * US));
+    assert!(close(s.utilisation.link, 1.0));
+    assert!(close(s.utilisation.tensor, 0.8));
+}
+
+/// Critical path 2 + 3 = 5 µs vs vector work (2 + 6 + 6) / 2 = 7 µs.
+#[test]
+fn lower_bound_is_max_of_path_and_work() {
+    let problem = ScheduleProblem {
+        ops: vec![
+            op("a", CoreType::Vector, 2.0 * US, 2.0 * US),
+            op("b", CoreType::Vector, 3.0 * US, 3.0 * US),
+            op("c", CoreType::Vector, 6.0 * US, 6.0 * US),
+            op("d", CoreType::Vector, 3.0 * US, 3.0 * US),
+        ],
+        edges: vec![(0, 1)],
+        cores: CoreCounts {
+            tensor: 1,
+            vector: 2,
+        },
+    };
+    assert!(close(lower_bound(&problem).unwrap(), 7.0 * US));
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    // c alone on one core (6), a→b and d on the other (2 + 3 + 3 = 8): 8 µs optimal.
+    assert!(close(s.makespan_s, 8.0 * US));
+    assert!(close(Brute::optimum(&problem), 8.0 * US));
+}
+
+#[test]
+fn heuristic_only_when_ilp_disabled() {
+    let problem = three_on_two(3.9);
+    let options = SolverOptions {
+        use_ilp: false,
+        ..exact()
+    };
+    let s = schedule(&problem, &options).unwrap();
+    assert_sound(&problem, &s);
+    assert_eq!(s.status, SolveStatus::HeuristicOnly);
+    assert_eq!(s.status.to_string(), "heuristic");
+    assert_eq!(s.makespan_s, s.upper_bound_s);
+}
+
+/// A gap already within tolerance skips the solver and says how close it is.
+#[test]
+fn heuristic_within_requested_gap_skips_solver() {
+    let problem = three_on_two(2.5);
+    let options = SolverOptions {
+        relative_gap: 0.1,
+        ..exact()
+    };
+    let s = schedule(&problem, &options).unwrap();
+    assert_sound(&problem, &s);
+    // 6.5 found, 6 proven: gap 1/13.
+    assert!(close(s.makespan_s, 6.5 * US));
+    match s.status {
+        SolveStatus::WithinGap { gap } => assert!(close(gap, 0.5 / 6.5)),
+        other => panic!("status {other}"),
+    }
+    assert_eq!(s.status.to_string(), "gap:7.7%");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Time limit.
+
+/// Forty independent GEMMs with varied latencies on three cores: far too many orderings to
+/// prove optimal in 50 ms. The best schedule found comes back, valid, marked with its gap.
+#[test]
+fn time_limit_returns_best_found_and_says_so() {
+    let ops: Vec<SchedOp> = (0..40)
+        .map(|i| {
+            let one = 5.0 + f64::from((i * 37) % 23);
+            op(
+                &format!("g{i}"),
+                CoreType::Tensor,
+                one * US,
+                one * 0.37 * US,
+            )
+        })
+        .collect();
+    let problem = ScheduleProblem {
+        ops,
+        edges: vec![],
+        cores: CoreCounts {
+            tensor: 3,
+            vector: 1,
+        },
+    };
+    let options = SolverOptions {
+        time_limit_s: 0.05,
+        relative_gap: 0.0,
+        use_ilp: true,
+    };
+    let s = schedule(&problem, &options).unwrap();
+    assert_sound(&problem, &s);
+    let SolveStatus::TimeLimit { gap } = s.status else {
+        panic!("status {}", s.status);
+    };
+    assert!(close(gap, s.gap()), "{gap} vs {}", s.gap());
+    assert!(s.status.to_string().starts_with("time-limit:"));
+    assert!(s.solve_time_s < 1.0, "took {} s", s.solve_time_s);
+}
+
+#[test]
+fn status_display_is_csv_friendly() {
+    assert_eq!(SolveStatus::Optimal.to_string(), "optimal");
+    assert_eq!(
+        SolveStatus::WithinGap { gap: 0.008 }.to_string(),
+        "gap:0.8%"
+    );
+    assert_eq!(
+        SolveStatus::TimeLimit { gap: 0.031 }.to_string(),
+        "time-limit:3.1%"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memoisation.
+
+#[test]
+fn cache_reuses_per_signature_and_core_configuration() {
+    let cache = ScheduleCache::new(exact()).unwrap();
+    let problem = three_on_two(2.5);
+    let first = cache
+        .get_or_compute("block/fwd", "chip-a", &problem)
+        .unwrap();
+    let again = cache
+        .get_or_compute("block/fwd", "chip-a", &problem)
+        .unwrap();
+    assert!(Arc::ptr_eq(&first, &again));
+    assert_eq!(cache.len(), 1);
+
+    let mut more_cores = problem.clone();
+    more_cores.cores.tensor = 3;
+    let wider = cache
+        .get_or_compute("block/fwd", "chip-a", &more_cores)
+        .unwrap();
+    // Three cores: every GEMM on its own core, 4 µs.
+    assert!(close(wider.makespan_s, 4.0 * US));
+    cache
+        .get_or_compute("block/fwd", "chip-b", &problem)
+        .unwrap();
+    assert_eq!(cache.len(), 3);
+
+    // Many threads asking for one key get the one result.
+    let results: Vec<Arc<Schedule>> = (0..8)
+        .map(|_| {
+            let cache = &cache;
+            let problem = &problem;
+            std::thread::scope(|scope| {
+                scope
+                    .spawn(move || {
+                        cache
+                            .get_or_compute("block/bwd", "chip-a", problem)
+                            .unwrap()
+                    })
+                    .join()
+                    .unwrap()
+            })
+        })
+        .collect();
+    assert!(results.iter().all(|r| Arc::ptr_eq(r, &results[0])));
+    assert_eq!(cache.len(), 4);
+}
+
+/// Independent solves on several threads at once (the search runs them under rayon).
+#[test]
+fn concurrent_solves_agree_with_sequential() {
+    let problems: Vec<ScheduleProblem> = [2.5, 3.9, 2.5, 3.9, 2.5, 3.9]
+        .iter()
+        .map(|&a| three_on_two(a))
+        .collect();
+    let makespans: Vec<f64> = std::thread::scope(|scope| {
+        let handles: Vec<_> = problems
+            .iter()
+            .map(|p| scope.spawn(move || schedule(p, &exact()).unwrap().makespan_s))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (p, m) in problems.iter().zip(makespans) {
+        assert!(close(m, schedule(p, &exact()).unwrap().makespan_s));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input.
+
+fn field_of(e: ScheduleError) -> String {
+    match e {
+        ScheduleError::InvalidProblem { field, .. }
+        | ScheduleError::InvalidOptions { field, .. } => field,
+        ScheduleError::Render { reason, .. } => reason,
+    }
+}
+
+#[test]
+fn invalid_problems_are_errors_naming_the_field() {
+    let base = three_on_two(2.5);
+    let mut out_of_range = base.clone();
+    out_of_range.edges.push((1, 9));
+    let mut backwards = base.clone();
+    backwards.edges.push((2, 1));
+    let mut nan = base.clone();
+    nan.ops[1].all_cores_s = f64::NAN;
+    let mut negative = base.clone();
+    negative.ops[2].one_core_energy_j = -1.0;
+    let mut no_cores = base.clone();
+    no_cores.cores.tensor = 0;
+    let cases = [
+        (out_of_range, "edges[0]"),
+        (backwards, "edges[0]"),
+        (nan, "ops[1].all_cores_s"),
+        (negative, "ops[2].one_core_energy_j"),
+        (no_cores, "ops[0].core"),
+    ];
+    for (problem, field) in cases {
+        let e = schedule(&problem, &exact()).unwrap_err();
+        assert!(e.to_string().contains(field), "{e}");
+        assert_eq!(field_of(e), field);
+        assert!(lower_bound(&problem).is_err());
+        assert!(list_schedule(&problem).is_err());
+    }
+    let cache = ScheduleCache::new(exact()).unwrap();
+    let mut bad = base.clone();
+    bad.edges.push((0, 0));
+    assert!(cache.get_or_compute("x", "y", &bad).is_err());
+    assert!(cache.is_empty());
+}
+
+#[test]
+fn invalid_options_are_errors_naming_the_field() {
+    let problem = three_on_two(2.5);
+    for (options, field) in [
+        (
+            SolverOptions {
+                time_limit_s: 0.0,
+                ..exact()
+            },
+            "time_limit_s",
+        ),
+        (
+            SolverOptions {
+                relative_gap: f64::NAN,
+                ..exact()
+            },
+            "relative_gap",
+        ),
+    ] {
+        let e = schedule(&problem, &options).unwrap_err();
+        assert_eq!(field_of(e), field);
+        assert!(ScheduleCache::new(options).is_err());
+    }
+}
+
+#[test]
+fn empty_problem_has_zero_makespan() {
+    let problem = ScheduleProblem {
+        ops: vec![],
+        edges: vec![],
+        cores: CoreCounts {
+            tensor: 0,
+            vector: 0,
+        },
+    };
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    assert_eq!(s.makespan_s, 0.0);
+    assert_eq!(s.status, SolveStatus::BoundsMet);
+}
+
+#[test]
+fn verify_rejects_broken_schedules() {
+    let problem = three_on_two(2.5);
+    let good = schedule(&problem, &exact()).unwrap();
+    let mut overlap = good.clone();
+    // Put every GEMM on core 0 at its original time: two one-core runs now collide.
+    for o in &mut overlap.ops {
+        if let Assignment::Core(_) = o.assignment {
+            o.assignment = Assignment::Core(0);
+        }
+    }
+    assert!(verify(&problem, &overlap).unwrap_err().contains("overlap"));
+    let mut missing_core = good.clone();
+    missing_core.ops[0].assignment = Assignment::Core(5);
+    assert!(verify(&problem, &missing_core).is_err());
+    let mut chain = problem.clone();
+    chain.edges.push((0, 1));
+    assert!(verify(&chain, &good).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gantt chart.
+
+#[test]
+fn gantt_has_a_row_per_core_and_labelled_bars() {
+    let problem = three_on_two(2.5);
+    let s = schedule(&problem, &exact()).unwrap();
+    let path = std::env::temp_dir().join(format!("tandem-gantt-{}.svg", std::process::id()));
+    render_gantt(&s, &problem, &path).unwrap();
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(svg.starts_with("<svg"));
+    for label in ["tensor 0", "tensor 1", "vector 0", "link", "g0", "g1", "g2"] {
+        assert!(svg.contains(label), "missing {label}");
+    }
+
+    let mut other = problem.clone();
+    other.ops.pop();
+    let e = render_gantt(&s, &other, &path).unwrap_err();
+    assert!(matches!(e, ScheduleError::Render { .. }), "{e}");
+    assert!(!path.exists());
+}
