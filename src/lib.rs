@@ -7,4 +7,5 @@
 pub mod arch;
 pub mod cost;
 pub mod error;
+pub mod placement;
 pub mod workload;
