@@ -56,11 +56,17 @@ pub fn read_input(file: &Path) -> Result<String, InputError> {
 }
 
 /// Parses TOML into `T`, reporting the offending key and line on failure.
-pub fn parse_toml<T: serde::de::DeserializeOwned>(file: &Path, text: &str) -> Result<T, InputError> {
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    file: &Path,
+    text: &str,
+) -> Result<T, InputError> {
     toml::from_str(text).map_err(|e| InputError::malformed(file, "TOML", e.to_string().trim_end()))
 }
 
 /// Parses JSON into `T`, reporting line and column on failure.
-pub fn parse_json<T: serde::de::DeserializeOwned>(file: &Path, text: &str) -> Result<T, InputError> {
+pub fn parse_json<T: serde::de::DeserializeOwned>(
+    file: &Path,
+    text: &str,
+) -> Result<T, InputError> {
     serde_json::from_str(text).map_err(|e| InputError::malformed(file, "JSON", e.to_string()))
 }

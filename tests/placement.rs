@@ -7,8 +7,7 @@ use std::path::Path;
 use tandem::arch::Tier;
 use tandem::placement::{
     brute_force, evaluate_fixed, load_costs_file, parse_costs, place, BytesPerParam, FixedPlan,
-    FixedStage, LayerCost, LayerCostGraph, PipelineSchedule, Plan, PlacementProblem,
-    RecomputeMode,
+    FixedStage, LayerCost, LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
 };
 use tandem::workload::ActivationBytes;
 
@@ -174,10 +173,7 @@ fn zero1_divides_optimizer_state_by_d() {
     assert!(close(plain.time_split.dp_comm_s, ring));
     assert!(close(sharded.time_split.dp_comm_s, ring));
     // m = 8 / 4 = 2 micro-batches, one stage: no bubble.
-    assert!(close(
-        plain.time_per_batch_s,
-        2.0 * 4.0 * 3e-3 + ring
-    ));
+    assert!(close(plain.time_per_batch_s, 2.0 * 4.0 * 3e-3 + ring));
     // Overlap hides up to the stage's backward pass: all of it with 8 ms of backward, part of
     // it with 40 µs.
     problem.dp_overlap = true;
@@ -358,8 +354,11 @@ fn random_problem(seed: u64) -> PlacementProblem {
         hbm_bytes: (4 + r.below(40)) * GIB,
         global_batch: [4, 8, 12, 16, 24][r.below(5) as usize],
         micro_batch: 1 + r.below(2) as u32,
-        recompute: [RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full]
-            [r.below(3) as usize],
+        recompute: [
+            RecomputeMode::None,
+            RecomputeMode::Selective,
+            RecomputeMode::Full,
+        ][r.below(3) as usize],
         bytes_per_param: BytesPerParam::ADAM_MIXED,
         zero1: r.below(2) == 0,
         schedule: if r.below(3) == 0 {
@@ -397,12 +396,21 @@ fn check_invariants(problem: &PlacementProblem, plan: &Plan) {
             assert_eq!(stage_of[l], usize::MAX, "layer {l} placed twice");
             stage_of[l] = si;
         }
-        assert!(stage.memory.total <= problem.hbm_bytes, "stage {si} over HBM");
+        assert!(
+            stage.memory.total <= problem.hbm_bytes,
+            "stage {si} over HBM"
+        );
         assert_eq!(stage.devices % plan.tp, 0);
     }
-    assert!(stage_of.iter().all(|&s| s != usize::MAX), "a layer is unplaced");
+    assert!(
+        stage_of.iter().all(|&s| s != usize::MAX),
+        "a layer is unplaced"
+    );
     for &(from, to, _) in &graph.edges {
-        assert!(stage_of[from] <= stage_of[to], "edge {from}->{to} goes backwards");
+        assert!(
+            stage_of[from] <= stage_of[to],
+            "edge {from}->{to} goes backwards"
+        );
     }
     assert!(plan.devices_used <= problem.devices);
     if !problem.allow_idle_devices {
@@ -425,6 +433,10 @@ fn dp_equals_brute_force_on_random_graphs() {
     let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
     let mut runner = TestRunner::new_with_rng(config, rng);
     let feasible = std::cell::Cell::new(0);
+    // Plans with several stages, with stage replicas, branching graphs split into stages, and
+    // tensor parallelism. (Whole-pipeline data parallelism rarely wins over stage replicas,
+    // which subsume it; `fixed_widths_are_respected_and_match_brute_force` covers d > 1.)
+    let coverage = std::cell::Cell::new([0usize; 4]);
     runner
         .run(&any::<u64>(), |seed| {
             let problem = random_problem(seed);
@@ -441,6 +453,15 @@ fn dp_equals_brute_force_on_random_graphs() {
                     );
                     check_invariants(&problem, a);
                     feasible.set(feasible.get() + 1);
+                    let branching = problem.graphs[0].edges.len() >= problem.graphs[0].layers.len();
+                    let replicated = a.stages.iter().any(|s| s.replicas > 1);
+                    let c = coverage.get();
+                    coverage.set([
+                        c[0] + usize::from(a.pp > 1),
+                        c[1] + usize::from(replicated),
+                        c[2] + usize::from(branching && a.pp > 1),
+                        c[3] + usize::from(a.tp > 1),
+                    ]);
                 }
                 (Err(_), Err(_)) => {}
                 _ => prop_assert!(false, "seed {seed}: dp {dp:?} vs brute {brute:?}"),
@@ -451,25 +472,32 @@ fn dp_equals_brute_force_on_random_graphs() {
     // The generator must exercise the search, not only infeasible cases.
     let feasible = feasible.get();
     assert!(feasible >= 40, "only {feasible} feasible cases");
+    let coverage = coverage.get();
+    assert!(coverage.iter().all(|&c| c >= 3), "coverage {coverage:?}");
 }
 
 #[test]
 fn fixed_widths_are_respected_and_match_brute_force() {
-    let mut found = 0;
-    for seed in 1..40u64 {
+    let mut found = [0; 2];
+    for seed in 1..80u64 {
         let mut problem = random_problem(seed * 7919);
+        let dp_width = 1 + (seed % 2) as u32;
         problem.constraints.pp = Some(2);
         problem.constraints.tp = Some(problem.graphs[0].tp);
+        problem.constraints.dp = Some(dp_width);
         let (dp, brute) = (place(&problem), brute_force(&problem));
         assert_eq!(dp.is_ok(), brute.is_ok(), "seed {seed}");
         if let (Ok(a), Ok(b)) = (dp, brute) {
-            assert_eq!((a.pp, a.tp), (2, problem.graphs[0].tp));
+            assert_eq!((a.pp, a.tp, a.dp), (2, problem.graphs[0].tp, dp_width));
             assert!((a.time_per_batch_s - b.time_per_batch_s).abs() <= 1e-9 * b.time_per_batch_s);
             check_invariants(&problem, &a);
-            found += 1;
+            found[dp_width as usize - 1] += 1;
         }
     }
-    assert!(found >= 5, "only {found} feasible cases");
+    assert!(
+        found.iter().all(|&f| f >= 5),
+        "feasible cases (d = 1, d = 2): {found:?}"
+    );
 }
 
 const GOOD: &str = r#"{
@@ -495,7 +523,10 @@ fn parse_err(text: &str) -> String {
 fn costs_json_errors_name_file_field_and_reason() {
     assert!(parse_costs(Path::new("costs.json"), GOOD).is_ok());
     let missing = parse_err(&GOOD.replace(r#""fwd_s": 0.001, "#, ""));
-    assert!(missing.starts_with("costs.json: malformed JSON"), "{missing}");
+    assert!(
+        missing.starts_with("costs.json: malformed JSON"),
+        "{missing}"
+    );
     assert!(missing.contains("missing field `fwd_s`"), "{missing}");
     let negative = parse_err(&GOOD.replacen(r#""bwd_s": 0.002"#, r#""bwd_s": -0.002"#, 1));
     assert_eq!(
@@ -516,7 +547,9 @@ fn costs_json_errors_name_file_field_and_reason() {
     let backwards = parse_err(&GOOD.replace("[[0, 1, 10]]", "[[1, 0, 10]]"));
     assert!(backwards.contains("`graphs[0].edges[0]`: edge 1 → 0 goes backwards"));
     let io = load_costs_file(Path::new("/nonexistent/costs.json")).unwrap_err();
-    assert!(io.to_string().starts_with("/nonexistent/costs.json: cannot read"));
+    assert!(io
+        .to_string()
+        .starts_with("/nonexistent/costs.json: cannot read"));
 }
 
 #[test]
@@ -526,5 +559,7 @@ fn example_file_places() {
     let plan = place(&problem).unwrap();
     check_invariants(&problem, &plan);
     let brute = brute_force(&problem).unwrap();
-    assert!((plan.time_per_batch_s - brute.time_per_batch_s).abs() <= 1e-9 * brute.time_per_batch_s);
+    assert!(
+        (plan.time_per_batch_s - brute.time_per_batch_s).abs() <= 1e-9 * brute.time_per_batch_s
+    );
 }

@@ -3,7 +3,7 @@
 //! the fastest plan that fits. Exponential; meant for tests on graphs of a few layers.
 
 use super::model::{build_plan, predecessors, stage_metrics, validate, widths, Ctx, PartStage};
-use super::{Infeasible, Plan, PlacementProblem};
+use super::{Infeasible, PlacementProblem, Plan};
 
 /// Largest graph the brute force accepts (it enumerates all subsets of the layers).
 const MAX_LAYERS: usize = 16;
@@ -79,7 +79,9 @@ impl Search<'_> {
                 .iter()
                 .zip(&self.replicas)
                 .map(|(&ci, &k)| PartStage {
-                    layers: (0..n).filter(|&l| self.cands[ci].layers >> l & 1 == 1).collect(),
+                    layers: (0..n)
+                        .filter(|&l| self.cands[ci].layers >> l & 1 == 1)
+                        .collect(),
                     metrics: self.cands[ci].metrics,
                     replicas: k,
                 })

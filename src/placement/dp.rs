@@ -10,7 +10,7 @@ use super::model::{
     build_plan, memory_reason, predecessors, stage_metrics, widths, worst_stage, Ctx, PartStage,
     StageMetrics,
 };
-use super::{Alternative, Infeasible, Plan, PlacementProblem};
+use super::{Alternative, Infeasible, PlacementProblem, Plan};
 use std::collections::HashMap;
 
 /// Downsets beyond this many make the table too large; such graphs are reported infeasible.

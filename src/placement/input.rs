@@ -25,7 +25,10 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
         }
     }
     if problem.graphs.is_empty() {
-        return Err(bad("graphs".into(), "at least one layer graph is needed".into()));
+        return Err(bad(
+            "graphs".into(),
+            "at least one layer graph is needed".into(),
+        ));
     }
     let n = problem.graphs[0].layers.len();
     for (gi, graph) in problem.graphs.iter().enumerate() {
@@ -84,9 +87,7 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
             let (from, to, _) = graph.edges[ei];
             return Err(bad(
                 format!("{at}.edges[{ei}]"),
-                format!(
-                    "edge {from} → {to} goes backwards; list layers in topological order"
-                ),
+                format!("edge {from} → {to} goes backwards; list layers in topological order"),
             ));
         }
     }

@@ -3,7 +3,7 @@
 
 use super::{
     gib, tier_for_span, Alternative, FixedPlan, Infeasible, MemoryBreakdown, PipelineSchedule,
-    Plan, PlacementProblem, RecomputeMode, Stage, TimeSplit,
+    PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
 };
 use crate::arch::Tier;
 
