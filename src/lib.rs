@@ -2,10 +2,12 @@
 //!
 //! The crate follows the data flow of `ARCHITECTURE.md`: [`workload`] builds operator and
 //! layer graphs, [`arch`] describes chips and search spaces, [`cost`] prices single
-//! operators on a chip, [`schedule`] orders one layer's operators on a chip's cores.
+//! operators on a chip, [`schedule`] orders one layer's operators on a chip's cores,
+//! [`placement`] finds the data × tensor × pipeline plan.
 
 pub mod arch;
 pub mod cost;
 pub mod error;
+pub mod placement;
 pub mod schedule;
 pub mod workload;

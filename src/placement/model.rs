@@ -1,0 +1,545 @@
+//! The cost model shared by the dynamic programme, the brute force and fixed-plan evaluation:
+//! stage metrics, memory, pipeline sends, gradient synchronisation and the time per batch.
+
+use super::{
+    gib, tier_for_span, Alternative, FixedPlan, Infeasible, MemoryBreakdown, PipelineSchedule,
+    PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
+};
+use crate::arch::Tier;
+
+/// What the cost model needs to know about a set of layers forming one stage, independent of
+/// how many devices run it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct StageMetrics {
+    pub fwd_s: f64,
+    /// Backward critical path including recomputation.
+    pub bwd_s: f64,
+    /// Activation bytes sent forward on edges leaving the stage.
+    pub out_bytes: u64,
+    /// Gradient bytes sent backward on edges entering the stage from earlier stages.
+    pub in_bytes: u64,
+    pub params: u64,
+    /// Activations of the micro-batch being processed.
+    pub act_one: u64,
+    /// Activations kept per other in-flight micro-batch.
+    pub stash_per_micro_batch: u64,
+}
+
+/// Predecessor lists of a validated graph.
+pub(crate) fn predecessors(n: usize, edges: &[(usize, usize, u64)]) -> Vec<Vec<usize>> {
+    let mut preds = vec![Vec::new(); n];
+    for &(from, to, _) in edges {
+        preds[to].push(from);
+    }
+    preds
+}
+
+/// Metrics of the stage `in_stage`, given the layers of earlier stages `before`.
+/// `dist` is scratch space of at least `n` entries.
+pub(crate) fn stage_metrics(
+    problem: &PlacementProblem,
+    graph_index: usize,
+    preds: &[Vec<usize>],
+    in_stage: &[bool],
+    before: &[bool],
+    dist: &mut [f64],
+) -> StageMetrics {
+    let graph = &problem.graphs[graph_index];
+    let mode = problem.recompute;
+    let mut sm = StageMetrics::default();
+    let mut largest_full_working_set = 0u64;
+    // Longest paths in topological (index) order: first forward weights, then backward.
+    for backward in [false, true] {
+        let mut longest = 0.0f64;
+        for (v, layer) in graph.layers.iter().enumerate() {
+            if !in_stage[v] {
+                continue;
+            }
+            let own = if !backward {
+                layer.fwd_s
+            } else {
+                layer.bwd_s
+                    + match mode {
+                        RecomputeMode::None => 0.0,
+                        RecomputeMode::Selective => layer.selective_recompute_s,
+                        RecomputeMode::Full => layer.fwd_s,
+                    }
+            };
+            let start = preds[v]
+                .iter()
+                .filter(|&&u| in_stage[u])
+                .map(|&u| dist[u])
+                .fold(0.0f64, f64::max);
+            dist[v] = start + own;
+            longest = longest.max(dist[v]);
+        }
+        if backward {
+            sm.bwd_s = longest;
+        } else {
+            sm.fwd_s = longest;
+        }
+    }
+    for (v, layer) in graph.layers.iter().enumerate() {
+        if !in_stage[v] {
+            continue;
+        }
+        let act = &layer.activation_bytes;
+        sm.params += layer.params;
+        let kept = match mode {
+            RecomputeMode::None => act.none,
+            RecomputeMode::Selective => act.selective,
+            RecomputeMode::Full => act.full,
+        };
+        sm.stash_per_micro_batch += kept;
+        largest_full_working_set = largest_full_working_set.max(act.none);
+    }
+    sm.act_one = sm.stash_per_micro_batch
+        + if mode == RecomputeMode::Full {
+            largest_full_working_set
+        } else {
+            0
+        };
+    for &(from, to, bytes) in &graph.edges {
+        if in_stage[from] && !in_stage[to] {
+            sm.out_bytes += bytes;
+        }
+        if before[from] && in_stage[to] {
+            sm.in_bytes += bytes;
+        }
+    }
+    sm
+}
+
+/// One choice of tensor width and data-parallel width, with what follows from it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    pub problem: &'a PlacementProblem,
+    pub graph_index: usize,
+    pub t: u32,
+    pub d: u32,
+    /// Micro-batches per pipeline.
+    pub m: u64,
+    /// Tensor groups (of `t` devices) in each pipeline copy's block.
+    pub units: u32,
+}
+
+impl Ctx<'_> {
+    fn tier(&self, span: u32) -> &Tier {
+        tier_for_span(&self.problem.tiers, span).expect("validated: at least one tier")
+    }
+
+    /// Pipeline sends of a stage run by `k` replicas.
+    pub fn send_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        if sm.out_bytes == 0 && sm.in_bytes == 0 {
+            return 0.0;
+        }
+        let tier = self.tier((k + 1) * self.t);
+        [sm.out_bytes, sm.in_bytes]
+            .into_iter()
+            .filter(|&b| b > 0)
+            .map(|b| b as f64 / tier.bandwidth_bytes_per_s + tier.latency_s)
+            .sum()
+    }
+
+    /// Load of one replica for one micro-batch.
+    pub fn load_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        sm.fwd_s + sm.bwd_s + self.send_s(sm, k)
+    }
+
+    /// Micro-batches a stage with `stages_to_end` stages from it to the last holds.
+    pub fn in_flight(&self, stages_to_end: u32) -> u64 {
+        match self.problem.schedule {
+            PipelineSchedule::OneFOneB => u64::from(stages_to_end),
+            PipelineSchedule::GPipe => self.m,
+        }
+    }
+
+    /// Memory of one device of a stage with `k` replicas.
+    pub fn memory(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> MemoryBreakdown {
+        let bpp = &self.problem.bytes_per_param;
+        let shard = if self.problem.zero1 {
+            u64::from(self.d) * u64::from(k)
+        } else {
+            1
+        };
+        let per_replica = self.in_flight(stages_to_end).div_ceil(u64::from(k));
+        let mut mem = MemoryBreakdown {
+            weights: sm.params * u64::from(bpp.weights),
+            grads: sm.params * u64::from(bpp.grads),
+            optimizer: (sm.params * u64::from(bpp.optimizer)).div_ceil(shard),
+            activations: sm.act_one,
+            stash: per_replica.saturating_sub(1) * sm.stash_per_micro_batch,
+            total: 0,
+        };
+        mem.total = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.stash;
+        mem
+    }
+
+    /// Exposed gradient synchronisation of a stage with `k` replicas.
+    pub fn dp_comm_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        let n = self.d * k;
+        if n <= 1 || sm.params == 0 {
+            return 0.0;
+        }
+        let span = (self.d - 1) * self.units * self.t + k * self.t;
+        let tier = self.tier(span);
+        let bpp = &self.problem.bytes_per_param;
+        let n_f = f64::from(n);
+        let grad_bytes = (sm.params * u64::from(bpp.grads)) as f64;
+        let latency = 2.0 * (n_f - 1.0) * tier.latency_s;
+        let all_reduce = if self.problem.zero1 {
+            // Reduce-scatter gradients, all-gather updated weights.
+            let weight_bytes = (sm.params * u64::from(bpp.weights)) as f64;
+            (n_f - 1.0) / n_f * (grad_bytes + weight_bytes) / tier.bandwidth_bytes_per_s + latency
+        } else {
+            2.0 * (n_f - 1.0) / n_f * grad_bytes / tier.bandwidth_bytes_per_s + latency
+        };
+        if self.problem.dp_overlap {
+            (all_reduce - sm.bwd_s).max(0.0)
+        } else {
+            all_reduce
+        }
+    }
+}
+
+/// Checks the problem's invariants; the message says what is wrong.
+pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
+    if problem.graphs.is_empty() {
+        return Err("no layer graph given".into());
+    }
+    if problem.devices == 0 || problem.micro_batch == 0 || problem.global_batch == 0 {
+        return Err("devices, micro-batch and global batch must be positive".into());
+    }
+    let n = problem.graphs[0].layers.len();
+    for (gi, g) in problem.graphs.iter().enumerate() {
+        if g.tp == 0 {
+            return Err(format!("graph {gi}: tensor width 0"));
+        }
+        if g.layers.is_empty() || g.layers.len() != n {
+            return Err(format!(
+                "graph {gi} (t={}) has {} layers; every graph must have the same non-zero number ({n})",
+                g.tp,
+                g.layers.len()
+            ));
+        }
+        if problem.graphs[..gi].iter().any(|o| o.tp == g.tp) {
+            return Err(format!("two graphs for tensor width {}", g.tp));
+        }
+        for (li, l) in g.layers.iter().enumerate() {
+            let times = [l.fwd_s, l.bwd_s, l.selective_recompute_s];
+            if times.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                return Err(format!(
+                    "graph t={} layer {li} ({}): latencies must be finite and non-negative",
+                    g.tp, l.name
+                ));
+            }
+        }
+        for &(from, to, _) in &g.edges {
+            if from >= to || to >= n {
+                return Err(format!(
+                    "graph t={}: edge ({from}, {to}) must go forward between existing layers",
+                    g.tp
+                ));
+            }
+        }
+    }
+    let tiers = &problem.tiers;
+    if tiers.is_empty() {
+        return Err("no interconnect tier given".into());
+    }
+    for pair in tiers.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if b.devices <= a.devices
+            || b.bandwidth_bytes_per_s > a.bandwidth_bytes_per_s
+            || b.latency_s < a.latency_s
+        {
+            return Err(format!(
+                "interconnect tiers must be ordered fastest first (more devices, no more bandwidth, \
+                 no less latency): `{}` then `{}`",
+                a.name, b.name
+            ));
+        }
+    }
+    if let Some(bad) = tiers
+        .iter()
+        .find(|tr| !(tr.bandwidth_bytes_per_s > 0.0) || !(tr.latency_s >= 0.0))
+    {
+        return Err(format!(
+            "tier `{}`: bandwidth must be positive, latency non-negative",
+            bad.name
+        ));
+    }
+    let last = tiers.last().expect("non-empty");
+    if last.devices < problem.devices {
+        return Err(format!(
+            "the last interconnect tier `{}` spans {} devices, fewer than the {} devices of the cluster",
+            last.name, last.devices, problem.devices
+        ));
+    }
+    Ok(())
+}
+
+/// The (t, d) choices the constraints allow, and a line per choice rejected for a reason the
+/// user can act on.
+pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) {
+    let mut ok = Vec::new();
+    let mut rejected = Vec::new();
+    let fixed = problem.constraints;
+    for (graph_index, g) in problem.graphs.iter().enumerate() {
+        let t = g.tp;
+        if fixed.tp.is_some_and(|ft| ft != t) {
+            continue;
+        }
+        if t > problem.devices {
+            rejected.push(format!(
+                "t={t}: more than the {} devices available",
+                problem.devices
+            ));
+            continue;
+        }
+        let mut not_divisible = Vec::new();
+        for d in 1..=problem.devices / t {
+            if fixed.dp.is_some_and(|fd| fd != d) {
+                continue;
+            }
+            if !problem.allow_idle_devices && problem.devices % (t * d) != 0 {
+                continue;
+            }
+            let per_step = u64::from(d) * u64::from(problem.micro_batch);
+            if problem.global_batch % per_step != 0 {
+                not_divisible.push(d.to_string());
+                continue;
+            }
+            ok.push(Ctx {
+                problem,
+                graph_index,
+                t,
+                d,
+                m: problem.global_batch / per_step,
+                units: problem.devices / (t * d),
+            });
+        }
+        if !not_divisible.is_empty() {
+            rejected.push(format!(
+                "t={t}: d ∈ {{{}}} rejected: global batch {} is not a multiple of d × micro-batch {}",
+                not_divisible.join(", "),
+                problem.global_batch,
+                problem.micro_batch
+            ));
+        }
+    }
+    if let Some(fd) = fixed.dp {
+        if !ok.iter().any(|c| c.d == fd) && !problem.allow_idle_devices {
+            rejected.push(format!(
+                "d={fd}: t·d must divide the {} devices (idle devices not allowed)",
+                problem.devices
+            ));
+        }
+    }
+    (ok, rejected)
+}
+
+/// One stage of a partition being turned into a plan.
+pub(crate) struct PartStage {
+    pub layers: Vec<usize>,
+    pub metrics: StageMetrics,
+    pub replicas: u32,
+}
+
+/// Turns a partition into a [`Plan`] (memory not checked).
+pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
+    let p = parts.len() as u32;
+    let mut stages = Vec::with_capacity(parts.len());
+    let (mut bottleneck, mut bottleneck_load) = (0usize, f64::NEG_INFINITY);
+    for (i, part) in parts.iter().enumerate() {
+        let k = part.replicas;
+        let sm = &part.metrics;
+        let send_s = ctx.send_s(sm, k);
+        let load_s = sm.fwd_s + sm.bwd_s + send_s;
+        if load_s / f64::from(k) > bottleneck_load {
+            bottleneck_load = load_s / f64::from(k);
+            bottleneck = i;
+        }
+        stages.push(Stage {
+            layers: part.layers.clone(),
+            devices: k * ctx.t,
+            replicas: k,
+            fwd_s: sm.fwd_s,
+            bwd_s: sm.bwd_s,
+            send_s,
+            load_s,
+            dp_comm_s: ctx.dp_comm_s(sm, k),
+            memory: ctx.memory(sm, k, p - i as u32),
+        });
+    }
+    let b = &stages[bottleneck];
+    let per_mb = ctx.m as f64 / f64::from(b.replicas);
+    let dp_comm_s = stages.iter().map(|s| s.dp_comm_s).fold(0.0, f64::max);
+    let time_split = TimeSplit {
+        compute_s: per_mb * (b.fwd_s + b.bwd_s),
+        bubble_s: f64::from(p - 1) * bottleneck_load,
+        pp_comm_s: per_mb * b.send_s,
+        dp_comm_s,
+    };
+    let time_per_batch_s = bottleneck_load * (ctx.m as f64 + f64::from(p - 1)) + dp_comm_s;
+    Plan {
+        tp: ctx.t,
+        pp: p,
+        dp: ctx.d,
+        micro_batch: ctx.problem.micro_batch,
+        micro_batches_per_pipeline: ctx.m,
+        peak_memory_bytes: stages.iter().map(|s| s.memory.total).max().unwrap_or(0),
+        devices_used: ctx.d * stages.iter().map(|s| s.devices).sum::<u32>(),
+        stages,
+        time_per_batch_s,
+        time_split,
+        throughput_samples_per_s: ctx.problem.global_batch as f64 / time_per_batch_s,
+    }
+}
+
+/// The stage with the largest memory and its overshoot over HBM (0 when it fits).
+pub(crate) fn worst_stage(plan: &Plan, hbm_bytes: u64) -> (usize, u64) {
+    let (i, total) = plan
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, s.memory.total))
+        .fold((0, 0), |a, b| if b.1 > a.1 { b } else { a });
+    (i, total.saturating_sub(hbm_bytes))
+}
+
+/// "stage 3 needs 91.2 GiB per device, HBM is 80.0 GiB: weights …".
+pub(crate) fn memory_reason(plan: &Plan, stage: usize, hbm_bytes: u64) -> String {
+    let m = &plan.stages[stage].memory;
+    format!(
+        "t={} p={} d={}: stage {stage} needs {:.1} GiB per device, HBM is {:.1} GiB: weights {:.1}, \
+         grads {:.1}, optimizer {:.1}, activations {:.1}, stash {:.1} GiB",
+        plan.tp,
+        plan.pp,
+        plan.dp,
+        gib(m.total),
+        gib(hbm_bytes),
+        gib(m.weights),
+        gib(m.grads),
+        gib(m.optimizer),
+        gib(m.activations),
+        gib(m.stash)
+    )
+}
+
+/// Evaluates a partition the user fixes: checks that it places every layer exactly once,
+/// respects precedence, fits the devices and the memory, and prices it with the same model
+/// as [`super::place`].
+pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<Plan, Infeasible> {
+    validate(problem).map_err(Infeasible::reason)?;
+    let graph_index = problem
+        .graphs
+        .iter()
+        .position(|g| g.tp == fixed.tp)
+        .ok_or_else(|| Infeasible::reason(format!("no layer graph for t={}", fixed.tp)))?;
+    let t = fixed.tp;
+    let d = fixed.dp;
+    let graph = &problem.graphs[graph_index];
+    let n = graph.layers.len();
+    if d == 0 || fixed.stages.is_empty() {
+        return Err(Infeasible::reason(
+            "a plan needs d ≥ 1 and at least one stage".into(),
+        ));
+    }
+    let mut stage_of = vec![usize::MAX; n];
+    for (si, stage) in fixed.stages.iter().enumerate() {
+        if stage.devices == 0 || stage.devices % t != 0 {
+            return Err(Infeasible::reason(format!(
+                "stage {si}: {} devices is not a positive multiple of t={t}",
+                stage.devices
+            )));
+        }
+        if stage.layers.is_empty() {
+            return Err(Infeasible::reason(format!("stage {si} holds no layer")));
+        }
+        for &l in &stage.layers {
+            if l >= n || stage_of[l] != usize::MAX {
+                return Err(Infeasible::reason(format!(
+                    "stage {si}: layer {l} does not exist or is already placed"
+                )));
+            }
+            stage_of[l] = si;
+        }
+    }
+    if let Some(l) = stage_of.iter().position(|&s| s == usize::MAX) {
+        return Err(Infeasible::reason(format!("layer {l} is in no stage")));
+    }
+    if let Some(&(from, to, _)) = graph
+        .edges
+        .iter()
+        .find(|&&(from, to, _)| stage_of[from] > stage_of[to])
+    {
+        return Err(Infeasible::reason(format!(
+            "edge {from} → {to} goes from stage {} back to stage {}",
+            stage_of[from], stage_of[to]
+        )));
+    }
+    let pipeline_devices: u32 = fixed.stages.iter().map(|s| s.devices).sum();
+    let used = u64::from(d) * u64::from(pipeline_devices);
+    if used > u64::from(problem.devices) {
+        return Err(Infeasible::reason(format!(
+            "the plan uses {used} devices, the cluster has {}",
+            problem.devices
+        )));
+    }
+    if !problem.allow_idle_devices && used != u64::from(problem.devices) {
+        return Err(Infeasible::reason(format!(
+            "the plan uses {used} of {} devices and idle devices are not allowed",
+            problem.devices
+        )));
+    }
+    let per_step = u64::from(d) * u64::from(problem.micro_batch);
+    if problem.global_batch % per_step != 0 {
+        return Err(Infeasible::reason(format!(
+            "global batch {} is not a multiple of d × micro-batch = {per_step}",
+            problem.global_batch
+        )));
+    }
+    let ctx = Ctx {
+        problem,
+        graph_index,
+        t,
+        d,
+        m: problem.global_batch / per_step,
+        units: problem.devices / (t * d),
+    };
+    let preds = predecessors(n, &graph.edges);
+    let mut dist = vec![0.0; n];
+    let mut before = vec![false; n];
+    let mut parts = Vec::with_capacity(fixed.stages.len());
+    for stage in &fixed.stages {
+        let mut in_stage = vec![false; n];
+        let mut layers = stage.layers.clone();
+        layers.sort_unstable();
+        for &l in &layers {
+            in_stage[l] = true;
+        }
+        let metrics = stage_metrics(problem, graph_index, &preds, &in_stage, &before, &mut dist);
+        for &l in &layers {
+            before[l] = true;
+        }
+        parts.push(PartStage {
+            layers,
+            metrics,
+            replicas: stage.devices / t,
+        });
+    }
+    let plan = build_plan(&ctx, &parts);
+    let (worst, overshoot_bytes) = worst_stage(&plan, problem.hbm_bytes);
+    if overshoot_bytes > 0 {
+        return Err(Infeasible {
+            reasons: vec![memory_reason(&plan, worst, problem.hbm_bytes)],
+            alternatives: vec![Alternative {
+                plan,
+                worst_stage: worst,
+                overshoot_bytes,
+            }],
+        });
+    }
+    Ok(plan)
+}
