@@ -80,7 +80,7 @@ pub fn gemm_cost(
     for tile in candidates {
         let cost = cost_with_tile(arch, batch, m, n, k, elem_bytes, cores, tile);
         // Strict `<` keeps the first (smallest) tile on ties, so the choice is deterministic.
-        if best.map_or(true, |b| cost.latency_s < b.latency_s) {
+        if best.is_none_or(|b| cost.latency_s < b.latency_s) {
             best = Some(cost);
         }
     }

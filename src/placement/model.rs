@@ -260,10 +260,11 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
             ));
         }
     }
-    if let Some(bad) = tiers
-        .iter()
-        .find(|tr| !(tr.bandwidth_bytes_per_s > 0.0) || !(tr.latency_s >= 0.0))
-    {
+    if let Some(bad) = tiers.iter().find(|tr| {
+        let bandwidth_ok = tr.bandwidth_bytes_per_s.is_finite() && tr.bandwidth_bytes_per_s > 0.0;
+        let latency_ok = tr.latency_s.is_finite() && tr.latency_s >= 0.0;
+        !(bandwidth_ok && latency_ok)
+    }) {
         return Err(format!(
             "tier `{}`: bandwidth must be positive, latency non-negative",
             bad.name
