@@ -31,6 +31,8 @@ pub enum VectorOp {
     Gelu,
     /// SiLU / swish.
     Silu,
+    /// ReLU (OPT's feed-forward activation).
+    Relu,
     /// Row-wise softmax (max, exp, sum, divide) including scale and mask.
     Softmax,
     /// LayerNorm: mean and variance reductions, then scale and shift.
