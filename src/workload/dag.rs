@@ -109,23 +109,27 @@ pub(crate) struct ParsedDag {
 }
 
 fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
-    u64::try_from(value)
-        .ok()
-        .filter(|&v| v > 0)
-        .ok_or_else(|| {
-            InputError::invalid(file, field, format!("must be a positive integer, got {value}"))
-        })
+    u64::try_from(value).ok().filter(|&v| v > 0).ok_or_else(|| {
+        InputError::invalid(
+            file,
+            field,
+            format!("must be a positive integer, got {value}"),
+        )
+    })
 }
 
-fn check_edges(file: &Path, field: &str, edges: &[(usize, usize)], len: usize) -> Result<(), InputError> {
+fn check_edges(
+    file: &Path,
+    field: &str,
+    edges: &[(usize, usize)],
+    len: usize,
+) -> Result<(), InputError> {
     for (n, &(i, j)) in edges.iter().enumerate() {
         if i >= j || j >= len {
             return Err(InputError::invalid(
                 file,
                 format!("{field}[{n}]"),
-                format!(
-                    "edge [{i}, {j}] must satisfy i < j < {len} (items in topological order)"
-                ),
+                format!("edge [{i}, {j}] must satisfy i < j < {len} (items in topological order)"),
             ));
         }
     }
@@ -165,7 +169,12 @@ fn check_graph(file: &Path, field: &str, graph: &DagGraph) -> Result<(), InputEr
             ));
         }
     }
-    check_edges(file, &format!("{field}.edges"), &graph.edges, graph.ops.len())
+    check_edges(
+        file,
+        &format!("{field}.edges"),
+        &graph.edges,
+        graph.ops.len(),
+    )
 }
 
 impl RawDag {
@@ -176,7 +185,11 @@ impl RawDag {
         let global_batch = positive(file, "global_batch", self.global_batch)?;
         let seq_len = positive(file, "seq_len", self.seq_len)?;
         if self.layers.is_empty() {
-            return Err(InputError::invalid(file, "layers", "needs at least one layer"));
+            return Err(InputError::invalid(
+                file,
+                "layers",
+                "needs at least one layer",
+            ));
         }
         let mut names = BTreeSet::new();
         for (n, layer) in self.layers.iter().enumerate() {
@@ -185,7 +198,10 @@ impl RawDag {
                 return Err(InputError::invalid(
                     file,
                     format!("{at}.name"),
-                    format!("layer names must be non-empty and unique, got `{}`", layer.name),
+                    format!(
+                        "layer names must be non-empty and unique, got `{}`",
+                        layer.name
+                    ),
                 ));
             }
             if layer.output_bytes == 0 {
@@ -212,17 +228,16 @@ impl RawDag {
             }
         }
         for (n, &(i, j, bytes)) in self.edges.iter().enumerate() {
-            check_edges(file, "edges", &[(i, j)], self.layers.len())
-                .map_err(|_| {
-                    InputError::invalid(
-                        file,
-                        format!("edges[{n}]"),
-                        format!(
-                            "edge [{i}, {j}] must satisfy i < j < {} (layers in topological order)",
-                            self.layers.len()
-                        ),
-                    )
-                })?;
+            check_edges(file, "edges", &[(i, j)], self.layers.len()).map_err(|_| {
+                InputError::invalid(
+                    file,
+                    format!("edges[{n}]"),
+                    format!(
+                        "edge [{i}, {j}] must satisfy i < j < {} (layers in topological order)",
+                        self.layers.len()
+                    ),
+                )
+            })?;
             if bytes == 0 {
                 return Err(InputError::invalid(
                     file,

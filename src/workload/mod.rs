@@ -235,7 +235,11 @@ impl Workload {
         match &self.model {
             Model::Template(template) => std::iter::successors(Some(1u32), |&t| t.checked_mul(2))
                 .take_while(|&t| t <= max_tp)
-                .filter(|&t| template.tp_error(u64::from(t), self.seq_len, false).is_none())
+                .filter(|&t| {
+                    template
+                        .tp_error(u64::from(t), self.seq_len, false)
+                        .is_none()
+                })
                 .collect(),
             Model::Dag(_) => (max_tp >= 1).then_some(1).into_iter().collect(),
         }

@@ -99,7 +99,10 @@ pub(crate) fn collective(
 pub(crate) fn vector_backward(fwd: &Op) -> Op {
     let mut op = fwd.clone();
     op.name = format!("{}.bwd", fwd.name);
-    if let OpKind::Vector { op: prim, elements, .. } = fwd.kind {
+    if let OpKind::Vector {
+        op: prim, elements, ..
+    } = fwd.kind
+    {
         let e = u64::from(fwd.elem_bytes);
         let inputs = vector_inputs(prim);
         op.bytes_read = mul(&[inputs + 1, elements, e]);

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, VectorOp};
-use super::ops::{build_graphs, collective, gemm, gemm_grad_a, gemm_grad_b, mul, vector, Feeds, Node};
+use super::ops::{
+    build_graphs, collective, gemm, gemm_grad_a, gemm_grad_b, mul, vector, Feeds, Node,
+};
 use super::{Family, Optimizer, Precision};
 use crate::error::InputError;
 
@@ -229,10 +231,22 @@ impl Builder {
         let bytes = mul(&[shape.tokens(), self.hidden, shape.e()]);
         let group = shape.tp as u32;
         if shape.sequence_parallel {
-            let op = collective(name, CollectiveKind::AllGather, bytes, group, shape.elem_bytes());
+            let op = collective(
+                name,
+                CollectiveKind::AllGather,
+                bytes,
+                group,
+                shape.elem_bytes(),
+            );
             self.op(op, &[input], false)
         } else {
-            let op = collective(name, CollectiveKind::AllReduce, bytes, group, shape.elem_bytes());
+            let op = collective(
+                name,
+                CollectiveKind::AllReduce,
+                bytes,
+                group,
+                shape.elem_bytes(),
+            );
             self.push(Node {
                 fwd: None,
                 preds: vec![input],
@@ -259,7 +273,13 @@ impl Builder {
             );
             self.op(op, &[input], false)
         } else {
-            let op = collective(name, CollectiveKind::AllReduce, bytes, group, shape.elem_bytes());
+            let op = collective(
+                name,
+                CollectiveKind::AllReduce,
+                bytes,
+                group,
+                shape.elem_bytes(),
+            );
             self.push(Node {
                 fwd: Some(op),
                 preds: vec![input],
@@ -311,7 +331,12 @@ impl Template {
     }
 
     /// Why width `tp` cannot slice this model, if it cannot.
-    pub(crate) fn tp_error(&self, tp: u64, seq_len: u64, sequence_parallel: bool) -> Option<String> {
+    pub(crate) fn tp_error(
+        &self,
+        tp: u64,
+        seq_len: u64,
+        sequence_parallel: bool,
+    ) -> Option<String> {
         if tp == 0 {
             return Some("must be at least 1".to_string());
         }
@@ -405,7 +430,12 @@ impl Template {
         };
         let inside = tokens * e * ((h + kvd) + kvd + h + (ffn_inputs + 1) * self.ffn_hidden) / tp;
         // Attention scores: softmax output (e), dropout mask (1) and dropout output (e).
-        let scores = mul(&[shape.micro_batch, self.heads / tp, shape.seq_len, shape.seq_len]);
+        let scores = mul(&[
+            shape.micro_batch,
+            self.heads / tp,
+            shape.seq_len,
+            shape.seq_len,
+        ]);
         let attention = scores * (e + drop * (1 + e));
         let selective = outside + inside;
         ActivationBytes {
@@ -466,7 +496,11 @@ impl Template {
 
         let ln1 = bld.op(vector("ln1", self.norm(), local, h, e), &[], false);
         let x = bld.enter_parallel("tp_attn_in", ln1, shape);
-        let qkv = bld.op(gemm("qkv", 1, tokens, self.qkv_width() / tp, h, e), &[x], true);
+        let qkv = bld.op(
+            gemm("qkv", 1, tokens, self.qkv_width() / tp, h, e),
+            &[x],
+            true,
+        );
         let qk_in = if self.family == Family::Llama {
             let rotary = vector("rotary", VectorOp::Rotary, tokens * (h + kvd) / tp, d, e);
             bld.op(rotary, &[qkv], false)
@@ -475,7 +509,11 @@ impl Template {
         };
         let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
         let scores = heads * s * s;
-        let softmax = bld.op(vector("softmax", VectorOp::Softmax, scores, s, e), &[qk], false);
+        let softmax = bld.op(
+            vector("softmax", VectorOp::Softmax, scores, s, e),
+            &[qk],
+            false,
+        );
         let probs = if self.has_dropout() {
             let dropout = vector("attn_dropout", VectorOp::Dropout, scores, 1, e);
             bld.op(dropout, &[softmax], false)
@@ -497,7 +535,11 @@ impl Template {
         let proj = bld.op(gemm("proj", 1, tokens, h, h / tp, e), &[av], true);
         let y = bld.leave_parallel("tp_attn_out", proj, shape);
         let y = if self.has_dropout() {
-            bld.op(vector("dropout1", VectorOp::Dropout, local, 1, e), &[y], false)
+            bld.op(
+                vector("dropout1", VectorOp::Dropout, local, 1, e),
+                &[y],
+                false,
+            )
         } else {
             y
         };
@@ -508,8 +550,16 @@ impl Template {
             Family::Llama => {
                 let gate = bld.op(gemm("ffn_gate", 1, tokens, f, h, e), &[x], true);
                 let up = bld.op(gemm("ffn_up", 1, tokens, f, h, e), &[x], true);
-                let silu = bld.op(vector("silu", VectorOp::Silu, tokens * f, 1, e), &[gate], false);
-                bld.op(vector("swiglu_mul", VectorOp::Mul, tokens * f, 1, e), &[silu, up], false)
+                let silu = bld.op(
+                    vector("silu", VectorOp::Silu, tokens * f, 1, e),
+                    &[gate],
+                    false,
+                );
+                bld.op(
+                    vector("swiglu_mul", VectorOp::Mul, tokens * f, 1, e),
+                    &[silu, up],
+                    false,
+                )
             }
             family => {
                 let up = bld.op(gemm("ffn_up", 1, tokens, f, h, e), &[x], true);
@@ -518,18 +568,30 @@ impl Template {
                 } else {
                     VectorOp::Gelu
                 };
-                let name = if family == Family::Opt { "relu" } else { "gelu" };
+                let name = if family == Family::Opt {
+                    "relu"
+                } else {
+                    "gelu"
+                };
                 bld.op(vector(name, op, tokens * f, 1, e), &[up], false)
             }
         };
         let down = bld.op(gemm("ffn_down", 1, tokens, h, f, e), &[act], true);
         let y = bld.leave_parallel("tp_mlp_out", down, shape);
         let y = if self.has_dropout() {
-            bld.op(vector("dropout2", VectorOp::Dropout, local, 1, e), &[y], false)
+            bld.op(
+                vector("dropout2", VectorOp::Dropout, local, 1, e),
+                &[y],
+                false,
+            )
         } else {
             y
         };
-        bld.op(vector("residual2", VectorOp::Add, local, 1, e), &[y, add1], false);
+        bld.op(
+            vector("residual2", VectorOp::Add, local, 1, e),
+            &[y, add1],
+            false,
+        );
         bld.nodes
     }
 
@@ -547,12 +609,20 @@ impl Template {
         let x = bld.op(gather, &[], false);
         let x = bld.leave_parallel("tp_embedding_out", x, shape);
         let x = if self.family == Family::Bert {
-            bld.op(vector("embedding_norm", VectorOp::LayerNorm, local, h, e), &[x], false)
+            bld.op(
+                vector("embedding_norm", VectorOp::LayerNorm, local, h, e),
+                &[x],
+                false,
+            )
         } else {
             x
         };
         if self.has_dropout() {
-            bld.op(vector("embedding_dropout", VectorOp::Dropout, local, 1, e), &[x], false);
+            bld.op(
+                vector("embedding_dropout", VectorOp::Dropout, local, 1, e),
+                &[x],
+                false,
+            );
         }
         bld.nodes
     }
@@ -569,15 +639,29 @@ impl Template {
         let x = if self.family == Family::Bert {
             // Masked-LM transform: a replicated dense layer, GeLU and layernorm.
             let dense = bld.op(gemm("mlm_dense", 1, local_tokens, h, h, e), &[], true);
-            let gelu = bld.op(vector("mlm_gelu", VectorOp::Gelu, local, 1, e), &[dense], false);
-            bld.op(vector("mlm_norm", VectorOp::LayerNorm, local, h, e), &[gelu], false)
+            let gelu = bld.op(
+                vector("mlm_gelu", VectorOp::Gelu, local, 1, e),
+                &[dense],
+                false,
+            );
+            bld.op(
+                vector("mlm_norm", VectorOp::LayerNorm, local, h, e),
+                &[gelu],
+                false,
+            )
         } else {
             bld.op(vector("final_norm", self.norm(), local, h, e), &[], false)
         };
         let x = bld.enter_parallel("tp_head_in", x, shape);
         let vocab = self.vocab_per_device(shape.tp);
         let logits = bld.op(gemm("lm_head", 1, shape.tokens(), vocab, h, e), &[x], true);
-        let loss = vector("cross_entropy", VectorOp::CrossEntropy, shape.tokens() * vocab, vocab, e);
+        let loss = vector(
+            "cross_entropy",
+            VectorOp::CrossEntropy,
+            shape.tokens() * vocab,
+            vocab,
+            e,
+        );
         bld.op(loss, &[logits], false);
         bld.nodes
     }
