@@ -567,6 +567,26 @@ fn bad_inputs_name_file_field_and_reason() {
     assert_mentions(&e, &["kv.toml", "`kv_heads`", "do not divide 4 heads"]);
     let e = load_error("zero.toml", &GOOD.replace("vocab = 100", "vocab = 0"));
     assert_mentions(&e, &["zero.toml", "`vocab`", "got 0"]);
+    let e = load_error("huge.toml", &GOOD.replace("layers = 2", "layers = 100000"));
+    assert_mentions(
+        &e,
+        &[
+            "huge.toml",
+            "`layers`",
+            "larger than the supported maximum 65536",
+        ],
+    );
+    let tiny = Workload::load(&write_temp("tiny.toml", GOOD)).unwrap();
+    let e = tiny.layer_graph(1, 9, false).unwrap_err().to_string();
+    assert_mentions(
+        &e,
+        &["tiny.toml", "`micro_batch`", "exceeds the global batch 8"],
+    );
+    let odd_seq = write_temp("odd.toml", &GOOD.replace("seq_len = 16", "seq_len = 18"));
+    let odd_seq = Workload::load(&odd_seq).unwrap();
+    assert!(odd_seq.layer_graph(4, 1, false).is_ok());
+    let e = odd_seq.layer_graph(4, 1, true).unwrap_err().to_string();
+    assert_mentions(&e, &["odd.toml", "`tp`", "divide seq_len = 18"]);
     // Tensor width that does not divide the heads (GPT-2 XL has 25).
     let xl = load("workloads/gpt2-xl.toml");
     let e = xl.layer_graph(2, 1, false).unwrap_err().to_string();

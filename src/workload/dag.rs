@@ -265,19 +265,31 @@ impl RawDag {
 fn scaled_op(op: &DagOp, micro_batch: u64, elem_bytes: u32) -> Op {
     match op.kind {
         OpKind::Gemm { batch, m, n, k } => match op.scale {
-            Scale::M => gemm(&op.name, batch, m * micro_batch, n, k, elem_bytes),
-            Scale::Batch => gemm(&op.name, batch * micro_batch, m, n, k, elem_bytes),
+            Scale::M => gemm(&op.name, batch, mul(&[m, micro_batch]), n, k, elem_bytes),
+            Scale::Batch => gemm(&op.name, mul(&[batch, micro_batch]), m, n, k, elem_bytes),
         },
         OpKind::Vector {
             op: prim,
             elements,
             row_len,
-        } => vector(&op.name, prim, elements * micro_batch, row_len, elem_bytes),
+        } => vector(
+            &op.name,
+            prim,
+            mul(&[elements, micro_batch]),
+            row_len,
+            elem_bytes,
+        ),
         OpKind::Collective {
             collective: kind,
             bytes,
             group,
-        } => collective(&op.name, kind, bytes * micro_batch, group, elem_bytes),
+        } => collective(
+            &op.name,
+            kind,
+            mul(&[bytes, micro_batch]),
+            group,
+            elem_bytes,
+        ),
     }
 }
 

@@ -125,6 +125,7 @@ impl OpGraph {
 /// Activation bytes one layer keeps for the backward pass, per device and micro-batch,
 /// under each recompute mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ActivationBytes {
     /// No recompute: every tensor the backward pass needs.
     pub none: u64,

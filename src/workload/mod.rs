@@ -203,12 +203,25 @@ impl Workload {
                 "must be at least 1",
             ));
         }
+        if u64::from(micro_batch) > self.global_batch {
+            return Err(InputError::invalid(
+                &self.source,
+                "micro_batch",
+                format!(
+                    "{micro_batch} exceeds the global batch {}",
+                    self.global_batch
+                ),
+            ));
+        }
         match &self.model {
             Model::Template(template) => {
                 if let Some(reason) =
                     template.tp_error(u64::from(tp), self.seq_len, sequence_parallel)
                 {
                     return Err(InputError::invalid(&self.source, "tp", reason));
+                }
+                if let Some(reason) = template.size_error(self.seq_len, u64::from(micro_batch)) {
+                    return Err(InputError::invalid(&self.source, "micro_batch", reason));
                 }
                 Ok(template.layer_graph(&self.shape(tp, micro_batch, sequence_parallel)))
             }

@@ -36,8 +36,8 @@ pub(crate) struct RawTemplate {
     optimizer: Option<String>,
 }
 
-/// Largest accepted value of each size: far above any real model, low enough that every
-/// per-device size and parameter count fits a `u64` (and FLOPs an `f64` mantissa-safe range).
+/// Largest accepted value of each size: far above any real model, low enough that parameter
+/// counts stay below 2^61 (L·(4h² + 3hf) ≤ 2^60) and fit a `u64` exactly.
 const MAX_SIZE: [(&str, u64); 8] = [
     ("layers", 1 << 16),
     ("hidden", 1 << 20),
@@ -358,6 +358,24 @@ impl Template {
             ));
         }
         None
+    }
+
+    /// Why micro-batch `micro_batch` makes some per-device size too large to count exactly
+    /// in 64-bit integers, if it does (the largest are the attention scores, the FFN
+    /// activations and the fp32 logits).
+    pub(crate) fn size_error(&self, seq_len: u64, micro_batch: u64) -> Option<String> {
+        let tokens = seq_len as f64 * micro_batch as f64;
+        let largest = [
+            tokens * seq_len as f64 * self.heads as f64 * 9.0,
+            tokens * self.ffn_hidden as f64 * 16.0,
+            tokens * self.vocab as f64 * 4.0,
+            tokens * self.hidden as f64 * 64.0,
+        ]
+        .into_iter()
+        .fold(0.0, f64::max);
+        (largest > 2f64.powi(62)).then(|| {
+            format!("{micro_batch} samples of {seq_len} tokens give tensors beyond 2^62 bytes")
+        })
     }
 
     /// Parameters of one transformer block held by one device at width `tp`.
