@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{parse_json, parse_toml, read_input, InputError};
-pub use dag::Dag;
+pub use dag::{Dag, DagGraph, DagLayer, DagOp, Scale};
 pub use graph::*;
 pub use template::Template;
 use template::{RawTemplate, Shape};
