@@ -31,6 +31,8 @@ pub enum VectorOp {
     Gelu,
     /// SiLU / swish.
     Silu,
+    /// ReLU (OPT's feed-forward activation).
+    Relu,
     /// Row-wise softmax (max, exp, sum, divide) including scale and mask.
     Softmax,
     /// LayerNorm: mean and variance reductions, then scale and shift.
@@ -123,6 +125,7 @@ impl OpGraph {
 /// Activation bytes one layer keeps for the backward pass, per device and micro-batch,
 /// under each recompute mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ActivationBytes {
     /// No recompute: every tensor the backward pass needs.
     pub none: u64,

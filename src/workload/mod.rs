@@ -1,5 +1,344 @@
 //! Models to train: workload files, the generated operator and layer graphs, and memory facts.
+//!
+//! A workload is either a transformer template (`.toml`, see [`Template`]) expanded into
+//! Megatron-sliced layer graphs, or a user-given operator DAG (`.json`, see [`Dag`]). The file
+//! formats and formulas are documented in `docs/workloads.md`.
 
+mod dag;
 mod graph;
+mod ops;
+mod template;
 
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{parse_json, parse_toml, read_input, InputError};
+pub use dag::{Dag, DagGraph, DagLayer, DagOp, Scale};
 pub use graph::*;
+pub use template::Template;
+use template::{RawTemplate, Shape};
+
+/// Transformer families the templates generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// GPT-2/3 (Megatron): LayerNorm, GeLU, learned positions, tied embeddings.
+    Gpt,
+    /// BERT: like GPT but bidirectional, with token-type embeddings and a masked-LM head.
+    Bert,
+    /// OPT: LayerNorm, ReLU, learned positions offset by 2, tied embeddings.
+    Opt,
+    /// Llama: RMSNorm, SwiGLU, rotary positions, grouped-query attention, untied head.
+    Llama,
+}
+
+impl Family {
+    fn parse(text: &str) -> Option<Family> {
+        match text {
+            "gpt" => Some(Family::Gpt),
+            "bert" => Some(Family::Bert),
+            "opt" => Some(Family::Opt),
+            "llama" => Some(Family::Llama),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Gpt => "gpt",
+            Family::Bert => "bert",
+            Family::Opt => "opt",
+            Family::Llama => "llama",
+        }
+    }
+}
+
+/// Numeric format of weights and activations during training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    Fp32,
+    Bf16,
+    Fp16,
+}
+
+impl Precision {
+    /// Bytes per element.
+    pub fn bytes(self) -> u32 {
+        match self {
+            Precision::Fp32 => 4,
+            Precision::Bf16 | Precision::Fp16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Precision> {
+        match text {
+            "fp32" => Some(Precision::Fp32),
+            "bf16" => Some(Precision::Bf16),
+            "fp16" => Some(Precision::Fp16),
+            _ => None,
+        }
+    }
+}
+
+/// Optimizer, which sets the per-parameter state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Optimizer {
+    Sgd,
+    Adam,
+}
+
+impl Optimizer {
+    fn parse(text: &str) -> Option<Optimizer> {
+        match text {
+            "sgd" => Some(Optimizer::Sgd),
+            "adam" => Some(Optimizer::Adam),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes held per model parameter, by role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BytesPerModelParam {
+    /// Working weights (at the training precision).
+    pub weights: u32,
+    /// Gradients (at the training precision).
+    pub grads: u32,
+    /// Optimizer state: Adam in mixed precision keeps fp32 master weights, momentum and
+    /// variance (12 B); in fp32 momentum and variance (8 B). Plain SGD keeps none.
+    pub optimizer: u32,
+}
+
+impl BytesPerModelParam {
+    pub fn total(self) -> u32 {
+        self.weights + self.grads + self.optimizer
+    }
+}
+
+/// How the model is described.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Model {
+    /// A transformer template expanded by the generator.
+    Template(Template),
+    /// A user-given operator DAG, per device and per sample.
+    Dag(Dag),
+}
+
+/// A model and its training setup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub name: String,
+    /// Samples per optimizer step.
+    pub global_batch: u64,
+    /// Tokens per sample.
+    pub seq_len: u64,
+    pub precision: Precision,
+    pub optimizer: Optimizer,
+    pub model: Model,
+    /// The file it was loaded from (named in errors).
+    pub source: PathBuf,
+}
+
+impl Workload {
+    /// Loads a workload: `.toml` is a model template, `.json` an operator DAG.
+    pub fn load(path: &Path) -> Result<Workload, InputError> {
+        let text = read_input(path)?;
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("toml") => {
+                let raw: RawTemplate = parse_toml(path, &text)?;
+                let parsed = raw.validate(path)?;
+                Ok(Workload {
+                    name: parsed.name,
+                    global_batch: parsed.global_batch,
+                    seq_len: parsed.seq_len,
+                    precision: parsed.precision,
+                    optimizer: parsed.optimizer,
+                    model: Model::Template(parsed.template),
+                    source: path.to_path_buf(),
+                })
+            }
+            Some("json") => {
+                let raw: dag::RawDag = parse_json(path, &text)?;
+                let parsed = raw.validate(path)?;
+                Ok(Workload {
+                    name: parsed.name,
+                    global_batch: parsed.global_batch,
+                    seq_len: parsed.seq_len,
+                    precision: parsed.precision,
+                    optimizer: parsed.optimizer,
+                    model: Model::Dag(parsed.dag),
+                    source: path.to_path_buf(),
+                })
+            }
+            _ => Err(InputError::invalid(
+                path,
+                "extension",
+                "workload files end in .toml (model template) or .json (operator DAG)",
+            )),
+        }
+    }
+
+    /// The layer graph per device at tensor width `tp` for micro-batch `micro_batch`.
+    pub fn layer_graph(
+        &self,
+        tp: u32,
+        micro_batch: u32,
+        sequence_parallel: bool,
+    ) -> Result<LayerGraph, InputError> {
+        if micro_batch == 0 {
+            return Err(InputError::invalid(
+                &self.source,
+                "micro_batch",
+                "must be at least 1",
+            ));
+        }
+        if u64::from(micro_batch) > self.global_batch {
+            return Err(InputError::invalid(
+                &self.source,
+                "micro_batch",
+                format!(
+                    "{micro_batch} exceeds the global batch {}",
+                    self.global_batch
+                ),
+            ));
+        }
+        match &self.model {
+            Model::Template(template) => {
+                if let Some(reason) =
+                    template.tp_error(u64::from(tp), self.seq_len, sequence_parallel)
+                {
+                    return Err(InputError::invalid(&self.source, "tp", reason));
+                }
+                if let Some(reason) = template.size_error(self.seq_len, u64::from(micro_batch)) {
+                    return Err(InputError::invalid(&self.source, "micro_batch", reason));
+                }
+                Ok(template.layer_graph(&self.shape(tp, micro_batch, sequence_parallel)))
+            }
+            Model::Dag(dag) => {
+                if tp != 1 {
+                    return Err(InputError::invalid(
+                        &self.source,
+                        "tp",
+                        format!(
+                            "operator DAG workloads are given per device; only tp = 1 is \
+                             possible, got {tp}"
+                        ),
+                    ));
+                }
+                Ok(dag.layer_graph(u64::from(micro_batch), sequence_parallel))
+            }
+        }
+    }
+
+    /// Tensor widths `layer_graph` accepts up to `max_tp`: the powers of two that divide the
+    /// heads, key/value heads and FFN width (Megatron practice: t spans a power-of-two node).
+    /// Operator DAGs are per device, so only 1.
+    pub fn valid_tp(&self, max_tp: u32) -> Vec<u32> {
+        match &self.model {
+            Model::Template(template) => std::iter::successors(Some(1u32), |&t| t.checked_mul(2))
+                .take_while(|&t| t <= max_tp)
+                .filter(|&t| {
+                    template
+                        .tp_error(u64::from(t), self.seq_len, false)
+                        .is_none()
+                })
+                .collect(),
+            Model::Dag(_) => (max_tp >= 1).then_some(1).into_iter().collect(),
+        }
+    }
+
+    /// Parameters of the whole, unsliced model.
+    pub fn total_params(&self) -> u64 {
+        match &self.model {
+            Model::Template(template) => template.total_params(self.seq_len),
+            Model::Dag(dag) => dag.total_params(),
+        }
+    }
+
+    /// GEMM FLOPs of one training iteration (forward and backward, whole model, global batch),
+    /// counted from the generated graphs. For GPT this is Narayanan et al. 2021's
+    /// 72·B·L·s·h²·(1 + s/(6h) + V/(12hL)).
+    pub fn model_flops_per_iteration(&self) -> f64 {
+        let graph = self.single_sample_graph();
+        let per_sample: f64 = graph
+            .layers
+            .iter()
+            .map(|l| gemm_flops(&l.fwd.ops) + gemm_flops(&l.bwd.ops))
+            .sum();
+        per_sample * self.global_batch as f64
+    }
+
+    /// GEMM FLOPs the hardware executes per iteration. Full recompute reruns the forward of
+    /// every layer that keeps less under full recompute than without (the transformer
+    /// blocks): for GPT 96·B·L·s·h²·(1 + s/(6h) + V/(16hL)).
+    pub fn hardware_flops_per_iteration(&self, full_recompute: bool) -> f64 {
+        let model = self.model_flops_per_iteration();
+        if !full_recompute {
+            return model;
+        }
+        let graph = self.single_sample_graph();
+        let recomputed: f64 = graph
+            .layers
+            .iter()
+            .filter(|l| l.activation_bytes.full < l.activation_bytes.none)
+            .map(|l| gemm_flops(&l.fwd.ops))
+            .sum();
+        model + recomputed * self.global_batch as f64
+    }
+
+    /// Bytes per parameter for weights, gradients and optimizer state (DESIGN §2).
+    pub fn bytes_per_param(&self) -> BytesPerModelParam {
+        let weights = self.precision.bytes();
+        let optimizer = match (self.optimizer, self.precision) {
+            (Optimizer::Sgd, _) => 0,
+            (Optimizer::Adam, Precision::Fp32) => 8,
+            (Optimizer::Adam, _) => 12,
+        };
+        BytesPerModelParam {
+            weights,
+            grads: weights,
+            optimizer,
+        }
+    }
+
+    /// Tokens per sample.
+    pub fn tokens_per_sample(&self) -> u64 {
+        self.seq_len
+    }
+
+    fn shape(&self, tp: u32, micro_batch: u32, sequence_parallel: bool) -> Shape {
+        Shape {
+            seq_len: self.seq_len,
+            micro_batch: u64::from(micro_batch),
+            tp: u64::from(tp),
+            sequence_parallel,
+            precision: self.precision,
+        }
+    }
+
+    /// The unsliced graph of one sample (always valid: t = 1, b = 1).
+    fn single_sample_graph(&self) -> LayerGraph {
+        match &self.model {
+            Model::Template(template) => template.layer_graph(&self.shape(1, 1, false)),
+            Model::Dag(dag) => dag.layer_graph(1, false),
+        }
+    }
+}
+
+fn gemm_flops(ops: &[Op]) -> f64 {
+    ops.iter()
+        .filter(|o| matches!(o.kind, OpKind::Gemm { .. }))
+        .map(|o| o.flops)
+        .sum()
+}

@@ -1,0 +1,391 @@
+//! Operator-DAG workloads (`.json`): models outside the templates, given per device and per
+//! sample as a DAG of layers, each a DAG of operators (branching allowed). FLOPs and bytes of
+//! every operator are derived from its shape, so scaling to a micro-batch stays exact.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::graph::{ActivationBytes, Layer, LayerGraph, Op, OpGraph, OpKind};
+use super::ops::{build_graphs, collective, gemm, mul, vector, Node};
+use super::{Optimizer, Precision};
+use crate::error::InputError;
+
+/// Which GEMM dimension holds the samples (and grows with the micro-batch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scale {
+    /// Rows: token-major activations (m = tokens).
+    #[default]
+    M,
+    /// The batch of independent products (e.g. attention heads × samples).
+    Batch,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// One operator of a DAG workload, for one sample.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DagOp {
+    pub name: String,
+    pub kind: OpKind,
+    /// GEMMs only: the dimension that scales with the micro-batch.
+    #[serde(default)]
+    pub scale: Scale,
+    /// GEMMs only: operand B is a weight, so its gradient is a weight gradient that nothing in
+    /// the layer waits for (otherwise both gradients flow back to predecessors).
+    #[serde(default = "default_true")]
+    pub weight_operand: bool,
+}
+
+/// Operators and their dependencies, for one sample.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DagGraph {
+    pub ops: Vec<DagOp>,
+    pub edges: Vec<(usize, usize)>,
+}
+
+/// One layer of a DAG workload, per sample.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DagLayer {
+    pub name: String,
+    /// Parameters held by the device.
+    pub params: u64,
+    /// Activation bytes kept per sample under each recompute mode.
+    pub activation_bytes: ActivationBytes,
+    /// Bytes of the layer's output per sample.
+    pub output_bytes: u64,
+    pub fwd: DagGraph,
+    /// Optional explicit backward; derived from `fwd` when absent.
+    pub bwd: Option<DagGraph>,
+}
+
+/// A validated operator-DAG model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dag {
+    pub layers: Vec<DagLayer>,
+    /// Layer edges `(i, j, bytes per sample)`.
+    pub edges: Vec<(usize, usize, u64)>,
+    pub precision: Precision,
+}
+
+/// The JSON file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDag {
+    name: String,
+    global_batch: i64,
+    seq_len: i64,
+    #[serde(default = "default_precision")]
+    precision: Precision,
+    #[serde(default = "default_optimizer")]
+    optimizer: Optimizer,
+    layers: Vec<DagLayer>,
+    edges: Vec<(usize, usize, u64)>,
+}
+
+fn default_precision() -> Precision {
+    Precision::Bf16
+}
+
+fn default_optimizer() -> Optimizer {
+    Optimizer::Adam
+}
+
+pub(crate) struct ParsedDag {
+    pub name: String,
+    pub global_batch: u64,
+    pub seq_len: u64,
+    pub precision: Precision,
+    pub optimizer: Optimizer,
+    pub dag: Dag,
+}
+
+fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
+    u64::try_from(value).ok().filter(|&v| v > 0).ok_or_else(|| {
+        InputError::invalid(
+            file,
+            field,
+            format!("must be a positive integer, got {value}"),
+        )
+    })
+}
+
+fn check_edges(
+    file: &Path,
+    field: &str,
+    edges: &[(usize, usize)],
+    len: usize,
+) -> Result<(), InputError> {
+    for (n, &(i, j)) in edges.iter().enumerate() {
+        if i >= j || j >= len {
+            return Err(InputError::invalid(
+                file,
+                format!("{field}[{n}]"),
+                format!("edge [{i}, {j}] must satisfy i < j < {len} (items in topological order)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_graph(file: &Path, field: &str, graph: &DagGraph) -> Result<(), InputError> {
+    if graph.ops.is_empty() {
+        return Err(InputError::invalid(
+            file,
+            format!("{field}.ops"),
+            "needs at least one operator",
+        ));
+    }
+    for (n, op) in graph.ops.iter().enumerate() {
+        let at = format!("{field}.ops[{n}]");
+        let zero = match op.kind {
+            OpKind::Gemm { batch, m, n, k } => [batch, m, n, k].contains(&0),
+            OpKind::Vector {
+                elements, row_len, ..
+            } => elements == 0 || row_len == 0,
+            OpKind::Collective { bytes, group, .. } => bytes == 0 || group == 0,
+        };
+        if zero {
+            return Err(InputError::invalid(
+                file,
+                format!("{at}.kind"),
+                "every size must be positive",
+            ));
+        }
+        let is_gemm = matches!(op.kind, OpKind::Gemm { .. });
+        if !is_gemm && (op.scale != Scale::M || !op.weight_operand) {
+            return Err(InputError::invalid(
+                file,
+                at,
+                "`scale` and `weight_operand` apply to GEMMs only",
+            ));
+        }
+    }
+    check_edges(
+        file,
+        &format!("{field}.edges"),
+        &graph.edges,
+        graph.ops.len(),
+    )
+}
+
+impl RawDag {
+    pub(crate) fn validate(self, file: &Path) -> Result<ParsedDag, InputError> {
+        if self.name.trim().is_empty() {
+            return Err(InputError::invalid(file, "name", "must not be empty"));
+        }
+        let global_batch = positive(file, "global_batch", self.global_batch)?;
+        let seq_len = positive(file, "seq_len", self.seq_len)?;
+        if self.layers.is_empty() {
+            return Err(InputError::invalid(
+                file,
+                "layers",
+                "needs at least one layer",
+            ));
+        }
+        let mut names = BTreeSet::new();
+        for (n, layer) in self.layers.iter().enumerate() {
+            let at = format!("layers[{n}]");
+            if layer.name.trim().is_empty() || !names.insert(layer.name.as_str()) {
+                return Err(InputError::invalid(
+                    file,
+                    format!("{at}.name"),
+                    format!(
+                        "layer names must be non-empty and unique, got `{}`",
+                        layer.name
+                    ),
+                ));
+            }
+            if layer.output_bytes == 0 {
+                return Err(InputError::invalid(
+                    file,
+                    format!("{at}.output_bytes"),
+                    "must be positive",
+                ));
+            }
+            let act = layer.activation_bytes;
+            if act.full > act.selective || act.selective > act.none {
+                return Err(InputError::invalid(
+                    file,
+                    format!("{at}.activation_bytes"),
+                    format!(
+                        "must satisfy full <= selective <= none, got {}/{}/{}",
+                        act.full, act.selective, act.none
+                    ),
+                ));
+            }
+            check_graph(file, &format!("{at}.fwd"), &layer.fwd)?;
+            if let Some(bwd) = &layer.bwd {
+                check_graph(file, &format!("{at}.bwd"), bwd)?;
+            }
+        }
+        for (n, &(i, j, bytes)) in self.edges.iter().enumerate() {
+            check_edges(file, "edges", &[(i, j)], self.layers.len()).map_err(|_| {
+                InputError::invalid(
+                    file,
+                    format!("edges[{n}]"),
+                    format!(
+                        "edge [{i}, {j}] must satisfy i < j < {} (layers in topological order)",
+                        self.layers.len()
+                    ),
+                )
+            })?;
+            if bytes == 0 {
+                return Err(InputError::invalid(
+                    file,
+                    format!("edges[{n}]"),
+                    "bytes per sample must be positive",
+                ));
+            }
+        }
+        Ok(ParsedDag {
+            name: self.name,
+            global_batch,
+            seq_len,
+            precision: self.precision,
+            optimizer: self.optimizer,
+            dag: Dag {
+                layers: self.layers,
+                edges: self.edges,
+                precision: self.precision,
+            },
+        })
+    }
+}
+
+/// The operator for `micro_batch` samples, FLOPs and bytes derived from the scaled shape.
+fn scaled_op(op: &DagOp, micro_batch: u64, elem_bytes: u32) -> Op {
+    match op.kind {
+        OpKind::Gemm { batch, m, n, k } => match op.scale {
+            Scale::M => gemm(&op.name, batch, mul(&[m, micro_batch]), n, k, elem_bytes),
+            Scale::Batch => gemm(&op.name, mul(&[batch, micro_batch]), m, n, k, elem_bytes),
+        },
+        OpKind::Vector {
+            op: prim,
+            elements,
+            row_len,
+        } => vector(
+            &op.name,
+            prim,
+            mul(&[elements, micro_batch]),
+            row_len,
+            elem_bytes,
+        ),
+        OpKind::Collective {
+            collective: kind,
+            bytes,
+            group,
+        } => collective(
+            &op.name,
+            kind,
+            mul(&[bytes, micro_batch]),
+            group,
+            elem_bytes,
+        ),
+    }
+}
+
+fn explicit_graph(graph: &DagGraph, micro_batch: u64, elem_bytes: u32) -> OpGraph {
+    OpGraph {
+        ops: graph
+            .ops
+            .iter()
+            .map(|op| scaled_op(op, micro_batch, elem_bytes))
+            .collect(),
+        edges: graph.edges.clone(),
+    }
+}
+
+/// A name-independent description of a graph's shapes and dependencies.
+fn graph_signature(graph: &OpGraph) -> String {
+    let ops: Vec<String> = graph.ops.iter().map(|o| format!("{:?}", o.kind)).collect();
+    format!("ops[{}] edges{:?}", ops.join("; "), graph.edges)
+}
+
+impl Dag {
+    pub(crate) fn total_params(&self) -> u64 {
+        self.layers.iter().map(|l| l.params).sum()
+    }
+
+    /// The layer graph for `micro_batch` samples (per device; tensor width 1).
+    pub(crate) fn layer_graph(&self, micro_batch: u64, sequence_parallel: bool) -> LayerGraph {
+        let elem_bytes = self.precision.bytes();
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| {
+                let (fwd, bwd) = match &layer.bwd {
+                    Some(bwd) => (
+                        explicit_graph(&layer.fwd, micro_batch, elem_bytes),
+                        explicit_graph(bwd, micro_batch, elem_bytes),
+                    ),
+                    None => {
+                        let nodes: Vec<Node> = layer
+                            .fwd
+                            .ops
+                            .iter()
+                            .enumerate()
+                            .map(|(j, op)| {
+                                let preds = layer
+                                    .fwd
+                                    .edges
+                                    .iter()
+                                    .filter(|&&(_, to)| to == j)
+                                    .map(|&(from, _)| from)
+                                    .collect();
+                                let scaled = scaled_op(op, micro_batch, elem_bytes);
+                                Node::op(scaled, preds, op.weight_operand)
+                            })
+                            .collect();
+                        build_graphs(&nodes)
+                    }
+                };
+                let act = layer.activation_bytes;
+                let activation_bytes = ActivationBytes {
+                    none: mul(&[act.none, micro_batch]),
+                    selective: mul(&[act.selective, micro_batch]),
+                    full: mul(&[act.full, micro_batch]),
+                };
+                let signature = format!(
+                    "dag {} b{micro_batch} p{} act{}/{}/{} out{} fwd {} bwd {}",
+                    self.precision.name(),
+                    layer.params,
+                    act.none,
+                    act.selective,
+                    act.full,
+                    layer.output_bytes,
+                    graph_signature(&fwd),
+                    graph_signature(&bwd)
+                );
+                Layer {
+                    name: layer.name.clone(),
+                    signature,
+                    fwd: Arc::new(fwd),
+                    bwd: Arc::new(bwd),
+                    params: layer.params,
+                    activation_bytes,
+                    output_bytes: mul(&[layer.output_bytes, micro_batch]),
+                }
+            })
+            .collect();
+        LayerGraph {
+            layers,
+            edges: self
+                .edges
+                .iter()
+                .map(|&(i, j, bytes)| (i, j, mul(&[bytes, micro_batch])))
+                .collect(),
+            tp: 1,
+            micro_batch: micro_batch as u32,
+            sequence_parallel,
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! Operator constructors (FLOPs and bytes from shapes) and the builder that turns one
+//! description of a layer into its forward and backward operator graphs.
+//!
+//! A layer is described as a list of [`Node`]s in forward topological order. Each node may run
+//! an operator in the forward pass and names the operators its backward runs: `grad` operators
+//! produce gradients for (some of) the node's forward predecessors, `leaf` operators (weight
+//! gradients) feed nothing inside the layer. A node without a forward operator is a pure
+//! backward hook (Megatron's `f`: identity forward, all-reduce backward); a node without
+//! backward operators passes its incoming gradient straight through (Megatron's `g`).
+
+use std::collections::BTreeSet;
+
+use super::graph::{CollectiveKind, Op, OpGraph, OpKind, VectorOp};
+
+/// Multiplies sizes, saturating instead of wrapping on absurd inputs.
+pub(crate) fn mul(factors: &[u64]) -> u64 {
+    factors.iter().fold(1u64, |acc, &x| acc.saturating_mul(x))
+}
+
+/// Floating-point operations per element of a vector primitive (a multiply-add counts 2).
+fn flops_per_element(op: VectorOp) -> f64 {
+    match op {
+        VectorOp::Add | VectorOp::Mul | VectorOp::Relu | VectorOp::Embedding => 1.0,
+        VectorOp::Dropout => 2.0,
+        VectorOp::Rotary => 3.0,
+        VectorOp::Silu | VectorOp::RmsNorm | VectorOp::Update => 4.0,
+        VectorOp::Softmax | VectorOp::CrossEntropy => 5.0,
+        VectorOp::Gelu | VectorOp::LayerNorm => 8.0,
+    }
+}
+
+/// Tensor operands a vector primitive reads (binary element-wise ops read two).
+fn vector_inputs(op: VectorOp) -> u64 {
+    match op {
+        VectorOp::Add | VectorOp::Mul => 2,
+        _ => 1,
+    }
+}
+
+/// `batch` products of (m × k)·(k × n): 2·batch·m·n·k FLOP; operands read and result written once.
+pub(crate) fn gemm(name: &str, batch: u64, m: u64, n: u64, k: u64, elem_bytes: u32) -> Op {
+    let e = u64::from(elem_bytes);
+    Op {
+        name: name.to_string(),
+        kind: OpKind::Gemm { batch, m, n, k },
+        elem_bytes,
+        flops: 2.0 * batch as f64 * m as f64 * n as f64 * k as f64,
+        bytes_read: mul(&[batch, m.saturating_mul(k).saturating_add(mul(&[k, n])), e]),
+        bytes_written: mul(&[batch, m, n, e]),
+    }
+}
+
+/// A vector primitive over `elements` values in rows of `row_len`.
+pub(crate) fn vector(name: &str, op: VectorOp, elements: u64, row_len: u64, elem_bytes: u32) -> Op {
+    let e = u64::from(elem_bytes);
+    // The loss writes one fp32 value per row; everything else writes a tensor like its input.
+    let bytes_written = match op {
+        VectorOp::CrossEntropy => mul(&[elements / row_len.max(1), 4]),
+        _ => mul(&[elements, e]),
+    };
+    Op {
+        name: name.to_string(),
+        kind: OpKind::Vector {
+            op,
+            elements,
+            row_len,
+        },
+        elem_bytes,
+        flops: elements as f64 * flops_per_element(op),
+        bytes_read: mul(&[vector_inputs(op), elements, e]),
+        bytes_written,
+    }
+}
+
+/// A collective over `group` devices on a buffer of `bytes` per device.
+pub(crate) fn collective(
+    name: &str,
+    collective: CollectiveKind,
+    bytes: u64,
+    group: u32,
+    elem_bytes: u32,
+) -> Op {
+    Op {
+        name: name.to_string(),
+        kind: OpKind::Collective {
+            collective,
+            bytes,
+            group,
+        },
+        elem_bytes,
+        flops: 0.0,
+        bytes_read: bytes,
+        bytes_written: bytes,
+    }
+}
+
+/// The backward of a vector primitive: the same primitive over the same elements, reading the
+/// incoming gradient plus the saved inputs and writing one gradient per input.
+pub(crate) fn vector_backward(fwd: &Op) -> Op {
+    let mut op = fwd.clone();
+    op.name = format!("{}.bwd", fwd.name);
+    if let OpKind::Vector {
+        op: prim, elements, ..
+    } = fwd.kind
+    {
+        let e = u64::from(fwd.elem_bytes);
+        let inputs = vector_inputs(prim);
+        op.bytes_read = mul(&[inputs + 1, elements, e]);
+        op.bytes_written = mul(&[inputs, elements, e]);
+    }
+    op
+}
+
+/// Input-gradient GEMM for operand A (m × k): dA = dC (m × n) · Bᵀ (n × k).
+pub(crate) fn gemm_grad_a(fwd: &Op, suffix: &str) -> Op {
+    match fwd.kind {
+        OpKind::Gemm { batch, m, n, k } => gemm(
+            &format!("{}.{suffix}", fwd.name),
+            batch,
+            m,
+            k,
+            n,
+            fwd.elem_bytes,
+        ),
+        _ => fwd.clone(),
+    }
+}
+
+/// Gradient GEMM for operand B (k × n): dB = Aᵀ (k × m) · dC (m × n).
+pub(crate) fn gemm_grad_b(fwd: &Op, suffix: &str) -> Op {
+    match fwd.kind {
+        OpKind::Gemm { batch, m, n, k } => gemm(
+            &format!("{}.{suffix}", fwd.name),
+            batch,
+            k,
+            n,
+            m,
+            fwd.elem_bytes,
+        ),
+        _ => fwd.clone(),
+    }
+}
+
+/// The backward counterpart of a collective: all-gather and reduce-scatter swap, all-reduce
+/// and point-to-point stay.
+pub(crate) fn collective_backward(fwd: &Op) -> Op {
+    let mut op = fwd.clone();
+    op.name = format!("{}.bwd", fwd.name);
+    if let OpKind::Collective {
+        collective,
+        bytes,
+        group,
+    } = fwd.kind
+    {
+        let dual = match collective {
+            CollectiveKind::AllGather => CollectiveKind::ReduceScatter,
+            CollectiveKind::ReduceScatter => CollectiveKind::AllGather,
+            other => other,
+        };
+        op.kind = OpKind::Collective {
+            collective: dual,
+            bytes,
+            group,
+        };
+    }
+    op
+}
+
+/// Which forward predecessors a backward operator sends its gradient to.
+#[derive(Debug, Clone)]
+pub(crate) enum Feeds {
+    /// Every forward predecessor of the node.
+    All,
+    /// Only these forward predecessors (node indices).
+    Only(Vec<usize>),
+}
+
+impl Feeds {
+    fn includes(&self, pred: usize) -> bool {
+        match self {
+            Feeds::All => true,
+            Feeds::Only(preds) => preds.contains(&pred),
+        }
+    }
+}
+
+/// One step of a layer description.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    /// The forward operator, or `None` for a backward-only hook.
+    pub fwd: Option<Op>,
+    /// Forward predecessors (indices of earlier nodes).
+    pub preds: Vec<usize>,
+    /// Backward operators producing gradients for predecessors.
+    pub grad: Vec<(Op, Feeds)>,
+    /// Backward operators nothing in the layer waits for (weight gradients).
+    pub leaf: Vec<Op>,
+}
+
+impl Node {
+    /// A forward operator with the standard backward for its kind (see [`standard_backward`]).
+    pub fn op(fwd: Op, preds: Vec<usize>, weight_operand: bool) -> Node {
+        let (grad, leaf) = standard_backward(&fwd, weight_operand);
+        Node {
+            fwd: Some(fwd),
+            preds,
+            grad,
+            leaf,
+        }
+    }
+}
+
+/// The usual backward of one forward operator. A GEMM gives two GEMMs: the input gradient and
+/// the gradient of B, which is a weight gradient (a leaf) when B is a weight and an input
+/// gradient otherwise. Vector primitives mirror; collectives take their dual.
+pub(crate) fn standard_backward(fwd: &Op, weight_operand: bool) -> (Vec<(Op, Feeds)>, Vec<Op>) {
+    match fwd.kind {
+        OpKind::Gemm { .. } if weight_operand => (
+            vec![(gemm_grad_a(fwd, "dgrad"), Feeds::All)],
+            vec![gemm_grad_b(fwd, "wgrad")],
+        ),
+        OpKind::Gemm { .. } => (
+            vec![
+                (gemm_grad_a(fwd, "grad_a"), Feeds::All),
+                (gemm_grad_b(fwd, "grad_b"), Feeds::All),
+            ],
+            Vec::new(),
+        ),
+        OpKind::Vector { .. } => (vec![(vector_backward(fwd), Feeds::All)], Vec::new()),
+        OpKind::Collective { .. } => (vec![(collective_backward(fwd), Feeds::All)], Vec::new()),
+    }
+}
+
+/// Builds the forward and backward operator graphs of a layer description. Both come out in
+/// topological order with every edge `(i, j)` having `i < j`.
+pub(crate) fn build_graphs(nodes: &[Node]) -> (OpGraph, OpGraph) {
+    (build_forward(nodes), build_backward(nodes))
+}
+
+fn build_forward(nodes: &[Node]) -> OpGraph {
+    let mut graph = OpGraph::default();
+    let mut edges = BTreeSet::new();
+    // Forward ops whose output node i stands for (itself, or its sources when it has no op).
+    let mut outputs: Vec<BTreeSet<usize>> = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let sources: BTreeSet<usize> = node
+            .preds
+            .iter()
+            .flat_map(|&p| outputs[p].iter().copied())
+            .collect();
+        match &node.fwd {
+            Some(op) => {
+                let idx = graph.ops.len();
+                graph.ops.push(op.clone());
+                edges.extend(sources.iter().map(|&s| (s, idx)));
+                outputs.push(BTreeSet::from([idx]));
+            }
+            None => outputs.push(sources),
+        }
+    }
+    graph.edges = edges.into_iter().collect();
+    graph
+}
+
+fn build_backward(nodes: &[Node]) -> OpGraph {
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (j, node) in nodes.iter().enumerate() {
+        for &p in &node.preds {
+            succs[p].push(j);
+        }
+    }
+    let mut graph = OpGraph::default();
+    let mut edges = BTreeSet::new();
+    // Per node: backward op indices of its grad ops (with their feeds), and its incoming
+    // gradient sources (used when it passes gradients through).
+    let mut grad_ops: Vec<Vec<(usize, Feeds)>> = vec![Vec::new(); nodes.len()];
+    let mut incoming: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); nodes.len()];
+    for i in (0..nodes.len()).rev() {
+        let mut sources = BTreeSet::new();
+        for &j in &succs[i] {
+            if grad_ops[j].is_empty() {
+                sources.extend(incoming[j].iter().copied());
+            } else {
+                sources.extend(
+                    grad_ops[j]
+                        .iter()
+                        .filter(|(_, feeds)| feeds.includes(i))
+                        .map(|(idx, _)| *idx),
+                );
+            }
+        }
+        let node = &nodes[i];
+        for (op, feeds) in &node.grad {
+            let idx = graph.ops.len();
+            graph.ops.push(op.clone());
+            edges.extend(sources.iter().map(|&s| (s, idx)));
+            grad_ops[i].push((idx, feeds.clone()));
+        }
+        for op in &node.leaf {
+            let idx = graph.ops.len();
+            graph.ops.push(op.clone());
+            edges.extend(sources.iter().map(|&s| (s, idx)));
+        }
+        incoming[i] = sources;
+    }
+    graph.edges = edges.into_iter().collect();
+    graph
+}

@@ -1,0 +1,765 @@
+//! Transformer model templates (`workloads/*.toml`): parsing, validation, parameter counts
+//! and the Megatron-sliced layer graphs of the four families (gpt, bert, opt, llama).
+//!
+//! Notation follows Korthikanti et al. 2022: s sequence, b micro-batch, h hidden, a heads,
+//! L layers, V vocabulary, t tensor-parallel width; plus kv (key/value heads), d = h/a (head
+//! dimension), f (feed-forward width) and e (bytes per element).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, VectorOp};
+use super::ops::{
+    build_graphs, collective, gemm, gemm_grad_a, gemm_grad_b, mul, vector, Feeds, Node,
+};
+use super::{Family, Optimizer, Precision};
+use crate::error::InputError;
+
+/// The raw TOML form. Sizes are read as signed integers so a negative value gets a message
+/// naming its field instead of a generic type error.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTemplate {
+    name: String,
+    family: String,
+    layers: i64,
+    hidden: i64,
+    heads: i64,
+    kv_heads: Option<i64>,
+    ffn_hidden: Option<i64>,
+    vocab: i64,
+    seq_len: i64,
+    global_batch: i64,
+    precision: Option<String>,
+    optimizer: Option<String>,
+}
+
+/// Largest accepted value of each size: far above any real model, low enough that parameter
+/// counts stay below 2^61 (L·(4h² + 3hf) ≤ 2^60) and fit a `u64` exactly.
+const MAX_SIZE: [(&str, u64); 8] = [
+    ("layers", 1 << 16),
+    ("hidden", 1 << 20),
+    ("heads", 1 << 16),
+    ("kv_heads", 1 << 16),
+    ("ffn_hidden", 1 << 22),
+    ("vocab", 1 << 24),
+    ("seq_len", 1 << 20),
+    ("global_batch", 1 << 32),
+];
+
+/// A validated transformer template (sizes of the whole, unsliced model).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub family: Family,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    /// Key/value heads (grouped-query attention); equals `heads` for multi-head attention.
+    pub kv_heads: u64,
+    pub ffn_hidden: u64,
+    pub vocab: u64,
+}
+
+/// The training-setup fields of a template file, validated.
+pub(crate) struct ParsedTemplate {
+    pub name: String,
+    pub seq_len: u64,
+    pub global_batch: u64,
+    pub precision: Precision,
+    pub optimizer: Optimizer,
+    pub template: Template,
+}
+
+fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
+    if value <= 0 {
+        return Err(InputError::invalid(
+            file,
+            field,
+            format!("must be a positive integer, got {value}"),
+        ));
+    }
+    let value = value as u64;
+    let max = MAX_SIZE
+        .iter()
+        .find(|(name, _)| *name == field)
+        .map_or(u64::MAX, |(_, max)| *max);
+    if value > max {
+        return Err(InputError::invalid(
+            file,
+            field,
+            format!("{value} is larger than the supported maximum {max}"),
+        ));
+    }
+    Ok(value)
+}
+
+impl RawTemplate {
+    /// Checks every field and returns the validated template.
+    pub(crate) fn validate(self, file: &Path) -> Result<ParsedTemplate, InputError> {
+        if self.name.trim().is_empty() {
+            return Err(InputError::invalid(file, "name", "must not be empty"));
+        }
+        let family = Family::parse(&self.family).ok_or_else(|| {
+            InputError::invalid(
+                file,
+                "family",
+                format!(
+                    "unknown family `{}`; expected one of gpt, bert, opt, llama",
+                    self.family
+                ),
+            )
+        })?;
+        let layers = positive(file, "layers", self.layers)?;
+        let hidden = positive(file, "hidden", self.hidden)?;
+        let heads = positive(file, "heads", self.heads)?;
+        let kv_heads = positive(file, "kv_heads", self.kv_heads.unwrap_or(self.heads))?;
+        let ffn_hidden = positive(
+            file,
+            "ffn_hidden",
+            self.ffn_hidden.unwrap_or(4 * self.hidden),
+        )?;
+        let vocab = positive(file, "vocab", self.vocab)?;
+        let seq_len = positive(file, "seq_len", self.seq_len)?;
+        let global_batch = positive(file, "global_batch", self.global_batch)?;
+        if hidden % heads != 0 {
+            return Err(InputError::invalid(
+                file,
+                "heads",
+                format!("{heads} heads do not divide hidden size {hidden}"),
+            ));
+        }
+        if heads % kv_heads != 0 {
+            return Err(InputError::invalid(
+                file,
+                "kv_heads",
+                format!("{kv_heads} key/value heads do not divide {heads} heads"),
+            ));
+        }
+        let precision = match self.precision.as_deref() {
+            None => Precision::Bf16,
+            Some(text) => Precision::parse(text).ok_or_else(|| {
+                InputError::invalid(
+                    file,
+                    "precision",
+                    format!("unknown precision `{text}`; expected one of fp32, bf16, fp16"),
+                )
+            })?,
+        };
+        let optimizer = match self.optimizer.as_deref() {
+            None => Optimizer::Adam,
+            Some(text) => Optimizer::parse(text).ok_or_else(|| {
+                InputError::invalid(
+                    file,
+                    "optimizer",
+                    format!("unknown optimizer `{text}`; expected one of sgd, adam"),
+                )
+            })?,
+        };
+        Ok(ParsedTemplate {
+            name: self.name,
+            seq_len,
+            global_batch,
+            precision,
+            optimizer,
+            template: Template {
+                family,
+                layers,
+                hidden,
+                heads,
+                kv_heads,
+                ffn_hidden,
+                vocab,
+            },
+        })
+    }
+}
+
+/// Shape of one layer-graph request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    pub seq_len: u64,
+    pub micro_batch: u64,
+    pub tp: u64,
+    pub sequence_parallel: bool,
+    pub precision: Precision,
+}
+
+impl Shape {
+    fn tokens(&self) -> u64 {
+        self.seq_len * self.micro_batch
+    }
+    /// Tokens a device holds outside the tensor-parallel regions (layernorm, dropout,
+    /// residual): all of them, or 1/t of them under sequence parallelism.
+    fn local_tokens(&self) -> u64 {
+        if self.sequence_parallel {
+            self.tokens() / self.tp
+        } else {
+            self.tokens()
+        }
+    }
+    fn elem_bytes(&self) -> u32 {
+        self.precision.bytes()
+    }
+    fn e(&self) -> u64 {
+        u64::from(self.precision.bytes())
+    }
+}
+
+/// Appends nodes and returns their indices.
+struct Builder {
+    nodes: Vec<Node>,
+    /// Hidden size: collectives move s·b·h elements.
+    hidden: u64,
+}
+
+impl Builder {
+    fn push(&mut self, node: Node) -> usize {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+    fn op(&mut self, op: Op, preds: &[usize], weight_operand: bool) -> usize {
+        self.push(Node::op(op, preds.to_vec(), weight_operand))
+    }
+    /// Megatron's `f` before a column-parallel GEMM: identity forward and all-reduce backward;
+    /// under sequence parallelism an all-gather forward (reduce-scatter backward).
+    fn enter_parallel(&mut self, name: &str, input: usize, shape: &Shape) -> usize {
+        if shape.tp == 1 {
+            return input;
+        }
+        let bytes = mul(&[shape.tokens(), self.hidden, shape.e()]);
+        let group = shape.tp as u32;
+        if shape.sequence_parallel {
+            let op = collective(
+                name,
+                CollectiveKind::AllGather,
+                bytes,
+                group,
+                shape.elem_bytes(),
+            );
+            self.op(op, &[input], false)
+        } else {
+            let op = collective(
+                name,
+                CollectiveKind::AllReduce,
+                bytes,
+                group,
+                shape.elem_bytes(),
+            );
+            self.push(Node {
+                fwd: None,
+                preds: vec![input],
+                grad: vec![(op, Feeds::All)],
+                leaf: Vec::new(),
+            })
+        }
+    }
+    /// Megatron's `g` after a row-parallel GEMM: all-reduce forward and identity backward;
+    /// under sequence parallelism a reduce-scatter forward (all-gather backward).
+    fn leave_parallel(&mut self, name: &str, input: usize, shape: &Shape) -> usize {
+        if shape.tp == 1 {
+            return input;
+        }
+        let bytes = mul(&[shape.tokens(), self.hidden, shape.e()]);
+        let group = shape.tp as u32;
+        if shape.sequence_parallel {
+            let op = collective(
+                name,
+                CollectiveKind::ReduceScatter,
+                bytes,
+                group,
+                shape.elem_bytes(),
+            );
+            self.op(op, &[input], false)
+        } else {
+            let op = collective(
+                name,
+                CollectiveKind::AllReduce,
+                bytes,
+                group,
+                shape.elem_bytes(),
+            );
+            self.push(Node {
+                fwd: Some(op),
+                preds: vec![input],
+                grad: Vec::new(),
+                leaf: Vec::new(),
+            })
+        }
+    }
+}
+
+impl Template {
+    fn head_dim(&self) -> u64 {
+        self.hidden / self.heads
+    }
+    /// Width of the fused Q, K, V projection: h for queries plus 2·kv·d for keys and values.
+    fn qkv_width(&self) -> u64 {
+        self.hidden + 2 * self.kv_heads * self.head_dim()
+    }
+    fn norm(&self) -> VectorOp {
+        match self.family {
+            Family::Llama => VectorOp::RmsNorm,
+            _ => VectorOp::LayerNorm,
+        }
+    }
+    /// Parameters of one normalisation layer (scale, plus shift for LayerNorm).
+    fn norm_params(&self) -> u64 {
+        match self.family {
+            Family::Llama => self.hidden,
+            _ => 2 * self.hidden,
+        }
+    }
+    fn has_dropout(&self) -> bool {
+        self.family != Family::Llama
+    }
+    fn has_bias(&self) -> bool {
+        self.family != Family::Llama
+    }
+    /// Learned position-embedding rows (OPT reserves 2 extra; Llama uses rotary instead).
+    fn position_rows(&self, seq_len: u64) -> u64 {
+        match self.family {
+            Family::Gpt | Family::Bert => seq_len,
+            Family::Opt => seq_len + 2,
+            Family::Llama => 0,
+        }
+    }
+    /// Vocabulary rows one device holds: Megatron pads V to a multiple of t.
+    fn vocab_per_device(&self, tp: u64) -> u64 {
+        self.vocab.div_ceil(tp)
+    }
+
+    /// Why width `tp` cannot slice this model, if it cannot.
+    pub(crate) fn tp_error(
+        &self,
+        tp: u64,
+        seq_len: u64,
+        sequence_parallel: bool,
+    ) -> Option<String> {
+        if tp == 0 {
+            return Some("must be at least 1".to_string());
+        }
+        let checks = [
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("ffn_hidden", self.ffn_hidden),
+        ];
+        for (what, value) in checks {
+            if value % tp != 0 {
+                return Some(format!(
+                    "tensor-parallel width {tp} does not divide {what} = {value}"
+                ));
+            }
+        }
+        if sequence_parallel && seq_len % tp != 0 {
+            return Some(format!(
+                "sequence parallelism needs tensor-parallel width {tp} to divide seq_len = {seq_len}"
+            ));
+        }
+        None
+    }
+
+    /// Why micro-batch `micro_batch` makes some per-device size too large to count exactly
+    /// in 64-bit integers, if it does (the largest are the attention scores, the FFN
+    /// activations and the fp32 logits).
+    pub(crate) fn size_error(&self, seq_len: u64, micro_batch: u64) -> Option<String> {
+        let tokens = seq_len as f64 * micro_batch as f64;
+        let largest = [
+            tokens * seq_len as f64 * self.heads as f64 * 9.0,
+            tokens * self.ffn_hidden as f64 * 16.0,
+            tokens * self.vocab as f64 * 4.0,
+            tokens * self.hidden as f64 * 64.0,
+        ]
+        .into_iter()
+        .fold(0.0, f64::max);
+        (largest > 2f64.powi(62)).then(|| {
+            format!("{micro_batch} samples of {seq_len} tokens give tensors beyond 2^62 bytes")
+        })
+    }
+
+    /// Parameters of one transformer block held by one device at width `tp`.
+    pub(crate) fn block_params(&self, tp: u64) -> u64 {
+        let (h, f) = (self.hidden, self.ffn_hidden);
+        let qkv = h * self.qkv_width() / tp;
+        let proj = h * h / tp;
+        let norms = 2 * self.norm_params();
+        let ffn_weights = match self.family {
+            Family::Llama => 3 * h * f / tp,
+            _ => 2 * h * f / tp,
+        };
+        // Column-parallel biases (QKV, FFN up) are sliced, row-parallel ones (proj, down)
+        // replicated.
+        let biases = if self.has_bias() {
+            self.qkv_width() / tp + h + f / tp + h
+        } else {
+            0
+        };
+        qkv + proj + ffn_weights + biases + norms
+    }
+
+    /// Parameters of the embedding layer per device: the (vocab-parallel) token table plus
+    /// replicated position rows; BERT adds two token-type rows and its embedding layernorm.
+    pub(crate) fn embedding_params(&self, seq_len: u64, tp: u64) -> u64 {
+        let h = self.hidden;
+        let extra = match self.family {
+            Family::Bert => 2 * h + 2 * h,
+            _ => 0,
+        };
+        self.vocab_per_device(tp) * h + self.position_rows(seq_len) * h + extra
+    }
+
+    /// Parameters of the head per device. Tied output embeddings (gpt, bert, opt) are counted
+    /// once, in the embedding layer. BERT's head is the masked-LM transform (dense + layernorm)
+    /// and the decoder bias; its pooler is not modelled.
+    pub(crate) fn head_params(&self, tp: u64) -> u64 {
+        let h = self.hidden;
+        match self.family {
+            Family::Gpt | Family::Opt => self.norm_params(),
+            Family::Bert => h * h + h + 2 * h + self.vocab_per_device(tp),
+            Family::Llama => self.norm_params() + self.vocab_per_device(tp) * h,
+        }
+    }
+
+    pub(crate) fn total_params(&self, seq_len: u64) -> u64 {
+        self.embedding_params(seq_len, 1) + self.layers * self.block_params(1) + self.head_params(1)
+    }
+
+    /// Korthikanti et al. 2022 activation memory of one block, generalised to GQA, any FFN
+    /// width, SwiGLU, no-dropout families and any element size. For a GPT block in 16-bit it is
+    /// exactly s·b·h·(34 + 5as/h) (t = 1), s·b·h·(10 + 24/t + 5as/(ht)) (TP) and
+    /// s·b·h·(34/t + 5as/(ht)) (TP + SP); selective drops the as² terms; full keeps the input.
+    pub(crate) fn block_activation_bytes(&self, shape: &Shape) -> ActivationBytes {
+        let e = shape.e();
+        let tp = shape.tp;
+        let h = self.hidden;
+        let tokens = shape.tokens();
+        let local = shape.local_tokens();
+        let kvd = self.kv_heads * self.head_dim();
+        let drop = u64::from(self.has_dropout());
+        // Outside the parallel regions (replicated, or sliced by SP): two norm inputs, the two
+        // inputs of the column-parallel GEMMs, and the 1-byte dropout masks.
+        let outside = local * h * (4 * e + 2 * drop);
+        // Inside (sliced by t): Q and K, V, the projection input, the FFN activation's inputs
+        // and the down-projection input.
+        let ffn_inputs = match self.family {
+            Family::Llama => 2,
+            _ => 1,
+        };
+        let inside = tokens * e * ((h + kvd) + kvd + h + (ffn_inputs + 1) * self.ffn_hidden) / tp;
+        // Attention scores: softmax output (e), dropout mask (1) and dropout output (e).
+        let scores = mul(&[
+            shape.micro_batch,
+            self.heads / tp,
+            shape.seq_len,
+            shape.seq_len,
+        ]);
+        let attention = scores * (e + drop * (1 + e));
+        let selective = outside + inside;
+        ActivationBytes {
+            none: selective + attention,
+            selective,
+            full: local * h * e,
+        }
+    }
+
+    fn embedding_activation_bytes(&self, shape: &Shape) -> ActivationBytes {
+        // Token ids (int32) always; the dropout mask and BERT's layernorm input without recompute.
+        let ids = 4 * shape.tokens();
+        let local = shape.local_tokens() * self.hidden;
+        let kept = ids
+            + local * u64::from(self.has_dropout())
+            + if self.family == Family::Bert {
+                local * shape.e()
+            } else {
+                0
+            };
+        ActivationBytes {
+            none: kept,
+            selective: kept,
+            full: ids,
+        }
+    }
+
+    fn head_activation_bytes(&self, shape: &Shape) -> ActivationBytes {
+        // The head is never recomputed: norm (BERT: dense, GeLU, norm) inputs, the LM-head
+        // input (gathered) and fp32 logits for the loss (4·s·b·V/t, Korthikanti §4.3).
+        let e = shape.e();
+        let local = shape.local_tokens() * self.hidden * e;
+        let norm_inputs = if self.family == Family::Bert { 3 } else { 1 };
+        let kept = norm_inputs * local
+            + shape.tokens() * self.hidden * e
+            + 4 * shape.tokens() * self.vocab_per_device(shape.tp);
+        ActivationBytes {
+            none: kept,
+            selective: kept,
+            full: kept,
+        }
+    }
+
+    fn block_nodes(&self, shape: &Shape) -> Vec<Node> {
+        let mut bld = Builder {
+            nodes: Vec::new(),
+            hidden: self.hidden,
+        };
+        let e = shape.elem_bytes();
+        let (h, tp) = (self.hidden, shape.tp);
+        let (s, b) = (shape.seq_len, shape.micro_batch);
+        let tokens = shape.tokens();
+        let local = shape.local_tokens() * h;
+        let d = self.head_dim();
+        let kvd = self.kv_heads * d;
+        let heads = b * self.heads / tp;
+        let f = self.ffn_hidden / tp;
+
+        let ln1 = bld.op(vector("ln1", self.norm(), local, h, e), &[], false);
+        let x = bld.enter_parallel("tp_attn_in", ln1, shape);
+        let qkv = bld.op(
+            gemm("qkv", 1, tokens, self.qkv_width() / tp, h, e),
+            &[x],
+            true,
+        );
+        let qk_in = if self.family == Family::Llama {
+            let rotary = vector("rotary", VectorOp::Rotary, tokens * (h + kvd) / tp, d, e);
+            bld.op(rotary, &[qkv], false)
+        } else {
+            qkv
+        };
+        let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
+        let scores = heads * s * s;
+        let softmax = bld.op(
+            vector("softmax", VectorOp::Softmax, scores, s, e),
+            &[qk],
+            false,
+        );
+        let probs = if self.has_dropout() {
+            let dropout = vector("attn_dropout", VectorOp::Dropout, scores, 1, e);
+            bld.op(dropout, &[softmax], false)
+        } else {
+            softmax
+        };
+        // Probabilities × V: the gradient of the probabilities goes back to the softmax side,
+        // the gradient of V to the QKV projection.
+        let av = gemm("av", heads, s, d, s, e);
+        let av = bld.push(Node {
+            grad: vec![
+                (gemm_grad_a(&av, "grad_a"), Feeds::Only(vec![probs])),
+                (gemm_grad_b(&av, "grad_b"), Feeds::Only(vec![qkv])),
+            ],
+            fwd: Some(av),
+            preds: vec![probs, qkv],
+            leaf: Vec::new(),
+        });
+        let proj = bld.op(gemm("proj", 1, tokens, h, h / tp, e), &[av], true);
+        let y = bld.leave_parallel("tp_attn_out", proj, shape);
+        let y = if self.has_dropout() {
+            bld.op(
+                vector("dropout1", VectorOp::Dropout, local, 1, e),
+                &[y],
+                false,
+            )
+        } else {
+            y
+        };
+        let add1 = bld.op(vector("residual1", VectorOp::Add, local, 1, e), &[y], false);
+        let ln2 = bld.op(vector("ln2", self.norm(), local, h, e), &[add1], false);
+        let x = bld.enter_parallel("tp_mlp_in", ln2, shape);
+        let act = match self.family {
+            Family::Llama => {
+                let gate = bld.op(gemm("ffn_gate", 1, tokens, f, h, e), &[x], true);
+                let up = bld.op(gemm("ffn_up", 1, tokens, f, h, e), &[x], true);
+                let silu = bld.op(
+                    vector("silu", VectorOp::Silu, tokens * f, 1, e),
+                    &[gate],
+                    false,
+                );
+                bld.op(
+                    vector("swiglu_mul", VectorOp::Mul, tokens * f, 1, e),
+                    &[silu, up],
+                    false,
+                )
+            }
+            family => {
+                let up = bld.op(gemm("ffn_up", 1, tokens, f, h, e), &[x], true);
+                let op = if family == Family::Opt {
+                    VectorOp::Relu
+                } else {
+                    VectorOp::Gelu
+                };
+                let name = if family == Family::Opt {
+                    "relu"
+                } else {
+                    "gelu"
+                };
+                bld.op(vector(name, op, tokens * f, 1, e), &[up], false)
+            }
+        };
+        let down = bld.op(gemm("ffn_down", 1, tokens, h, f, e), &[act], true);
+        let y = bld.leave_parallel("tp_mlp_out", down, shape);
+        let y = if self.has_dropout() {
+            bld.op(
+                vector("dropout2", VectorOp::Dropout, local, 1, e),
+                &[y],
+                false,
+            )
+        } else {
+            y
+        };
+        bld.op(
+            vector("residual2", VectorOp::Add, local, 1, e),
+            &[y, add1],
+            false,
+        );
+        bld.nodes
+    }
+
+    fn embedding_nodes(&self, shape: &Shape) -> Vec<Node> {
+        let mut bld = Builder {
+            nodes: Vec::new(),
+            hidden: self.hidden,
+        };
+        let e = shape.elem_bytes();
+        let h = self.hidden;
+        let local = shape.local_tokens() * h;
+        // Vocab-parallel gather (with the position add): each device looks up its slice of the
+        // table for every token, then the partial rows are summed across the group.
+        let gather = vector("embedding", VectorOp::Embedding, shape.tokens() * h, h, e);
+        let x = bld.op(gather, &[], false);
+        let x = bld.leave_parallel("tp_embedding_out", x, shape);
+        let x = if self.family == Family::Bert {
+            bld.op(
+                vector("embedding_norm", VectorOp::LayerNorm, local, h, e),
+                &[x],
+                false,
+            )
+        } else {
+            x
+        };
+        if self.has_dropout() {
+            bld.op(
+                vector("embedding_dropout", VectorOp::Dropout, local, 1, e),
+                &[x],
+                false,
+            );
+        }
+        bld.nodes
+    }
+
+    fn head_nodes(&self, shape: &Shape) -> Vec<Node> {
+        let mut bld = Builder {
+            nodes: Vec::new(),
+            hidden: self.hidden,
+        };
+        let e = shape.elem_bytes();
+        let h = self.hidden;
+        let local_tokens = shape.local_tokens();
+        let local = local_tokens * h;
+        let x = if self.family == Family::Bert {
+            // Masked-LM transform: a replicated dense layer, GeLU and layernorm.
+            let dense = bld.op(gemm("mlm_dense", 1, local_tokens, h, h, e), &[], true);
+            let gelu = bld.op(
+                vector("mlm_gelu", VectorOp::Gelu, local, 1, e),
+                &[dense],
+                false,
+            );
+            bld.op(
+                vector("mlm_norm", VectorOp::LayerNorm, local, h, e),
+                &[gelu],
+                false,
+            )
+        } else {
+            bld.op(vector("final_norm", self.norm(), local, h, e), &[], false)
+        };
+        let x = bld.enter_parallel("tp_head_in", x, shape);
+        let vocab = self.vocab_per_device(shape.tp);
+        let logits = bld.op(gemm("lm_head", 1, shape.tokens(), vocab, h, e), &[x], true);
+        let loss = vector(
+            "cross_entropy",
+            VectorOp::CrossEntropy,
+            shape.tokens() * vocab,
+            vocab,
+            e,
+        );
+        bld.op(loss, &[logits], false);
+        bld.nodes
+    }
+
+    /// Shape-determining values shared by the signatures of this template's layers.
+    fn signature_tail(&self, shape: &Shape) -> String {
+        format!(
+            "h{} a{} kv{} f{} v{} s{} b{} t{} sp{} {}",
+            self.hidden,
+            self.heads,
+            self.kv_heads,
+            self.ffn_hidden,
+            self.vocab,
+            shape.seq_len,
+            shape.micro_batch,
+            shape.tp,
+            u8::from(shape.sequence_parallel),
+            shape.precision.name()
+        )
+    }
+
+    /// The layer graph at one shape: embedding, the L blocks (one shared operator graph) and
+    /// the head, as a chain. The caller has checked the shape with [`Template::tp_error`].
+    pub(crate) fn layer_graph(&self, shape: &Shape) -> LayerGraph {
+        let family = self.family.name();
+        let tail = self.signature_tail(shape);
+        let hidden_bytes = mul(&[shape.local_tokens(), self.hidden, shape.e()]);
+        let make = |name: String, kind: &str, nodes: Vec<Node>, params, act, out| {
+            let (fwd, bwd) = build_graphs(&nodes);
+            Layer {
+                name,
+                signature: format!("{family}-{kind} {tail}"),
+                fwd: Arc::new(fwd),
+                bwd: Arc::new(bwd),
+                params,
+                activation_bytes: act,
+                output_bytes: out,
+            }
+        };
+        let mut layers = Vec::with_capacity(self.layers as usize + 2);
+        layers.push(make(
+            "embedding".to_string(),
+            "embedding",
+            self.embedding_nodes(shape),
+            self.embedding_params(shape.seq_len, shape.tp),
+            self.embedding_activation_bytes(shape),
+            hidden_bytes,
+        ));
+        let block = make(
+            "block".to_string(),
+            "block",
+            self.block_nodes(shape),
+            self.block_params(shape.tp),
+            self.block_activation_bytes(shape),
+            hidden_bytes,
+        );
+        for i in 0..self.layers {
+            layers.push(Layer {
+                name: format!("block{i}"),
+                ..block.clone()
+            });
+        }
+        // The head's output is the fp32 loss of each sample.
+        layers.push(make(
+            "head".to_string(),
+            "head",
+            self.head_nodes(shape),
+            self.head_params(shape.tp),
+            self.head_activation_bytes(shape),
+            4 * shape.micro_batch,
+        ));
+        let edges = (1..layers.len())
+            .map(|j| (j - 1, j, hidden_bytes))
+            .collect();
+        LayerGraph {
+            layers,
+            edges,
+            tp: shape.tp as u32,
+            micro_batch: shape.micro_batch as u32,
+            sequence_parallel: shape.sequence_parallel,
+        }
+    }
+}

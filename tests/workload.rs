@@ -1,0 +1,622 @@
+//! Workload loading and graph generation: parameter counts against published sizes, FLOPs
+//! against Narayanan et al. 2021, activation memory against Korthikanti et al. 2022, Megatron
+//! collectives, backward structure, operator-DAG workloads and input errors.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use tandem::workload::{
+    CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, Precision, Workload,
+};
+
+fn load(name: &str) -> Workload {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
+    Workload::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn rel_err(got: f64, want: f64) -> f64 {
+    (got - want).abs() / want
+}
+
+fn gemm_flops(graph: &OpGraph) -> f64 {
+    graph
+        .ops
+        .iter()
+        .filter(|o| matches!(o.kind, OpKind::Gemm { .. }))
+        .map(|o| o.flops)
+        .sum()
+}
+
+fn block(graph: &LayerGraph) -> &Layer {
+    &graph.layers[1]
+}
+
+fn op_index(graph: &OpGraph, name: &str) -> usize {
+    graph
+        .ops
+        .iter()
+        .position(|o| o.name == name)
+        .unwrap_or_else(|| panic!("no op {name}"))
+}
+
+/// Whether `to` is reachable from `from` along edges.
+fn reaches(graph: &OpGraph, from: usize, to: usize) -> bool {
+    let mut seen = BTreeSet::from([from]);
+    let mut stack = vec![from];
+    while let Some(i) = stack.pop() {
+        if i == to {
+            return true;
+        }
+        for &(a, b) in &graph.edges {
+            if a == i && seen.insert(b) {
+                stack.push(b);
+            }
+        }
+    }
+    false
+}
+
+fn collectives(graph: &OpGraph) -> Vec<(CollectiveKind, u64, u32)> {
+    graph
+        .ops
+        .iter()
+        .filter_map(|o| match o.kind {
+            OpKind::Collective {
+                collective,
+                bytes,
+                group,
+            } => Some((collective, bytes, group)),
+            _ => None,
+        })
+        .collect()
+}
+
+const GPT_WORKLOADS: [&str; 8] = [
+    "workloads/gpt2-xl.toml",
+    "workloads/megatron-gpt2-8.3b.toml",
+    "workloads/gpt3-175b.toml",
+    "workloads/gpt-1.7b.toml",
+    "workloads/gpt-3.6b.toml",
+    "workloads/gpt-7.5b.toml",
+    "workloads/gpt-18.4b.toml",
+    "workloads/gpt-39.1b.toml",
+];
+
+const ALL_WORKLOADS: [&str; 12] = [
+    "workloads/bert-large.toml",
+    "workloads/gpt2-xl.toml",
+    "workloads/megatron-gpt2-8.3b.toml",
+    "workloads/gpt3-175b.toml",
+    "workloads/opt-350m.toml",
+    "workloads/llama2-7b.toml",
+    "workloads/llama2-70b.toml",
+    "workloads/gpt-1.7b.toml",
+    "workloads/gpt-3.6b.toml",
+    "workloads/gpt-7.5b.toml",
+    "workloads/gpt-18.4b.toml",
+    "workloads/gpt-39.1b.toml",
+];
+
+#[test]
+fn parameter_counts_match_published_sizes() {
+    let gpt3 = load("workloads/gpt3-175b.toml");
+    // V·h + s·h + 96·(12h² + 13h) + 2h, exactly.
+    assert_eq!(gpt3.total_params(), 174_604_259_328);
+    assert!(rel_err(gpt3.total_params() as f64, 174.6e9) < 0.005);
+    let llama7 = load("workloads/llama2-7b.toml");
+    assert_eq!(llama7.total_params(), 6_738_415_616);
+    assert!(rel_err(llama7.total_params() as f64, 6.74e9) < 0.005);
+    let llama70 = load("workloads/llama2-70b.toml");
+    assert!(rel_err(llama70.total_params() as f64, 69.0e9) < 0.01);
+    // BERT-Large counting word, position and token-type embeddings, the embedding layernorm,
+    // the 24 blocks and the masked-LM head (dense, layernorm, decoder bias); no pooler.
+    let bert = load("workloads/bert-large.toml");
+    assert_eq!(bert.total_params(), 335_174_458);
+    assert!(rel_err(bert.total_params() as f64, 336e6) < 0.02);
+    // Narayanan et al. 2021 Table 1 sizes (rounded to 0.1 B in the paper).
+    for (file, billions) in [
+        ("workloads/gpt-1.7b.toml", 1.7),
+        ("workloads/gpt-3.6b.toml", 3.6),
+        ("workloads/gpt-7.5b.toml", 7.5),
+        ("workloads/gpt-18.4b.toml", 18.4),
+        ("workloads/gpt-39.1b.toml", 39.1),
+    ] {
+        let params = load(file).total_params() as f64;
+        assert!(rel_err(params, billions * 1e9) < 0.03, "{file}: {params}");
+    }
+}
+
+#[test]
+fn layer_params_sum_to_total_at_t1_and_shrink_with_t() {
+    for file in ALL_WORKLOADS {
+        let w = load(file);
+        let g = w.layer_graph(1, 1, false).unwrap();
+        let sum: u64 = g.layers.iter().map(|l| l.params).sum();
+        assert_eq!(sum, w.total_params(), "{file}");
+    }
+    let gpt3 = load("workloads/gpt3-175b.toml");
+    let h = 12288u64;
+    let g8 = gpt3.layer_graph(8, 1, false).unwrap();
+    // Sliced weights and column-parallel biases / 8; two row-parallel biases and two
+    // layernorms (4h) replicated.
+    assert_eq!(block(&g8).params, (12 * h * h + 7 * h) / 8 + 2 * h + 4 * h);
+}
+
+#[test]
+fn model_flops_match_narayanan_formula() {
+    for file in GPT_WORKLOADS {
+        let w = load(file);
+        let Some(tandem::workload::Model::Template(t)) = Some(&w.model) else {
+            unreachable!()
+        };
+        let (b, l, s, h, v) = (
+            w.global_batch as f64,
+            t.layers as f64,
+            w.seq_len as f64,
+            t.hidden as f64,
+            t.vocab as f64,
+        );
+        let model = 72.0 * b * l * s * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * h * l));
+        let hardware = 96.0 * b * l * s * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * h * l));
+        assert!(
+            rel_err(w.model_flops_per_iteration(), model) < 1e-3,
+            "{file}"
+        );
+        assert!(
+            rel_err(w.hardware_flops_per_iteration(true), hardware) < 1e-3,
+            "{file}"
+        );
+        assert_eq!(
+            w.hardware_flops_per_iteration(false),
+            w.model_flops_per_iteration()
+        );
+    }
+}
+
+#[test]
+fn graph_flops_are_three_times_forward_and_consistent_across_widths() {
+    for file in ALL_WORKLOADS {
+        let w = load(file);
+        let g = w.layer_graph(1, 1, false).unwrap();
+        let fwd: f64 = g.layers.iter().map(|l| gemm_flops(&l.fwd)).sum();
+        let bwd: f64 = g.layers.iter().map(|l| gemm_flops(&l.bwd)).sum();
+        assert!(rel_err(bwd, 2.0 * fwd) < 1e-12, "{file}");
+        let model = w.model_flops_per_iteration();
+        assert!(
+            rel_err(3.0 * fwd * w.global_batch as f64, model) < 1e-9,
+            "{file}"
+        );
+        // At t and micro-batch 2, t devices together do the work of 2 samples (to 1 %:
+        // Megatron pads the vocabulary to a multiple of t). BERT's masked-LM dense layer is
+        // replicated, so every device does all of it.
+        let t = *w.valid_tp(8).last().unwrap();
+        let gt = w.layer_graph(t, 2, false).unwrap();
+        let all_ops = || {
+            gt.layers
+                .iter()
+                .flat_map(|l| l.fwd.ops.iter().chain(&l.bwd.ops))
+        };
+        let gemm = |o: &&tandem::workload::Op| matches!(o.kind, OpKind::Gemm { .. });
+        let per_device: f64 = all_ops().filter(gemm).map(|o| o.flops).sum();
+        let replicated: f64 = all_ops()
+            .filter(gemm)
+            .filter(|o| o.name.starts_with("mlm_dense"))
+            .map(|o| o.flops)
+            .sum();
+        let whole =
+            ((per_device - replicated) * f64::from(t) + replicated) / 2.0 * w.global_batch as f64;
+        assert!(rel_err(whole, model) < 0.01, "{file} t={t}");
+    }
+}
+
+#[test]
+fn backward_gemms_are_twice_forward_per_block() {
+    for file in ALL_WORKLOADS {
+        let w = load(file);
+        for (t, sp) in [(1, false), (2, false), (2, true)] {
+            if !w.valid_tp(2).contains(&t) {
+                continue;
+            }
+            let g = w.layer_graph(t, 1, sp).unwrap();
+            for layer in &g.layers {
+                let fwd_gemms = layer
+                    .fwd
+                    .ops
+                    .iter()
+                    .filter(|o| matches!(o.kind, OpKind::Gemm { .. }))
+                    .count();
+                let bwd_gemms = layer
+                    .bwd
+                    .ops
+                    .iter()
+                    .filter(|o| matches!(o.kind, OpKind::Gemm { .. }))
+                    .count();
+                assert_eq!(bwd_gemms, 2 * fwd_gemms, "{file} {}", layer.name);
+                assert_eq!(gemm_flops(&layer.bwd), 2.0 * gemm_flops(&layer.fwd));
+            }
+        }
+    }
+}
+
+#[test]
+fn gpt3_block_matches_megatron_shapes() {
+    let w = load("workloads/gpt3-175b.toml");
+    let g = w.layer_graph(8, 1, false).unwrap();
+    let fwd = &block(&g).fwd;
+    let kind = |name: &str| fwd.ops[op_index(fwd, name)].kind;
+    let (s, h) = (2048, 12288);
+    assert_eq!(
+        kind("qkv"),
+        OpKind::Gemm {
+            batch: 1,
+            m: s,
+            n: 3 * h / 8,
+            k: h
+        }
+    );
+    assert_eq!(
+        kind("qk"),
+        OpKind::Gemm {
+            batch: 12,
+            m: s,
+            n: s,
+            k: 128
+        }
+    );
+    assert_eq!(
+        kind("av"),
+        OpKind::Gemm {
+            batch: 12,
+            m: s,
+            n: 128,
+            k: s
+        }
+    );
+    assert_eq!(
+        kind("proj"),
+        OpKind::Gemm {
+            batch: 1,
+            m: s,
+            n: h,
+            k: h / 8
+        }
+    );
+    assert_eq!(
+        kind("ffn_down"),
+        OpKind::Gemm {
+            batch: 1,
+            m: s,
+            n: h,
+            k: 4 * h / 8
+        }
+    );
+    // Topological order and a chain of layers: embedding, 96 blocks, head.
+    for layer in &g.layers {
+        assert!(layer.fwd.edges.iter().all(|&(i, j)| i < j));
+        assert!(layer.bwd.edges.iter().all(|&(i, j)| i < j));
+    }
+    assert_eq!(g.layers.len(), 98);
+    assert_eq!(g.edges.len(), 97);
+    assert!(g
+        .edges
+        .iter()
+        .all(|&(i, j, bytes)| j == i + 1 && bytes == s * h * 2));
+    let signatures: BTreeSet<&str> = g.layers[1..97]
+        .iter()
+        .map(|l| l.signature.as_str())
+        .collect();
+    assert_eq!(signatures.len(), 1);
+    assert_eq!(
+        g.layers[1].signature,
+        "gpt-block h12288 a96 kv96 f49152 v50257 s2048 b1 t8 sp0 bf16"
+    );
+}
+
+#[test]
+fn gpt3_activation_bytes_match_korthikanti() {
+    // s·b·h = 2048·12288 = 25 165 824; 5as/h = 80.
+    let w = load("workloads/gpt3-175b.toml");
+    let act = |t, sp| block(&w.layer_graph(t, 1, sp).unwrap()).activation_bytes;
+    let a1 = act(1, false);
+    assert_eq!(a1.none, 2_868_903_936); // sbh·(34 + 80)
+    assert_eq!(a1.selective, 855_638_016); // sbh·34
+    assert_eq!(a1.full, 50_331_648); // 2·sbh
+    let a8 = act(8, false);
+    assert_eq!(a8.none, 578_813_952); // sbh·(10 + 24/8 + 80/8)
+    assert_eq!(a8.selective, 327_155_712); // sbh·(10 + 3)
+    assert_eq!(a8.full, 50_331_648);
+    let sp = act(8, true);
+    assert_eq!(sp.none, 358_612_992); // sbh·(34/8 + 10)
+    assert_eq!(sp.selective, 106_954_752); // sbh·34/8
+    assert_eq!(sp.full, 6_291_456); // 2·sbh/8
+                                    // Linear in the micro-batch.
+    let a4 = block(&w.layer_graph(8, 4, true).unwrap()).activation_bytes;
+    assert_eq!(a4.none, 4 * sp.none);
+    assert_eq!(
+        block(&w.layer_graph(1, 1, false).unwrap()).output_bytes,
+        50_331_648
+    );
+}
+
+#[test]
+fn collectives_present_iff_tp_with_megatron_sizes() {
+    let w = load("workloads/gpt3-175b.toml");
+    let sbh2 = 2048 * 12288 * 2;
+    let g1 = w.layer_graph(1, 1, false).unwrap();
+    for layer in &g1.layers {
+        assert!(collectives(&layer.fwd).is_empty());
+        assert!(collectives(&layer.bwd).is_empty());
+    }
+    let g8 = w.layer_graph(8, 1, false).unwrap();
+    let b = block(&g8);
+    let ar = (CollectiveKind::AllReduce, sbh2, 8);
+    assert_eq!(collectives(&b.fwd), vec![ar, ar]);
+    assert_eq!(collectives(&b.bwd), vec![ar, ar]);
+    // Backward all-reduces follow the column-parallel input-gradient GEMMs.
+    let bwd = &b.bwd;
+    for (dgrad, reduce) in [("qkv.dgrad", "tp_attn_in"), ("ffn_up.dgrad", "tp_mlp_in")] {
+        let (i, j) = (op_index(bwd, dgrad), op_index(bwd, reduce));
+        assert!(bwd.edges.contains(&(i, j)), "{dgrad} -> {reduce}");
+    }
+    // The forward all-reduces follow the row-parallel GEMMs.
+    let fwd = &b.fwd;
+    assert!(fwd
+        .edges
+        .contains(&(op_index(fwd, "proj"), op_index(fwd, "tp_attn_out"))));
+    // Sequence parallel: all-gather before, reduce-scatter after; duals in backward.
+    let sp = w.layer_graph(8, 1, true).unwrap();
+    let b = block(&sp);
+    let ag = (CollectiveKind::AllGather, sbh2, 8);
+    let rs = (CollectiveKind::ReduceScatter, sbh2, 8);
+    assert_eq!(collectives(&b.fwd), vec![ag, rs, ag, rs]);
+    assert_eq!(collectives(&b.bwd), vec![ag, rs, ag, rs]);
+    // Layernorm work is divided by t under sequence parallelism.
+    let ln = &b.fwd.ops[op_index(&b.fwd, "ln1")];
+    assert!(matches!(ln.kind, OpKind::Vector { elements, .. } if elements == 2048 * 12288 / 8));
+}
+
+#[test]
+fn llama_block_is_swiglu_rmsnorm_rotary_gqa() {
+    let w = load("workloads/llama2-70b.toml");
+    let g = w.layer_graph(8, 1, false).unwrap();
+    let fwd = &block(&g).fwd;
+    let (gate, up) = (op_index(fwd, "ffn_gate"), op_index(fwd, "ffn_up"));
+    assert!(!reaches(fwd, gate, up) && !reaches(fwd, up, gate));
+    let mul = op_index(fwd, "swiglu_mul");
+    assert!(reaches(fwd, gate, mul) && reaches(fwd, up, mul));
+    // GQA: q h/t + 2·kv·d/t = 1024 + 2·8·128/8.
+    assert!(matches!(
+        fwd.ops[op_index(fwd, "qkv")].kind,
+        OpKind::Gemm {
+            n: 1280,
+            k: 8192,
+            ..
+        }
+    ));
+    assert!(fwd.ops.iter().any(|o| o.name == "rotary"));
+    assert!(fwd.ops.iter().all(|o| !o.name.contains("dropout")));
+    assert!(matches!(
+        fwd.ops[op_index(fwd, "ln1")].kind,
+        OpKind::Vector {
+            op: tandem::workload::VectorOp::RmsNorm,
+            ..
+        }
+    ));
+    // Gate and up gradients run independently in backward too.
+    let bwd = &block(&g).bwd;
+    let (gd, ud) = (
+        op_index(bwd, "ffn_gate.dgrad"),
+        op_index(bwd, "ffn_up.dgrad"),
+    );
+    assert!(!reaches(bwd, gd, ud) && !reaches(bwd, ud, gd));
+    // kv_heads = 8 limits the tensor width.
+    assert_eq!(w.valid_tp(64), vec![1, 2, 4, 8]);
+}
+
+#[test]
+fn bytes_per_param_by_optimizer_and_precision() {
+    let w = load("workloads/gpt3-175b.toml");
+    assert_eq!(w.precision, Precision::Bf16);
+    assert_eq!(w.optimizer, Optimizer::Adam);
+    assert_eq!(w.bytes_per_param().total(), 16);
+    let mut sgd = w.clone();
+    sgd.optimizer = Optimizer::Sgd;
+    assert_eq!(sgd.bytes_per_param().total(), 4);
+    let mut fp32 = w.clone();
+    fp32.precision = Precision::Fp32;
+    assert_eq!(fp32.bytes_per_param().total(), 16);
+    assert_eq!(fp32.bytes_per_param().optimizer, 8);
+    assert_eq!(w.tokens_per_sample(), 2048);
+}
+
+#[test]
+fn dag_workload_loads_scales_and_derives_backward() {
+    let w = load("examples/dag-workload.json");
+    assert_eq!(w.total_params(), 288_768 + 262_656 + 525_568 + 256_000);
+    assert_eq!(w.valid_tp(8), vec![1]);
+    let g1 = w.layer_graph(1, 1, false).unwrap();
+    let g4 = w.layer_graph(1, 4, false).unwrap();
+    assert_eq!(
+        g4.edges,
+        vec![
+            (0, 1, 262_144),
+            (0, 2, 262_144),
+            (1, 3, 262_144),
+            (2, 3, 262_144)
+        ]
+    );
+    for (a, b) in g1.layers.iter().zip(&g4.layers) {
+        assert_eq!(b.params, a.params);
+        assert_eq!(b.activation_bytes.none, 4 * a.activation_bytes.none);
+        assert_eq!(b.output_bytes, 4 * a.output_bytes);
+        assert_eq!(gemm_flops(&b.fwd), 4.0 * gemm_flops(&a.fwd));
+        assert_eq!(b.fwd.total_flops(), 4.0 * a.fwd.total_flops());
+    }
+    let attn = &g4.layers[1];
+    assert_eq!(
+        attn.fwd.ops[4].kind,
+        OpKind::Gemm {
+            batch: 16,
+            m: 128,
+            n: 128,
+            k: 64
+        }
+    );
+    assert_eq!(
+        attn.fwd.ops[1].kind,
+        OpKind::Gemm {
+            batch: 1,
+            m: 512,
+            n: 256,
+            k: 256
+        }
+    );
+    // Q, K and V run in parallel; derived backward has two GEMMs per forward GEMM.
+    assert!(!reaches(&attn.fwd, 1, 2) && !reaches(&attn.fwd, 2, 3));
+    assert_eq!(gemm_flops(&attn.bwd), 2.0 * gemm_flops(&attn.fwd));
+    // Model FLOPs: (fwd + bwd GEMMs per sample) × global batch 64.
+    let per_sample: f64 = g1
+        .layers
+        .iter()
+        .map(|l| gemm_flops(&l.fwd) + gemm_flops(&l.bwd))
+        .sum();
+    assert_eq!(w.model_flops_per_iteration(), 64.0 * per_sample);
+    // Explicit backward is taken as given.
+    assert_eq!(g1.layers[3].bwd.ops.len(), 4);
+    assert_eq!(g1.layers[3].bwd.edges, vec![(0, 1), (0, 2), (1, 3)]);
+    let err = w.layer_graph(2, 1, false).unwrap_err().to_string();
+    assert!(
+        err.contains("dag-workload.json") && err.contains("`tp`") && err.contains("only tp = 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn identical_dag_layers_share_a_signature() {
+    let w = load("examples/dag-workload.json");
+    let g = w.layer_graph(1, 2, false).unwrap();
+    let sigs: BTreeSet<&str> = g.layers.iter().map(|l| l.signature.as_str()).collect();
+    assert_eq!(sigs.len(), 4);
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/dag-workload.json"),
+    )
+    .unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut copy = json["layers"][2].clone();
+    copy["name"] = "mlp_tower_2".into();
+    json["layers"].as_array_mut().unwrap().push(copy);
+    json["edges"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!([3, 4, 512]));
+    let path = write_temp("dag-copy.json", &json.to_string());
+    let w = Workload::load(&path).unwrap();
+    let g = w.layer_graph(1, 2, false).unwrap();
+    assert_eq!(g.layers[2].signature, g.layers[4].signature);
+}
+
+fn write_temp(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tandem-workload-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const GOOD: &str = "name = \"tiny\"\nfamily = \"gpt\"\nlayers = 2\nhidden = 64\nheads = 4\n\
+vocab = 100\nseq_len = 16\nglobal_batch = 8\n";
+
+fn load_error(file: &str, text: &str) -> String {
+    let path = write_temp(file, text);
+    Workload::load(&path).unwrap_err().to_string()
+}
+
+fn assert_mentions(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "`{message}` lacks `{part}`");
+    }
+}
+
+#[test]
+fn bad_inputs_name_file_field_and_reason() {
+    assert!(Workload::load(&write_temp("good.toml", GOOD)).is_ok());
+    let e = load_error("heads.toml", &GOOD.replace("heads = 4", "heads = 3"));
+    assert_mentions(
+        &e,
+        &["heads.toml", "`heads`", "do not divide hidden size 64"],
+    );
+    let e = load_error("negative.toml", &GOOD.replace("layers = 2", "layers = -2"));
+    assert_mentions(
+        &e,
+        &[
+            "negative.toml",
+            "`layers`",
+            "must be a positive integer, got -2",
+        ],
+    );
+    let e = load_error("family.toml", &GOOD.replace("\"gpt\"", "\"mamba\""));
+    assert_mentions(&e, &["family.toml", "`family`", "unknown family `mamba`"]);
+    let e = load_error(
+        "malformed.toml",
+        &GOOD.replace("layers = 2", "layers = = 2"),
+    );
+    assert_mentions(&e, &["malformed.toml", "malformed TOML", "layers"]);
+    let e = load_error("unknown.toml", &format!("{GOOD}dropout = 0.1\n"));
+    assert_mentions(&e, &["unknown.toml", "unknown field `dropout`"]);
+    let e = load_error("kv.toml", &format!("{GOOD}kv_heads = 3\n"));
+    assert_mentions(&e, &["kv.toml", "`kv_heads`", "do not divide 4 heads"]);
+    let e = load_error("zero.toml", &GOOD.replace("vocab = 100", "vocab = 0"));
+    assert_mentions(&e, &["zero.toml", "`vocab`", "got 0"]);
+    let e = load_error("huge.toml", &GOOD.replace("layers = 2", "layers = 100000"));
+    assert_mentions(
+        &e,
+        &[
+            "huge.toml",
+            "`layers`",
+            "larger than the supported maximum 65536",
+        ],
+    );
+    let tiny = Workload::load(&write_temp("tiny.toml", GOOD)).unwrap();
+    let e = tiny.layer_graph(1, 9, false).unwrap_err().to_string();
+    assert_mentions(
+        &e,
+        &["tiny.toml", "`micro_batch`", "exceeds the global batch 8"],
+    );
+    let odd_seq = write_temp("odd.toml", &GOOD.replace("seq_len = 16", "seq_len = 18"));
+    let odd_seq = Workload::load(&odd_seq).unwrap();
+    assert!(odd_seq.layer_graph(4, 1, false).is_ok());
+    let e = odd_seq.layer_graph(4, 1, true).unwrap_err().to_string();
+    assert_mentions(&e, &["odd.toml", "`tp`", "divide seq_len = 18"]);
+    // Tensor width that does not divide the heads (GPT-2 XL has 25).
+    let xl = load("workloads/gpt2-xl.toml");
+    let e = xl.layer_graph(2, 1, false).unwrap_err().to_string();
+    assert_mentions(&e, &["gpt2-xl.toml", "`tp`", "does not divide heads = 25"]);
+    assert_eq!(xl.valid_tp(8), vec![1]);
+    let e = xl.layer_graph(1, 0, false).unwrap_err().to_string();
+    assert_mentions(&e, &["gpt2-xl.toml", "`micro_batch`"]);
+    // Operator DAG errors.
+    let dag = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/dag-workload.json"),
+    )
+    .unwrap();
+    let e = load_error(
+        "edge.json",
+        &dag.replace("[[0, 1], [1, 2], [2, 3]]", "[[0, 1], [2, 1], [2, 3]]"),
+    );
+    assert_mentions(&e, &["edge.json", "`layers[2].fwd.edges[1]`", "i < j"]);
+    let e = load_error(
+        "names.json",
+        &dag.replace("\"mlp_tower\"", "\"attention_tower\""),
+    );
+    assert_mentions(&e, &["names.json", "`layers[2].name`", "unique"]);
+    let e = load_error("size.json", &dag.replace("\"n\": 1024", "\"n\": 0"));
+    assert_mentions(
+        &e,
+        &["size.json", "`layers[2].fwd.ops[1].kind`", "positive"],
+    );
+    let e = load_error(
+        "layer_edge.json",
+        &dag.replace("[2, 3, 65536]", "[3, 3, 65536]"),
+    );
+    assert_mentions(&e, &["layer_edge.json", "`edges[3]`", "i < j"]);
+}
