@@ -3,11 +3,15 @@
 //! The crate follows the data flow of `ARCHITECTURE.md`: [`workload`] builds operator and
 //! layer graphs, [`arch`] describes chips and search spaces, [`cost`] prices single
 //! operators on a chip, [`schedule`] orders one layer's operators on a chip's cores,
-//! [`placement`] finds the data × tensor × pipeline plan.
+//! [`placement`] finds the data × tensor × pipeline plan, [`search`] runs design points end
+//! to end and [`report`] formats results.
 
 pub mod arch;
+pub mod calibrate;
 pub mod cost;
 pub mod error;
 pub mod placement;
+pub mod report;
 pub mod schedule;
+pub mod search;
 pub mod workload;

@@ -44,7 +44,7 @@ const GLOBAL_BUFFER_TABLE: [(f64, f64); 7] = [
 ];
 
 /// Area of one chip split by component, in mm².
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct AreaBreakdown {
     /// All tensor-core MACs with their register files.
     pub tensor_mm2: f64,

@@ -89,6 +89,8 @@ pub struct VectorOpOverheads {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub silu: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub relu: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub softmax: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer_norm: Option<f64>,
@@ -114,6 +116,7 @@ impl VectorOpOverheads {
             VectorOp::Mul => self.mul,
             VectorOp::Gelu => self.gelu,
             VectorOp::Silu => self.silu,
+            VectorOp::Relu => self.relu,
             VectorOp::Softmax => self.softmax,
             VectorOp::LayerNorm => self.layer_norm,
             VectorOp::RmsNorm => self.rms_norm,
@@ -134,6 +137,7 @@ impl VectorOpOverheads {
             VectorOp::Mul => &mut self.mul,
             VectorOp::Gelu => &mut self.gelu,
             VectorOp::Silu => &mut self.silu,
+            VectorOp::Relu => &mut self.relu,
             VectorOp::Softmax => &mut self.softmax,
             VectorOp::LayerNorm => &mut self.layer_norm,
             VectorOp::RmsNorm => &mut self.rms_norm,

@@ -90,19 +90,33 @@ pub struct OpCost {
 #[derive(Debug)]
 pub struct CostModel {
     arch: ArchConfig,
+    hardware_key: String,
     memo: RwLock<HashMap<(OpKind, u32), OpCost>>,
 }
 
 impl CostModel {
     pub fn new(arch: &ArchConfig) -> CostModel {
+        let mut costed = arch.clone();
+        costed.name.clear();
+        costed.hbm.capacity_bytes = 0;
+        costed.die_area_mm2 = None;
         CostModel {
             arch: arch.clone(),
+            hardware_key: serde_json::to_string(&costed)
+                .expect("an ArchConfig (numbers and strings) always serialises to JSON"),
             memo: RwLock::new(HashMap::new()),
         }
     }
 
     pub fn arch(&self) -> &ArchConfig {
         &self.arch
+    }
+
+    /// Everything of the chip that changes an operator's cost, as a cache key: the chip with
+    /// its name, HBM capacity and die area blanked, so chips differing only in those share
+    /// per-layer results.
+    pub fn hardware_key(&self) -> &str {
+        &self.hardware_key
     }
 
     /// Cost of `op` in both variants; memoised on `(op.kind, op.elem_bytes)`.

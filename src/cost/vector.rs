@@ -63,6 +63,8 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
         VectorOp::Gelu => 7.0 * vc.mul + 4.0 * vc.add + vc.exp + vc.div,
         // x / (1 + e^{−x}).
         VectorOp::Silu => vc.exp + vc.add + vc.div,
+        // max(x, 0): one compare-and-select.
+        VectorOp::Relu => vc.add,
         // Scale and mask, running max, subtract, exp, running sum, divide.
         VectorOp::Softmax => vc.mul + 4.0 * vc.add + vc.exp + vc.div,
         // Mean; variance (subtract, square, sum); (x − μ)·rstd·γ + β; rstd once per row.
@@ -88,7 +90,9 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
 fn traffic_per_element(op: VectorOp) -> (f64, f64, f64, SecondRead) {
     match op {
         VectorOp::Add | VectorOp::Mul => (2.0, 1.0, 0.0, SecondRead::None),
-        VectorOp::Gelu | VectorOp::Silu | VectorOp::Rotary => (1.0, 1.0, 0.0, SecondRead::None),
+        VectorOp::Gelu | VectorOp::Silu | VectorOp::Relu | VectorOp::Rotary => {
+            (1.0, 1.0, 0.0, SecondRead::None)
+        }
         VectorOp::LayerNorm | VectorOp::RmsNorm => (1.0, 1.0, 0.0, SecondRead::UnlessRowFits),
         VectorOp::Softmax => (1.0, 1.0, 0.0, SecondRead::Always),
         // The loss is one value per row: nothing per element is written.

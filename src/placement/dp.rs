@@ -15,6 +15,8 @@ use std::collections::HashMap;
 
 /// Downsets beyond this many make the table too large; such graphs are reported infeasible.
 pub(crate) const MAX_DOWNSETS: usize = 4096;
+/// Largest pipeline (in tensor groups) searched for the closest infeasible plans.
+const MAX_ALTERNATIVE_UNITS: u32 = 128;
 
 /// A stage candidate: the layers between downset `from` (implicit) and downset `to`.
 struct Pair {
@@ -200,11 +202,14 @@ fn options(ctx: &Ctx, obj: Objective, pair: &Pair, s: u32, k_max: u32, opts: &mu
                 }
                 opts.push(Opt { k, value, e });
             }
-            Objective::Memory => opts.push(Opt {
+            // A hint, not an optimum: one replica, or as many as are left (least stash per
+            // device), keeps this pass linear in the device count.
+            Objective::Memory if k == 1 || k == k_max => opts.push(Opt {
                 k,
                 value: ctx.memory(sm, k, s).total as f64,
                 e: 0.0,
             }),
+            Objective::Memory => {}
         }
     }
 }
@@ -361,7 +366,11 @@ pub(crate) fn search(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
     let mut best: Option<Best> = None;
     let mut best_s = f64::INFINITY;
     let mut considered = Vec::new();
-    for (ci, ctx) in ctxs.iter().enumerate() {
+    // Small tables first: they finish fast and give the bound that prunes the large ones.
+    let mut order: Vec<usize> = (0..ctxs.len()).collect();
+    order.sort_by_key(|&ci| (ctxs[ci].units, ci));
+    for ci in order {
+        let ctx = &ctxs[ci];
         let Some(an) = &analyses[ctx.graph_index] else {
             continue;
         };
@@ -422,7 +431,14 @@ pub(crate) fn search(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
         return Ok(plan);
     }
     let mut alternatives = Vec::new();
-    for &(ci, s_max) in &considered {
+    // The closest infeasible plans are searched among pipelines of at most this many tensor
+    // groups (all of them when none is that small), which bounds the cost of the hint.
+    let smallest = considered.iter().map(|&(ci, _)| ctxs[ci].units).min();
+    let limit = smallest.map_or(0, |u| u.max(MAX_ALTERNATIVE_UNITS));
+    for &(ci, s_max) in considered
+        .iter()
+        .filter(|&&(ci, _)| ctxs[ci].units <= limit)
+    {
         let ctx = &ctxs[ci];
         let an = analyses[ctx.graph_index].as_ref().expect("considered");
         let shape = Shape {

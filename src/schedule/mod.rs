@@ -35,7 +35,8 @@ pub use cache::ScheduleCache;
 pub use gantt::render_gantt;
 pub use realise::verify;
 
-use crate::workload::CoreType;
+use crate::cost::CostModel;
+use crate::workload::{CoreType, OpGraph};
 use prepare::Prepared;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -83,6 +84,35 @@ pub struct ScheduleProblem {
 }
 
 impl ScheduleProblem {
+    /// The problem of running `graph` on the chip `cost` prices for: every operator in both
+    /// variants, on all the chip's tensor and vector cores.
+    pub fn from_op_graph(graph: &OpGraph, cost: &CostModel) -> ScheduleProblem {
+        let ops = graph
+            .ops
+            .iter()
+            .map(|op| {
+                let c = cost.op_cost(op);
+                SchedOp {
+                    name: op.name.clone(),
+                    core: c.core,
+                    one_core_s: c.one_core_s,
+                    all_cores_s: c.all_cores_s,
+                    one_core_energy_j: c.one_core_energy_j,
+                    all_cores_energy_j: c.all_cores_energy_j,
+                }
+            })
+            .collect();
+        let arch = cost.arch();
+        ScheduleProblem {
+            ops,
+            edges: graph.edges.clone(),
+            cores: CoreCounts {
+                tensor: arch.tensor.count,
+                vector: arch.vector.count,
+            },
+        }
+    }
+
     /// Checks the invariants the scheduler relies on; names the offending field.
     pub fn validate(&self) -> Result<(), ScheduleError> {
         let invalid = |field: String, reason: &str| ScheduleError::InvalidProblem {

@@ -1,0 +1,313 @@
+//! Reading measured kernel timings from a directory.
+//!
+//! Two formats are recognised by file name:
+//! - `kernels.csv` (any name ending in `kernels.csv`), written by `calibration/collect.py`:
+//!   a header row and the columns of [`CollectedRow`];
+//! - the LLMCompass A100 artifact (`../shared/reference/a100_kernels/`): headerless
+//!   `matmul_*.csv` (M, N, K, `0.1900ms`, `101.7Tflops`), `softmax_*.csv` and
+//!   `layernorm_*.csv` (M, N, G elements/s) and `gelu_*.csv` (n, G elements/s), all fp16.
+
+use crate::error::InputError;
+use crate::workload::{CollectiveKind, OpKind, VectorOp};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// What a measurement timed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Target {
+    /// One operator on the whole device (collectives: across `group` devices).
+    Op(OpKind),
+    /// One GPT transformer block (LayerNorm, attention, GeLU MLP), forward or backward.
+    Block {
+        backward: bool,
+        micro_batch: u64,
+        seq_len: u64,
+        hidden: u64,
+        heads: u64,
+    },
+}
+
+/// One measured kernel: what ran and how long it took (median).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    /// The file and 1-based data row it came from.
+    pub source: String,
+    /// Kernel class used in reports (`gemm`, `softmax`, `all_reduce`, `block_fwd`, …).
+    pub class: String,
+    pub target: Target,
+    pub elem_bytes: u32,
+    pub measured_s: f64,
+}
+
+/// A row of `kernels.csv` as written by `calibration/collect.py` (schema: calibration/README.md).
+#[derive(Debug, Clone, Deserialize)]
+pub struct CollectedRow {
+    pub gpu: String,
+    pub kernel: String,
+    pub dtype: String,
+    pub batch: u64,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub elements: u64,
+    pub row_len: u64,
+    pub group: u32,
+    pub median_s: f64,
+}
+
+/// All measurements in `dir`, in file-name order then row order. Files that match neither
+/// format are ignored; a matching file with a bad row is an error naming file, row and field.
+pub fn load_measurements(dir: &Path) -> Result<Vec<Measurement>, InputError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| InputError::Io {
+        file: dir.to_path_buf(),
+        source: e,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "csv"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().to_lowercase())
+            .unwrap_or_default();
+        if name.ends_with("kernels.csv") {
+            out.extend(read_collected(&file)?);
+        } else if let Some(format) = ArtifactFormat::for_name(&name) {
+            out.extend(read_artifact(&file, format)?);
+        }
+    }
+    if out.is_empty() {
+        return Err(InputError::invalid(
+            dir,
+            "files",
+            "no measurement CSVs found (expected kernels.csv from calibration/collect.py, or \
+             matmul_*.csv / softmax_*.csv / layernorm_*.csv / gelu_*.csv)",
+        ));
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ArtifactFormat {
+    Matmul,
+    Rows(VectorOp),
+    Gelu,
+}
+
+impl ArtifactFormat {
+    fn for_name(name: &str) -> Option<ArtifactFormat> {
+        if name.starts_with("matmul_") {
+            Some(ArtifactFormat::Matmul)
+        } else if name.starts_with("softmax_") {
+            Some(ArtifactFormat::Rows(VectorOp::Softmax))
+        } else if name.starts_with("layernorm_") {
+            Some(ArtifactFormat::Rows(VectorOp::LayerNorm))
+        } else if name.starts_with("gelu_") {
+            Some(ArtifactFormat::Gelu)
+        } else {
+            None
+        }
+    }
+}
+
+fn csv_error(file: &Path, e: csv::Error) -> InputError {
+    InputError::malformed(file, "CSV", e.to_string())
+}
+
+/// A positive finite number from a field, with an optional unit suffix removed.
+fn number(
+    file: &Path,
+    row: usize,
+    column: &str,
+    field: &str,
+    suffix: &str,
+) -> Result<f64, InputError> {
+    let text = field.trim();
+    let text = text.strip_suffix(suffix).unwrap_or(text).trim();
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(v) => Err(InputError::invalid(
+            file,
+            format!("row {row}, {column}"),
+            format!("must be a positive number, got {v}"),
+        )),
+        Err(_) => Err(InputError::invalid(
+            file,
+            format!("row {row}, {column}"),
+            format!("`{field}` is not a number"),
+        )),
+    }
+}
+
+fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>, InputError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .trim(csv::Trim::All)
+        .flexible(true)
+        .from_path(file)
+        .map_err(|e| csv_error(file, e))?;
+    let mut out = Vec::new();
+    for (i, record) in reader.records().enumerate() {
+        let row = i + 1;
+        let r = record.map_err(|e| csv_error(file, e))?;
+        let want = match format {
+            ArtifactFormat::Matmul => 5,
+            ArtifactFormat::Rows(_) => 3,
+            ArtifactFormat::Gelu => 2,
+        };
+        if r.len() < want {
+            return Err(InputError::invalid(
+                file,
+                format!("row {row}"),
+                format!("expected {want} columns, found {}", r.len()),
+            ));
+        }
+        let int = |c: usize, name: &str| number(file, row, name, &r[c], "").map(|v| v as u64);
+        let source = format!("{}:{row}", file.display());
+        let (class, kind, measured_s) = match format {
+            ArtifactFormat::Matmul => {
+                let (m, n, k) = (int(0, "M")?, int(1, "N")?, int(2, "K")?);
+                let ms = number(file, row, "latency", &r[3], "ms")?;
+                ("gemm", OpKind::Gemm { batch: 1, m, n, k }, ms * 1e-3)
+            }
+            ArtifactFormat::Rows(op) => {
+                let (m, n) = (int(0, "M")?, int(1, "N")?);
+                let gelems = number(file, row, "throughput", &r[2], "")?;
+                let elements = m * n;
+                let kind = OpKind::Vector {
+                    op,
+                    elements,
+                    row_len: n,
+                };
+                (class_of(op), kind, elements as f64 / (gelems * 1e9))
+            }
+            ArtifactFormat::Gelu => {
+                let elements = int(0, "n")?;
+                let gelems = number(file, row, "throughput", &r[1], "")?;
+                let kind = OpKind::Vector {
+                    op: VectorOp::Gelu,
+                    elements,
+                    row_len: 1,
+                };
+                ("gelu", kind, elements as f64 / (gelems * 1e9))
+            }
+        };
+        out.push(Measurement {
+            source,
+            class: class.to_string(),
+            target: Target::Op(kind),
+            elem_bytes: 2,
+            measured_s,
+        });
+    }
+    Ok(out)
+}
+
+fn class_of(op: VectorOp) -> &'static str {
+    match op {
+        VectorOp::Softmax => "softmax",
+        VectorOp::LayerNorm => "layernorm",
+        VectorOp::Gelu => "gelu",
+        VectorOp::Silu => "silu",
+        VectorOp::Mul => "mul",
+        VectorOp::Add => "add",
+        _ => "vector",
+    }
+}
+
+fn dtype_bytes(dtype: &str) -> Option<u32> {
+    match dtype {
+        "fp16" | "bf16" | "float16" | "bfloat16" => Some(2),
+        "fp32" | "float32" | "tf32" => Some(4),
+        _ => None,
+    }
+}
+
+fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_path(file)
+        .map_err(|e| csv_error(file, e))?;
+    let mut out = Vec::new();
+    for (i, record) in reader.deserialize::<CollectedRow>().enumerate() {
+        let row = i + 1;
+        let r = record.map_err(|e| csv_error(file, e))?;
+        let bad = |field: &str, reason: String| {
+            InputError::invalid(file, format!("row {row}, {field}"), reason)
+        };
+        if !(r.median_s.is_finite() && r.median_s > 0.0) {
+            return Err(bad(
+                "median_s",
+                format!("must be positive, got {}", r.median_s),
+            ));
+        }
+        let elem_bytes = dtype_bytes(&r.dtype)
+            .ok_or_else(|| bad("dtype", format!("unknown dtype `{}`", r.dtype)))?;
+        let vector = |op: VectorOp| OpKind::Vector {
+            op,
+            elements: r.elements,
+            row_len: r.row_len.max(1),
+        };
+        let collective = |collective: CollectiveKind| OpKind::Collective {
+            collective,
+            bytes: r.elements * u64::from(elem_bytes),
+            group: r.group,
+        };
+        let op = |kind: OpKind| Target::Op(kind);
+        let target = match r.kernel.as_str() {
+            "gemm" | "bmm" | "attention_qk" | "attention_av" => op(OpKind::Gemm {
+                batch: r.batch.max(1),
+                m: r.m,
+                n: r.n,
+                k: r.k,
+            }),
+            "softmax" => op(vector(VectorOp::Softmax)),
+            "layernorm" => op(vector(VectorOp::LayerNorm)),
+            "rmsnorm" => op(vector(VectorOp::RmsNorm)),
+            "gelu" => op(vector(VectorOp::Gelu)),
+            "silu" => op(vector(VectorOp::Silu)),
+            "mul" => op(vector(VectorOp::Mul)),
+            "add" => op(vector(VectorOp::Add)),
+            "all_reduce" => op(collective(CollectiveKind::AllReduce)),
+            "all_gather" => op(collective(CollectiveKind::AllGather)),
+            // A block: batch = micro-batch, m = sequence, n = hidden, k = heads.
+            "block_fwd" | "block_bwd" => Target::Block {
+                backward: r.kernel == "block_bwd",
+                micro_batch: r.batch,
+                seq_len: r.m,
+                hidden: r.n,
+                heads: r.k,
+            },
+            other => return Err(bad("kernel", format!("unknown kernel `{other}`"))),
+        };
+        let zero = match target {
+            Target::Op(OpKind::Gemm { m, n, k, .. }) => m == 0 || n == 0 || k == 0,
+            Target::Op(OpKind::Vector { elements, .. }) => elements == 0,
+            Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
+            Target::Block {
+                micro_batch,
+                seq_len,
+                hidden,
+                heads,
+                ..
+            } => micro_batch == 0 || seq_len == 0 || hidden == 0 || heads == 0,
+        };
+        if zero {
+            return Err(bad(
+                "shape",
+                "sizes must be positive (and group ≥ 2 for collectives)".into(),
+            ));
+        }
+        out.push(Measurement {
+            source: format!("{}:{row}", file.display()),
+            class: r.kernel.clone(),
+            target,
+            elem_bytes,
+            measured_s: r.median_s,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,218 @@
+//! Calibration and validation (DESIGN §4, §8): fit a chip's efficiency parameters to measured
+//! kernels, and report how far the model's predictions are from measurements.
+//!
+//! Kernel-level error is reported by two-fold cross-validation: within each kernel class the
+//! shapes are split alternately into two halves, the model is fitted on one half and scored
+//! on the other, then the halves swap. The chip file written at the end is fitted on all
+//! shapes.
+
+mod measurements;
+mod runs;
+
+pub use measurements::{load_measurements, CollectedRow, Measurement, Target};
+pub use runs::{gpt_block_latency, validate_runs, RunError};
+
+use crate::arch::{ArchConfig, Efficiency};
+use crate::cost::{collective_cost, fit_efficiency, predicted_latency_s, KernelSample};
+use crate::workload::OpKind;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Predicted against measured for one measurement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelError {
+    pub source: String,
+    pub class: String,
+    /// Shape in words, e.g. `gemm 1x8192x64x64` or `softmax 4096x32`.
+    pub shape: String,
+    pub measured_s: f64,
+    pub predicted_s: f64,
+    /// (predicted − measured) / measured.
+    pub signed_error: f64,
+}
+
+/// Error statistics of one class of measurements.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorSummary {
+    pub class: String,
+    pub count: usize,
+    /// Mean of |relative error|.
+    pub mean_abs_error: f64,
+    pub max_abs_error: f64,
+    /// Mean of the signed relative error (> 0: the model is slow, i.e. pessimistic).
+    pub mean_signed_error: f64,
+}
+
+/// Per-class summaries (sorted by class), plus an `all` row when there are several classes.
+pub fn summarise(errors: &[KernelError]) -> Vec<ErrorSummary> {
+    let mut by_class: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for e in errors {
+        by_class.entry(&e.class).or_default().push(e.signed_error);
+    }
+    let summary = |class: &str, values: &[f64]| ErrorSummary {
+        class: class.to_string(),
+        count: values.len(),
+        mean_abs_error: values.iter().map(|v| v.abs()).sum::<f64>() / values.len() as f64,
+        max_abs_error: values.iter().map(|v| v.abs()).fold(0.0, f64::max),
+        mean_signed_error: values.iter().sum::<f64>() / values.len() as f64,
+    };
+    let mut out: Vec<ErrorSummary> = by_class
+        .iter()
+        .map(|(class, values)| summary(class, values))
+        .collect();
+    if by_class.len() > 1 {
+        let all: Vec<f64> = errors.iter().map(|e| e.signed_error).collect();
+        out.push(summary("all", &all));
+    }
+    out
+}
+
+fn shape(kind: &OpKind) -> String {
+    match *kind {
+        OpKind::Gemm { batch, m, n, k } => format!("{batch}x{m}x{n}x{k}"),
+        OpKind::Vector {
+            elements, row_len, ..
+        } => format!("{}x{row_len}", elements / row_len.max(1)),
+        OpKind::Collective { bytes, group, .. } => format!("{bytes}B/{group}"),
+    }
+}
+
+/// The model's latency for an operator measurement on `arch` (collectives across their group).
+fn predict_op(arch: &ArchConfig, kind: OpKind, elem_bytes: u32) -> f64 {
+    match kind {
+        OpKind::Collective {
+            collective,
+            bytes,
+            group,
+        } => collective_cost(arch, collective, bytes, group).latency_s,
+        _ => predicted_latency_s(
+            arch,
+            &KernelSample {
+                kind,
+                elem_bytes,
+                measured_s: 0.0,
+            },
+        )
+        .unwrap_or(0.0),
+    }
+}
+
+/// Predicted against measured for every operator measurement; blocks are priced by
+/// `predict_block` (which needs the workload and scheduling stages), or skipped when it
+/// returns `None`.
+pub fn kernel_errors(
+    arch: &ArchConfig,
+    measurements: &[Measurement],
+    predict_block: impl Fn(&Measurement) -> Option<f64>,
+) -> Vec<KernelError> {
+    measurements
+        .iter()
+        .filter_map(|m| {
+            let (predicted_s, shape) = match m.target {
+                Target::Op(kind) => (predict_op(arch, kind, m.elem_bytes), shape(&kind)),
+                Target::Block {
+                    micro_batch,
+                    seq_len,
+                    hidden,
+                    heads,
+                    ..
+                } => (
+                    predict_block(m)?,
+                    format!("b{micro_batch} s{seq_len} h{hidden} a{heads}"),
+                ),
+            };
+            Some(KernelError {
+                source: m.source.clone(),
+                class: m.class.clone(),
+                shape,
+                measured_s: m.measured_s,
+                predicted_s,
+                signed_error: (predicted_s - m.measured_s) / m.measured_s,
+            })
+        })
+        .collect()
+}
+
+/// The measurements the efficiency fit uses: GEMMs and vector operators.
+fn fittable(measurements: &[Measurement]) -> Vec<(&Measurement, KernelSample)> {
+    measurements
+        .iter()
+        .filter_map(|m| match m.target {
+            Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) => Some((
+                m,
+                KernelSample {
+                    kind,
+                    elem_bytes: m.elem_bytes,
+                    measured_s: m.measured_s,
+                },
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Why calibration cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("no GEMM or vector-operator measurements to fit (collectives and blocks are only validated)")]
+    NothingToFit,
+}
+
+/// A fitted chip and the evidence for it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    /// Fitted on all measurements.
+    pub efficiency: Efficiency,
+    /// Held-out errors of the two cross-validation folds, per measurement.
+    pub held_out: Vec<KernelError>,
+    /// Errors of the final fit on the data it was fitted to (for comparison only).
+    pub in_sample: Vec<KernelError>,
+}
+
+/// Fits `arch`'s efficiency parameters to `measurements` and cross-validates the fit.
+pub fn calibrate(
+    arch: &ArchConfig,
+    measurements: &[Measurement],
+) -> Result<Calibration, CalibrateError> {
+    let usable = fittable(measurements);
+    if usable.is_empty() {
+        return Err(CalibrateError::NothingToFit);
+    }
+    // Alternate shapes within each class between the folds, so both halves span the range.
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    let fold: Vec<usize> = usable
+        .iter()
+        .map(|(m, _)| {
+            let count = seen.entry(&m.class).or_default();
+            *count += 1;
+            *count % 2
+        })
+        .collect();
+    let mut held_out: Vec<Option<KernelError>> = vec![None; usable.len()];
+    for test_fold in 0..2 {
+        let train: Vec<KernelSample> = usable
+            .iter()
+            .zip(&fold)
+            .filter(|(_, &f)| f != test_fold)
+            .map(|((_, s), _)| *s)
+            .collect();
+        let mut fitted = arch.clone();
+        fitted.efficiency = fit_efficiency(arch, &train);
+        for (i, (m, _)) in usable.iter().enumerate() {
+            if fold[i] == test_fold {
+                held_out[i] = kernel_errors(&fitted, std::slice::from_ref(*m), |_| None).pop();
+            }
+        }
+    }
+    let held_out = held_out.into_iter().flatten().collect();
+    let all: Vec<KernelSample> = usable.iter().map(|(_, s)| *s).collect();
+    let mut fitted = arch.clone();
+    fitted.efficiency = fit_efficiency(arch, &all);
+    let used: Vec<Measurement> = usable.iter().map(|(m, _)| (*m).clone()).collect();
+    let in_sample = kernel_errors(&fitted, &used, |_| None);
+    Ok(Calibration {
+        efficiency: fitted.efficiency,
+        held_out,
+        in_sample,
+    })
+}

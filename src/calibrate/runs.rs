@@ -1,0 +1,195 @@
+//! End-to-end validation: published training runs re-planned with their (t, p, d) held fixed,
+//! and single GPT blocks, predicted from chip facts and kernel calibration only.
+
+use crate::arch::ArchConfig;
+use crate::cost::CostModel;
+use crate::error::InputError;
+use crate::placement::{Fixed, RecomputeMode};
+use crate::schedule::ScheduleCache;
+use crate::search::{evaluate, layer_costs, EvaluateError, PlanOptions};
+use crate::workload::{Family, Model, Optimizer, Precision, Template, Workload};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A row of `published_runs.csv`.
+#[derive(Debug, Clone, Deserialize)]
+struct PublishedRun {
+    source: String,
+    model: String,
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    seq: u64,
+    vocab: u64,
+    global_batch: u64,
+    tp: u32,
+    pp: u32,
+    dp: u32,
+    gpus: u32,
+    recompute: String,
+    measured_tflops_per_gpu: f64,
+}
+
+/// Predicted against measured throughput of one published run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunError {
+    pub source: String,
+    pub model: String,
+    pub gpus: u32,
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    pub recompute: RecomputeMode,
+    /// The micro-batch the search chose (the runs do not state theirs).
+    pub micro_batch: Option<u32>,
+    pub measured_tflops_per_gpu: f64,
+    /// Hardware FLOPs (with recomputation, as the publications count them) per second per GPU.
+    pub predicted_tflops_per_gpu: f64,
+    pub time_per_batch_s: f64,
+    /// (predicted − measured) / measured.
+    pub signed_error: f64,
+}
+
+/// A GPT model (multi-head attention, 4h FFN) of `layers` × `hidden` with `heads` heads.
+fn gpt_template(layers: u64, hidden: u64, heads: u64, vocab: u64) -> Template {
+    Template {
+        family: Family::Gpt,
+        layers,
+        hidden,
+        heads,
+        kv_heads: heads,
+        ffn_hidden: 4 * hidden,
+        vocab,
+    }
+}
+
+/// Mixed-precision Adam training of `template`, as the Megatron-LM runs use.
+fn training(
+    name: &str,
+    source: &Path,
+    template: Template,
+    seq_len: u64,
+    global_batch: u64,
+) -> Workload {
+    Workload {
+        name: name.to_string(),
+        global_batch,
+        seq_len,
+        precision: Precision::Fp16,
+        optimizer: Optimizer::Adam,
+        model: Model::Template(template),
+        source: source.to_path_buf(),
+    }
+}
+
+fn recompute_mode(file: &Path, row: usize, text: &str) -> Result<RecomputeMode, InputError> {
+    match text {
+        "none" => Ok(RecomputeMode::None),
+        "selective" => Ok(RecomputeMode::Selective),
+        "full" => Ok(RecomputeMode::Full),
+        other => Err(InputError::invalid(
+            file,
+            format!("row {row}, recompute"),
+            format!("`{other}` is not one of none, selective, full"),
+        )),
+    }
+}
+
+/// Every run of `runs_csv` planned on `arch` with its (t, p, d) and recompute mode held and
+/// the micro-batch searched; predicted TFLOP/s per GPU against the measured ones.
+pub fn validate_runs(
+    runs_csv: &Path,
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+) -> Result<Vec<RunError>, EvaluateError> {
+    let text = crate::error::read_input(runs_csv)?;
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let mut out = Vec::new();
+    for (i, record) in reader.deserialize::<PublishedRun>().enumerate() {
+        let row = i + 1;
+        let run = record.map_err(|e| InputError::malformed(runs_csv, "CSV", e.to_string()))?;
+        let recompute = recompute_mode(runs_csv, row, &run.recompute)?;
+        if run.tp * run.pp * run.dp != run.gpus {
+            return Err(InputError::invalid(
+                runs_csv,
+                format!("row {row}, gpus"),
+                format!(
+                    "t·p·d = {}·{}·{} is not the {} GPUs",
+                    run.tp, run.pp, run.dp, run.gpus
+                ),
+            )
+            .into());
+        }
+        let workload = training(
+            &run.model,
+            runs_csv,
+            gpt_template(run.layers, run.hidden, run.heads, run.vocab),
+            run.seq,
+            run.global_batch,
+        );
+        let options = PlanOptions {
+            micro_batches: vec![1, 2, 4, 8, 16],
+            recompute: vec![recompute],
+            fixed: Fixed {
+                tp: Some(run.tp),
+                pp: Some(run.pp),
+                dp: Some(run.dp),
+            },
+            ..PlanOptions::searching(run.gpus)
+        };
+        let e = evaluate(&workload, arch, &options, cache)?;
+        let hardware_flops =
+            workload.hardware_flops_per_iteration(recompute == RecomputeMode::Full);
+        let predicted = hardware_flops / (e.plan.time_per_batch_s * f64::from(run.gpus)) / 1e12;
+        out.push(RunError {
+            source: format!("{}:{row} ({})", runs_csv.display(), run.source),
+            model: run.model,
+            gpus: run.gpus,
+            tp: run.tp,
+            pp: run.pp,
+            dp: run.dp,
+            recompute,
+            micro_batch: Some(e.plan.micro_batch),
+            measured_tflops_per_gpu: run.measured_tflops_per_gpu,
+            predicted_tflops_per_gpu: predicted,
+            time_per_batch_s: e.plan.time_per_batch_s,
+            signed_error: (predicted - run.measured_tflops_per_gpu) / run.measured_tflops_per_gpu,
+        });
+    }
+    Ok(out)
+}
+
+/// Forward and backward latency of one GPT block (hidden `hidden`, `heads` heads, sequence
+/// `seq_len`, micro-batch `micro_batch`, t = 1) scheduled on `arch`.
+pub fn gpt_block_latency(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    micro_batch: u64,
+    seq_len: u64,
+    hidden: u64,
+    heads: u64,
+    elem_bytes: u32,
+) -> Result<(f64, f64), EvaluateError> {
+    let mut workload = training(
+        "block",
+        &PathBuf::from("measured block"),
+        gpt_template(1, hidden, heads, 1024),
+        seq_len,
+        micro_batch,
+    );
+    if elem_bytes == 4 {
+        workload.precision = Precision::Fp32;
+    }
+    let micro_batch = u32::try_from(micro_batch)
+        .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
+    let cost = CostModel::new(arch);
+    let costs = layer_costs(&workload, &cost, cache, 1, micro_batch, false)?;
+    let block = costs
+        .unique
+        .iter()
+        .find(|u| u.signature.contains("block"))
+        .ok_or_else(|| InputError::invalid(&workload.source, "layers", "no transformer block"))?;
+    Ok((block.fwd.makespan_s, block.bwd.makespan_s))
+}

@@ -1,0 +1,124 @@
+//! `tandem calibrate`: fit a chip's efficiency parameters to measured kernels.
+
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tandem::arch::load_chip;
+use tandem::calibrate::{calibrate, load_measurements, summarise, ErrorSummary};
+use tandem::report::{percent, table};
+
+/// Fit the chip's efficiency parameters (achieved fraction of peak compute and HBM bandwidth,
+/// kernel overheads) to measured GEMM and vector kernels, report the fit by two-fold
+/// cross-validation, and write the calibrated chip file.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Chip file to calibrate (TOML).
+    #[arg(long)]
+    arch: PathBuf,
+    /// Directory of measurement CSVs (calibration/collect.py output, or the LLMCompass A100
+    /// files of ../shared/reference/a100_kernels).
+    #[arg(long)]
+    measurements: PathBuf,
+    /// Where to write the calibrated chip file (TOML).
+    #[arg(long)]
+    out: PathBuf,
+    /// Print the fit as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn summary_rows(summaries: &[ErrorSummary]) -> Vec<Vec<String>> {
+    summaries
+        .iter()
+        .map(|s| {
+            vec![
+                s.class.clone(),
+                s.count.to_string(),
+                percent(s.mean_abs_error),
+                percent(s.max_abs_error),
+                format!("{:+.1} %", 100.0 * s.mean_signed_error),
+            ]
+        })
+        .collect()
+}
+
+pub const SUMMARY_HEADER: [&str; 5] = ["class", "n", "mean |err|", "max |err|", "mean signed"];
+
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let mut arch = load_chip(&args.arch)?;
+    let measurements = load_measurements(&args.measurements)?;
+    let fit = calibrate(&arch, &measurements)?;
+    let held_out = summarise(&fit.held_out);
+    let in_sample = summarise(&fit.in_sample);
+    let before = arch.efficiency;
+    arch.efficiency = fit.efficiency;
+    arch.name = format!("{}-calibrated", arch.name.trim_end_matches("-calibrated"));
+
+    let class_list = held_out
+        .iter()
+        .filter(|s| s.class != "all")
+        .map(|s| format!("{} {}", s.class, percent(s.mean_abs_error)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let header = format!(
+        "# Calibrated by `tandem calibrate --arch {} --measurements {}` from {} measurements.\n\
+         # Held-out mean |error| (two-fold cross-validation): {class_list}.\n\
+         # Facts and citations: see {}.\n",
+        args.arch.display(),
+        args.measurements.display(),
+        fit.in_sample.len(),
+        args.arch.display()
+    );
+    let body = toml::to_string_pretty(&arch).context("serialising the calibrated chip")?;
+    std::fs::write(&args.out, header + &body)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+
+    if args.json {
+        let value = serde_json::json!({
+            "arch": arch.name,
+            "measurements": fit.in_sample.len(),
+            "before": before,
+            "efficiency": fit.efficiency,
+            "held_out": held_out,
+            "in_sample": in_sample,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{}: fitted to {} measurements from {}",
+        arch.name,
+        fit.in_sample.len(),
+        args.measurements.display()
+    );
+    let e = &fit.efficiency;
+    let rows = vec![
+        vec![
+            "tensor_compute".into(),
+            format!("{:.3}", before.tensor_compute),
+            format!("{:.3}", e.tensor_compute),
+        ],
+        vec![
+            "hbm_bandwidth".into(),
+            format!("{:.3}", before.hbm_bandwidth),
+            format!("{:.3}", e.hbm_bandwidth),
+        ],
+        vec![
+            "gemm_overhead_s".into(),
+            format!("{:.2e}", before.gemm_overhead_s),
+            format!("{:.2e}", e.gemm_overhead_s),
+        ],
+        vec![
+            "vector_overhead_s".into(),
+            format!("{:.2e}", before.vector_overhead_s),
+            format!("{:.2e}", e.vector_overhead_s),
+        ],
+    ];
+    println!("{}", table(&["parameter", "before", "fitted"], rows));
+    println!("held-out error (fit on one half of each class's shapes, scored on the other):");
+    println!("{}", table(&SUMMARY_HEADER, summary_rows(&held_out)));
+    println!("in-sample error of the final fit (all shapes):");
+    println!("{}", table(&SUMMARY_HEADER, summary_rows(&in_sample)));
+    println!("wrote {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,193 @@
+//! Options and printing shared by several subcommands.
+
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+use tandem::placement::Plan;
+use tandem::report::{bytes, seconds, table};
+use tandem::schedule::SolverOptions;
+use tandem::search::{recompute_name, Evaluation};
+use tandem::workload::Workload;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The chip and the cluster it is deployed in.
+#[derive(Debug, clap::Args)]
+pub struct ChipArgs {
+    /// Chip file (TOML, arch_specs/); its interconnect tiers describe the cluster.
+    #[arg(long)]
+    pub arch: PathBuf,
+    /// Devices in the cluster.
+    #[arg(long)]
+    pub devices: u32,
+    /// HBM per device in GiB (default: the chip file's capacity).
+    #[arg(long, value_name = "GIB")]
+    pub hbm_gib: Option<f64>,
+}
+
+impl ChipArgs {
+    pub fn devices(&self) -> Result<u32> {
+        if self.devices == 0 {
+            bail!("--devices: must be at least 1");
+        }
+        Ok(self.devices)
+    }
+
+    pub fn hbm_bytes(&self) -> Result<Option<u64>> {
+        self.hbm_gib.map(hbm_gib_to_bytes).transpose()
+    }
+}
+
+/// GiB from the command line to bytes, rejecting zero, negative and non-finite sizes.
+pub fn hbm_gib_to_bytes(gib: f64) -> Result<u64> {
+    if !(gib.is_finite() && gib > 0.0) {
+        bail!("--hbm-gib: must be a positive number of GiB, got {gib}");
+    }
+    Ok((gib * GIB).round() as u64)
+}
+
+/// How hard the per-layer scheduler works.
+#[derive(Debug, clap::Args)]
+pub struct SolverArgs {
+    /// Time limit per layer schedule (ILP on HiGHS), seconds; on hitting it the best schedule
+    /// found is used and its status says so.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub ilp_time_limit_s: f64,
+    /// Relative optimality gap at which a schedule is accepted (0.01 = 1 %).
+    #[arg(long, default_value_t = 0.01)]
+    pub ilp_gap: f64,
+    /// Use the list-scheduling heuristic only (no ILP).
+    #[arg(long)]
+    pub no_ilp: bool,
+}
+
+impl SolverArgs {
+    pub fn options(&self) -> Result<SolverOptions> {
+        let options = SolverOptions {
+            time_limit_s: self.ilp_time_limit_s,
+            relative_gap: self.ilp_gap,
+            use_ilp: !self.no_ilp,
+        };
+        options.validate()?;
+        Ok(options)
+    }
+}
+
+/// Layer indices as compact ranges with the names at their ends, e.g. `1-48 (block0..block47)`.
+pub fn layer_ranges(layers: &[usize], names: &[String]) -> String {
+    let name = |i: usize| names.get(i).map_or("?", String::as_str);
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            format!("{} ({})", layers[i], name(layers[i]))
+        } else {
+            format!(
+                "{}-{} ({}..{})",
+                layers[i],
+                layers[j],
+                name(layers[i]),
+                name(layers[j])
+            )
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// The stage table and time split of a plan.
+pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
+    let rows = plan
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let m = &s.memory;
+            vec![
+                i.to_string(),
+                layer_ranges(&s.layers, names),
+                format!("{} ({}×t)", s.devices, s.replicas),
+                seconds(s.fwd_s),
+                seconds(s.bwd_s),
+                seconds(s.send_s),
+                seconds(s.load_s),
+                bytes(m.weights as f64),
+                bytes(m.grads as f64),
+                bytes(m.optimizer as f64),
+                bytes(m.activations as f64),
+                bytes(m.stash as f64),
+                bytes(m.total as f64),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(
+            &[
+                "stage",
+                "layers",
+                "devices",
+                "fwd",
+                "bwd",
+                "send",
+                "load",
+                "weights",
+                "grads",
+                "optimizer",
+                "activ.",
+                "stash",
+                "memory",
+            ],
+            rows,
+        )
+    );
+    let split = &plan.time_split;
+    println!(
+        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}, data-parallel sync {}",
+        seconds(plan.time_per_batch_s),
+        seconds(split.compute_s),
+        seconds(split.bubble_s),
+        seconds(split.pp_comm_s),
+        seconds(split.dp_comm_s)
+    );
+    println!(
+        "peak memory per device {} of {} HBM",
+        bytes(plan.peak_memory_bytes as f64),
+        bytes(hbm_bytes as f64)
+    );
+}
+
+/// A searched plan: headline figures, then stages and time split.
+pub fn print_plan(e: &Evaluation, workload: &Workload) {
+    let p = &e.plan;
+    println!(
+        "{} on {}: t={} p={} d={} micro-batch {} ({} per pipeline), recompute {}{}, {} devices used",
+        e.workload,
+        e.arch,
+        p.tp,
+        p.pp,
+        p.dp,
+        p.micro_batch,
+        p.micro_batches_per_pipeline,
+        recompute_name(e.recompute),
+        if e.sequence_parallel { ", sequence parallel" } else { "" },
+        p.devices_used
+    );
+    println!(
+        "{:.4} s per batch, {:.1} samples/s, {:.0} tokens/s, MFU {:.1} % ({:.1} TFLOP/s per device), {:.3} J per sample",
+        p.time_per_batch_s,
+        p.throughput_samples_per_s,
+        e.throughput_tokens_per_s,
+        100.0 * e.mfu,
+        e.model_flops_per_s_per_device / 1e12,
+        e.energy_per_sample_j
+    );
+    let names: Vec<String> = workload
+        .layer_graph(p.tp, p.micro_batch, e.sequence_parallel)
+        .map(|g| g.layers.into_iter().map(|l| l.name).collect())
+        .unwrap_or_default();
+    print_plan_body(p, &names, e.hbm_bytes);
+}

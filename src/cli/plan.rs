@@ -1,0 +1,222 @@
+//! `tandem plan`: the best data × tensor × pipeline plan of a workload on one chip.
+
+use super::common::{print_plan, ChipArgs, SolverArgs};
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tandem::arch::load_chip;
+use tandem::placement::{Fixed, PipelineSchedule, RecomputeMode};
+use tandem::schedule::ScheduleCache;
+use tandem::search::{
+    append_rows, evaluate, recompute_name, DesignRow, EvaluateError, PlanOptions,
+};
+use tandem::workload::Workload;
+
+/// Exit status when no plan fits (bad input exits with 1).
+pub const EXIT_INFEASIBLE: u8 = 2;
+
+/// Find the parallel plan with the lowest time per batch. Every option left out is searched;
+/// every one given is held.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Workload file: a model template (TOML) or an operator DAG (JSON).
+    #[arg(long)]
+    workload: PathBuf,
+    #[command(flatten)]
+    chip: ChipArgs,
+    /// Micro-batch sizes to search (samples per pipeline micro-batch), comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8])]
+    micro_batch: Vec<u32>,
+    /// Activation recompute modes to search, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Recompute::None, Recompute::Selective, Recompute::Full])]
+    recompute: Vec<Recompute>,
+    /// Sequence parallelism: reduce-scatter + all-gather instead of all-reduce; norms and
+    /// dropout split across the tensor group.
+    #[arg(long)]
+    seq_parallel: bool,
+    /// Hold the tensor-parallel width t.
+    #[arg(long)]
+    tp: Option<u32>,
+    /// Hold the number of pipeline stages p.
+    #[arg(long)]
+    pp: Option<u32>,
+    /// Hold the data-parallel width d (copies of the whole pipeline).
+    #[arg(long)]
+    dp: Option<u32>,
+    /// Largest tensor width searched when --tp is not given.
+    #[arg(long, default_value_t = 8)]
+    max_tp: u32,
+    /// Pipeline schedule: decides how many micro-batches each stage keeps in flight.
+    #[arg(long, value_enum, default_value_t = Schedule::OneFOneB)]
+    schedule: Schedule,
+    /// Shard optimizer state across data-parallel copies (ZeRO-1).
+    #[arg(long)]
+    zero1: bool,
+    /// Do not overlap the gradient all-reduce with the last backward pass.
+    #[arg(long)]
+    no_dp_overlap: bool,
+    /// Allow d·t not dividing the device count and stages leaving devices idle.
+    #[arg(long)]
+    allow_idle_devices: bool,
+    #[command(flatten)]
+    solver: SolverArgs,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Append the design point as one CSV row (DESIGN §9 columns) to this file.
+    #[arg(long, value_name = "PATH")]
+    csv: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Recompute {
+    None,
+    Selective,
+    Full,
+}
+
+impl From<Recompute> for RecomputeMode {
+    fn from(r: Recompute) -> Self {
+        match r {
+            Recompute::None => RecomputeMode::None,
+            Recompute::Selective => RecomputeMode::Selective,
+            Recompute::Full => RecomputeMode::Full,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Schedule {
+    #[value(name = "1f1b")]
+    OneFOneB,
+    #[value(name = "gpipe")]
+    GPipe,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode> {
+    let workload = Workload::load(&args.workload)?;
+    let arch = load_chip(&args.chip.arch)?;
+    let options = PlanOptions {
+        devices: args.chip.devices()?,
+        hbm_bytes: args.chip.hbm_bytes()?,
+        micro_batches: positive("--micro-batch", &args.micro_batch)?,
+        recompute: args.recompute.iter().map(|&r| r.into()).collect(),
+        sequence_parallel: args.seq_parallel,
+        schedule: match args.schedule {
+            Schedule::OneFOneB => PipelineSchedule::OneFOneB,
+            Schedule::GPipe => PipelineSchedule::GPipe,
+        },
+        fixed: Fixed {
+            tp: args.tp,
+            pp: args.pp,
+            dp: args.dp,
+        },
+        max_tp: args.max_tp.max(1),
+        zero1: args.zero1,
+        dp_overlap: !args.no_dp_overlap,
+        allow_idle_devices: args.allow_idle_devices,
+    };
+    let cache = ScheduleCache::new(args.solver.options()?)?;
+    let outcome = evaluate(&workload, &arch, &options, &cache);
+    let hbm_bytes = options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes);
+
+    if let Some(path) = &args.csv {
+        let row = match &outcome {
+            Ok(e) => DesignRow::evaluated(&arch, e),
+            Err(err) => DesignRow::failed(
+                &workload.name,
+                &arch,
+                single(&options.micro_batches),
+                single(&options.recompute),
+                hbm_bytes,
+                err,
+            ),
+        };
+        append_rows(path, &[row]).with_context(|| format!("writing {}", path.display()))?;
+    }
+
+    match outcome {
+        Ok(e) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&plan_json(&e))?);
+            } else {
+                print_plan(&e, &workload);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(EvaluateError::Infeasible(why)) => {
+            if args.json {
+                let value = json!({
+                    "status": "infeasible",
+                    "workload": workload.name,
+                    "arch": arch.name,
+                    "reasons": why.reasons,
+                    "alternatives": why.alternatives,
+                });
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                println!(
+                    "{} on {} ({} devices): {why}",
+                    workload.name, arch.name, options.devices
+                );
+            }
+            Ok(ExitCode::from(EXIT_INFEASIBLE))
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// The value when exactly one was offered (a failed row then records it).
+fn single<T: Copy>(values: &[T]) -> Option<T> {
+    match values {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
+fn positive(flag: &str, values: &[u32]) -> Result<Vec<u32>> {
+    if values.is_empty() || values.contains(&0) {
+        anyhow::bail!("{flag}: every value must be a positive integer, got {values:?}");
+    }
+    Ok(values.to_vec())
+}
+
+/// The plan as JSON: the documented top-level fields first, then the whole evaluation.
+pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
+    let p = &e.plan;
+    json!({
+        "status": "ok",
+        "workload": e.workload,
+        "arch": e.arch,
+        "time_per_batch_s": p.time_per_batch_s,
+        "throughput_samples_per_s": p.throughput_samples_per_s,
+        "throughput_tokens_per_s": e.throughput_tokens_per_s,
+        "mfu": e.mfu,
+        "model_flops_per_s_per_device": e.model_flops_per_s_per_device,
+        "energy_per_sample_j": e.energy_per_sample_j,
+        "tp": p.tp,
+        "pp": p.pp,
+        "dp": p.dp,
+        "micro_batch": p.micro_batch,
+        "micro_batches_per_pipeline": p.micro_batches_per_pipeline,
+        "recompute": recompute_name(e.recompute),
+        "sequence_parallel": e.sequence_parallel,
+        "hbm_bytes": e.hbm_bytes,
+        "devices_used": p.devices_used,
+        "peak_memory_bytes": p.peak_memory_bytes,
+        "time_split": p.time_split,
+        "stages": p.stages.iter().map(|s| json!({
+            "layers": s.layers,
+            "devices": s.devices,
+            "replicas": s.replicas,
+            "fwd_s": s.fwd_s,
+            "bwd_s": s.bwd_s,
+            "send_s": s.send_s,
+            "load_s": s.load_s,
+            "dp_comm_s": s.dp_comm_s,
+            "memory_bytes": s.memory.total,
+            "memory": s.memory,
+        })).collect::<Vec<_>>(),
+    })
+}

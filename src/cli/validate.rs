@@ -1,0 +1,179 @@
+//! `tandem validate`: predicted against measured, for kernels and for end-to-end runs.
+
+use super::calibrate::{summary_rows, SUMMARY_HEADER};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tandem::arch::{load_chip, ArchConfig};
+use tandem::calibrate::{
+    gpt_block_latency, kernel_errors, load_measurements, summarise, validate_runs, ErrorSummary,
+    KernelError, Measurement, RunError, Target,
+};
+use tandem::report::table;
+use tandem::schedule::{ScheduleCache, SolverOptions};
+use tandem::search::recompute_name;
+
+/// Compare the model with measurements: kernel by kernel (GEMMs, vector ops, collectives,
+/// whole blocks) and end to end (published training runs with their plans held fixed), as
+/// tables and CSV files.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Chip file (TOML), e.g. a calibrated one.
+    #[arg(long)]
+    arch: PathBuf,
+    /// Directory of measured kernels (calibration/collect.py output or the LLMCompass A100 files).
+    #[arg(long)]
+    kernels: Option<PathBuf>,
+    /// Published end-to-end runs (CSV with the columns of ../shared/reference/published_runs.csv).
+    #[arg(long)]
+    runs: Option<PathBuf>,
+    /// Directory for kernels.csv, runs.csv, summary.csv and summary.md.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct SummaryRow<'a> {
+    scope: &'a str,
+    #[serde(flatten)]
+    summary: &'a ErrorSummary,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode> {
+    if args.kernels.is_none() && args.runs.is_none() {
+        bail!("nothing to validate: give --kernels DIR and/or --runs CSV");
+    }
+    let arch = load_chip(&args.arch)?;
+    let cache = ScheduleCache::new(SolverOptions::default())?;
+    let mut markdown = format!("# Validation of `{}`\n\n", args.arch.display());
+    let mut summaries: Vec<(&str, ErrorSummary)> = Vec::new();
+    let mut kernel_rows: Vec<KernelError> = Vec::new();
+    if let Some(dir) = &args.kernels {
+        let measurements = load_measurements(dir)?;
+        kernel_rows = kernel_errors(&arch, &measurements, |m| predict_block(&arch, &cache, m));
+        let s = summarise(&kernel_rows);
+        println!("kernels ({}): predicted vs measured", dir.display());
+        println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
+        markdown += &format!("## Kernels (`{}`)\n\n", dir.display());
+        markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
+        summaries.extend(s.into_iter().map(|x| ("kernel", x)));
+    }
+    let mut run_rows = Vec::new();
+    if let Some(runs) = &args.runs {
+        run_rows = validate_runs(runs, &arch, &cache)?;
+        let rows: Vec<Vec<String>> = run_rows.iter().map(run_row).collect();
+        let header = [
+            "model",
+            "gpus",
+            "t",
+            "p",
+            "d",
+            "recompute",
+            "b",
+            "measured",
+            "predicted",
+            "error",
+        ];
+        println!("end-to-end runs ({}): TFLOP/s per GPU", runs.display());
+        println!("{}", table(&header, rows.clone()));
+        let errors: Vec<KernelError> = run_rows
+            .iter()
+            .map(|r| KernelError {
+                source: r.source.clone(),
+                class: "end_to_end".into(),
+                shape: r.model.clone(),
+                measured_s: r.measured_tflops_per_gpu,
+                predicted_s: r.predicted_tflops_per_gpu,
+                signed_error: r.signed_error,
+            })
+            .collect();
+        let s = summarise(&errors);
+        println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
+        markdown += &format!(
+            "## End-to-end runs (`{}`), TFLOP/s per GPU\n\n",
+            runs.display()
+        );
+        markdown += &markdown_table(&header, &rows);
+        markdown += "\n";
+        markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
+        summaries.extend(s.into_iter().map(|x| ("end_to_end", x)));
+    }
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        if args.kernels.is_some() {
+            write_csv(&out.join("kernels.csv"), &kernel_rows)?;
+        }
+        if args.runs.is_some() {
+            write_csv(&out.join("runs.csv"), &run_rows)?;
+        }
+        let rows: Vec<SummaryRow> = summaries
+            .iter()
+            .map(|(scope, summary)| SummaryRow { scope, summary })
+            .collect();
+        write_csv(&out.join("summary.csv"), &rows)?;
+        let md = out.join("summary.md");
+        std::fs::write(&md, markdown).with_context(|| format!("writing {}", md.display()))?;
+        println!("wrote {}", out.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_row(r: &RunError) -> Vec<String> {
+    vec![
+        r.model.clone(),
+        r.gpus.to_string(),
+        r.tp.to_string(),
+        r.pp.to_string(),
+        r.dp.to_string(),
+        recompute_name(r.recompute).to_string(),
+        r.micro_batch.map_or("-".into(), |b| b.to_string()),
+        format!("{:.1}", r.measured_tflops_per_gpu),
+        format!("{:.1}", r.predicted_tflops_per_gpu),
+        format!("{:+.1} %", 100.0 * r.signed_error),
+    ]
+}
+
+/// A measured GPT block's predicted latency: the block's forward or backward schedule.
+fn predict_block(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
+    let Target::Block {
+        backward,
+        micro_batch,
+        seq_len,
+        hidden,
+        heads,
+    } = m.target
+    else {
+        return None;
+    };
+    let (fwd_s, bwd_s) = gpt_block_latency(
+        arch,
+        cache,
+        micro_batch,
+        seq_len,
+        hidden,
+        heads,
+        m.elem_bytes,
+    )
+    .ok()?;
+    Some(if backward { bwd_s } else { fwd_s })
+}
+
+fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
+    let mut w =
+        csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    for row in rows {
+        w.serialize(row)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut s = format!("| {} |\n", header.join(" | "));
+    s += &format!("|{}\n", "---|".repeat(header.len()));
+    for row in rows {
+        s += &format!("| {} |\n", row.join(" | "));
+    }
+    s
+}

@@ -1,0 +1,94 @@
+//! Presentation: aligned text tables, human-readable quantities, CSV and JSON writers.
+//! Nothing here computes a model quantity; it only formats what other stages return.
+
+use comfy_table::{presets::UTF8_BORDERS_ONLY, CellAlignment, Table};
+
+/// A text table with a header row; numeric columns are right-aligned.
+pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    t.set_header(header.to_vec());
+    for row in rows {
+        t.add_row(row);
+    }
+    for (i, column) in t.column_iter_mut().enumerate() {
+        if i > 0 {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t.to_string()
+}
+
+/// Bytes in binary units (KiB, MiB, GiB) with three significant digits.
+pub fn bytes(value: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = value;
+    let mut unit = 0;
+    while v.abs() >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.3} {}", UNITS[unit])
+    }
+}
+
+/// A quantity with an SI prefix (k, M, G, T, P, E) and a unit, e.g. `1.23 TFLOP`.
+pub fn si(value: f64, unit: &str) -> String {
+    const PREFIXES: [(f64, &str); 6] = [
+        (1e18, "E"),
+        (1e15, "P"),
+        (1e12, "T"),
+        (1e9, "G"),
+        (1e6, "M"),
+        (1e3, "k"),
+    ];
+    for (scale, prefix) in PREFIXES {
+        if value.abs() >= scale {
+            return format!("{:.3} {prefix}{unit}", value / scale);
+        }
+    }
+    format!("{value:.3} {unit}")
+}
+
+/// Seconds shown in the most readable of s, ms, µs.
+pub fn seconds(value_s: f64) -> String {
+    if value_s.abs() >= 1.0 {
+        format!("{value_s:.3} s")
+    } else if value_s.abs() >= 1e-3 {
+        format!("{:.3} ms", value_s * 1e3)
+    } else {
+        format!("{:.2} µs", value_s * 1e6)
+    }
+}
+
+/// A fraction as a percentage with one decimal, e.g. `0.4567` → `45.7 %`.
+pub fn percent(fraction: f64) -> String {
+    format!("{:.1} %", 100.0 * fraction)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_are_scaled_to_readable_units() {
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(80.0 * 1024.0 * 1024.0 * 1024.0), "80.000 GiB");
+        assert_eq!(si(174.6e9, ""), "174.600 G");
+        assert_eq!(si(3.14e20, "FLOP"), "314.000 EFLOP");
+        assert_eq!(seconds(0.0123), "12.300 ms");
+        assert_eq!(seconds(4.5e-6), "4.50 µs");
+        assert_eq!(seconds(2.0), "2.000 s");
+        assert_eq!(percent(0.4567), "45.7 %");
+    }
+
+    #[test]
+    fn table_has_header_and_rows() {
+        let t = table(&["name", "value"], vec![vec!["a".into(), "1".into()]]);
+        assert!(t.contains("name"));
+        assert!(t.lines().any(|l| l.contains('a') && l.contains('1')));
+    }
+}

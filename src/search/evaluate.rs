@@ -1,0 +1,410 @@
+//! One design point end to end (DESIGN §1): the workload's layer graph at each tensor width,
+//! every unique layer scheduled on the chip's cores, and the best parallel plan over the
+//! micro-batch sizes and recompute modes asked for.
+
+use crate::arch::ArchConfig;
+use crate::cost::CostModel;
+use crate::error::InputError;
+use crate::placement::{
+    place, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost, LayerCostGraph,
+    PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
+};
+use crate::schedule::{Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
+use crate::workload::{OpGraph, OpKind, VectorOp, Workload};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Everything that shapes a plan besides the chip and the workload. Lists are candidates the
+/// search chooses from; `fixed` holds the parallel widths the user gave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanOptions {
+    pub devices: u32,
+    /// HBM per device; `None` takes the chip's.
+    pub hbm_bytes: Option<u64>,
+    pub micro_batches: Vec<u32>,
+    pub recompute: Vec<RecomputeMode>,
+    pub sequence_parallel: bool,
+    pub schedule: PipelineSchedule,
+    pub fixed: Fixed,
+    /// Largest tensor width searched when `fixed.tp` is not given.
+    pub max_tp: u32,
+    pub zero1: bool,
+    pub dp_overlap: bool,
+    pub allow_idle_devices: bool,
+}
+
+impl PlanOptions {
+    /// Searches micro-batch {1, 2, 4, 8}, every recompute mode and t up to 8 on `devices`.
+    pub fn searching(devices: u32) -> PlanOptions {
+        PlanOptions {
+            devices,
+            hbm_bytes: None,
+            micro_batches: vec![1, 2, 4, 8],
+            recompute: vec![
+                RecomputeMode::None,
+                RecomputeMode::Selective,
+                RecomputeMode::Full,
+            ],
+            sequence_parallel: false,
+            schedule: PipelineSchedule::OneFOneB,
+            fixed: Fixed::default(),
+            max_tp: 8,
+            zero1: false,
+            dp_overlap: true,
+            allow_idle_devices: false,
+        }
+    }
+}
+
+/// Why a design point has no plan.
+#[derive(Debug, thiserror::Error)]
+pub enum EvaluateError {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("{0}")]
+    Infeasible(Infeasible),
+}
+
+/// The schedules of one unique layer (all layers sharing a signature).
+#[derive(Debug, Clone, Serialize)]
+pub struct UniqueLayerSchedule {
+    pub signature: String,
+    /// The first layer with this signature.
+    pub name: String,
+    /// Layers sharing it.
+    pub count: usize,
+    pub fwd: Arc<Schedule>,
+    pub bwd: Arc<Schedule>,
+    /// The problems the schedules solve (operator names and variants, for display).
+    #[serde(skip)]
+    pub fwd_problem: ScheduleProblem,
+    #[serde(skip)]
+    pub bwd_problem: ScheduleProblem,
+    /// Extra backward time and energy under selective recompute: the attention core's forward.
+    pub selective_recompute_s: f64,
+    pub selective_recompute_energy_j: f64,
+}
+
+/// Per-layer costs of a workload at one (t, micro-batch) on one chip: the placement input,
+/// and the energy per layer that the placement does not need.
+#[derive(Debug, Clone)]
+pub struct LayerCosts {
+    pub graph: LayerCostGraph,
+    /// Per layer: (forward, backward, selective-recompute) energy per device, J.
+    pub energy_j: Vec<[f64; 3]>,
+    pub unique: Vec<UniqueLayerSchedule>,
+}
+
+impl LayerCosts {
+    /// Energy of one sample through the whole model: every layer's forward and backward (and
+    /// recomputation) on each of the `t` devices of its tensor group, divided by the samples
+    /// of a micro-batch.
+    pub fn energy_per_sample_j(&self, recompute: RecomputeMode, micro_batch: u32) -> f64 {
+        let per_micro_batch: f64 = self
+            .energy_j
+            .iter()
+            .map(|[fwd, bwd, selective]| {
+                fwd + bwd
+                    + match recompute {
+                        RecomputeMode::None => 0.0,
+                        RecomputeMode::Selective => *selective,
+                        RecomputeMode::Full => *fwd,
+                    }
+            })
+            .sum();
+        per_micro_batch * f64::from(self.graph.tp) / f64::from(micro_batch)
+    }
+}
+
+/// Schedules every unique layer of `workload` at width `tp` and micro-batch `micro_batch` on
+/// `cost`'s chip (memoised in `cache`) and returns the per-layer costs.
+pub fn layer_costs(
+    workload: &Workload,
+    cost: &CostModel,
+    cache: &ScheduleCache,
+    tp: u32,
+    micro_batch: u32,
+    sequence_parallel: bool,
+) -> Result<LayerCosts, EvaluateError> {
+    let graph = workload.layer_graph(tp, micro_batch, sequence_parallel)?;
+    let mut unique: Vec<UniqueLayerSchedule> = Vec::new();
+    let mut index_of: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut layers = Vec::with_capacity(graph.layers.len());
+    let mut energy_j = Vec::with_capacity(graph.layers.len());
+    for layer in &graph.layers {
+        let u = match index_of.get(layer.signature.as_str()) {
+            Some(&u) => {
+                unique[u].count += 1;
+                u
+            }
+            None => {
+                let key = format!(
+                    "{}|t{tp}|b{micro_batch}|sp{}",
+                    layer.signature,
+                    u8::from(sequence_parallel)
+                );
+                let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
+                let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
+                let hardware = cost.hardware_key();
+                let fwd = cache.get_or_compute(&format!("{key}|fwd"), hardware, &fwd_problem)?;
+                let bwd = cache.get_or_compute(&format!("{key}|bwd"), hardware, &bwd_problem)?;
+                let (selective_recompute_s, selective_recompute_energy_j) =
+                    attention_core(&layer.fwd, &fwd_problem);
+                index_of.insert(&layer.signature, unique.len());
+                unique.push(UniqueLayerSchedule {
+                    signature: layer.signature.clone(),
+                    name: layer.name.clone(),
+                    count: 1,
+                    fwd,
+                    bwd,
+                    fwd_problem,
+                    bwd_problem,
+                    selective_recompute_s,
+                    selective_recompute_energy_j,
+                });
+                unique.len() - 1
+            }
+        };
+        let s = &unique[u];
+        layers.push(LayerCost {
+            name: layer.name.clone(),
+            fwd_s: s.fwd.makespan_s,
+            bwd_s: s.bwd.makespan_s,
+            selective_recompute_s: s.selective_recompute_s,
+            params: layer.params,
+            activation_bytes: layer.activation_bytes,
+            output_bytes: layer.output_bytes,
+        });
+        energy_j.push([
+            s.fwd.energy_j,
+            s.bwd.energy_j,
+            s.selective_recompute_energy_j,
+        ]);
+    }
+    Ok(LayerCosts {
+        graph: LayerCostGraph {
+            tp,
+            layers,
+            edges: graph.edges.clone(),
+        },
+        energy_j,
+        unique,
+    })
+}
+
+/// Time and energy of re-running the attention core (QKᵀ, softmax, dropout, ×V) that
+/// selective recompute drops from memory: the operators over the score tensor, found by shape
+/// (the softmax's element count), each in its faster variant since they form a chain.
+fn attention_core(graph: &OpGraph, problem: &ScheduleProblem) -> (f64, f64) {
+    let score_elements: Vec<u64> = graph
+        .ops
+        .iter()
+        .filter_map(|op| match op.kind {
+            OpKind::Vector {
+                op: VectorOp::Softmax,
+                elements,
+                ..
+            } => Some(elements),
+            _ => None,
+        })
+        .collect();
+    let touches_scores = |kind: &OpKind| match *kind {
+        OpKind::Vector { elements, .. } => score_elements.contains(&elements),
+        OpKind::Gemm { batch, m, n, k } => {
+            batch > 1
+                && (score_elements.contains(&(batch * m * n))
+                    || score_elements.contains(&(batch * m * k)))
+        }
+        OpKind::Collective { .. } => false,
+    };
+    let mut time_s = 0.0;
+    let mut energy_j = 0.0;
+    for (op, sched) in graph.ops.iter().zip(&problem.ops) {
+        if touches_scores(&op.kind) {
+            let (t, e) = if sched.all_cores_s < sched.one_core_s {
+                (sched.all_cores_s, sched.all_cores_energy_j)
+            } else {
+                (sched.one_core_s, sched.one_core_energy_j)
+            };
+            time_s += t;
+            energy_j += e;
+        }
+    }
+    (time_s, energy_j)
+}
+
+/// A design point's best plan with the figures users compare.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evaluation {
+    pub workload: String,
+    pub arch: String,
+    pub plan: Plan,
+    pub recompute: RecomputeMode,
+    pub sequence_parallel: bool,
+    pub hbm_bytes: u64,
+    pub throughput_tokens_per_s: f64,
+    /// Model FLOPs per iteration over (time per batch × devices used × peak FLOP/s).
+    pub mfu: f64,
+    pub model_flops_per_iteration: f64,
+    /// Achieved model FLOP/s per device used.
+    pub model_flops_per_s_per_device: f64,
+    pub energy_per_sample_j: f64,
+}
+
+/// Tensor widths tried: the fixed one, or every width the workload accepts up to
+/// `max_tp` and the device count.
+fn tensor_widths(workload: &Workload, options: &PlanOptions) -> Vec<u32> {
+    match options.fixed.tp {
+        Some(t) => vec![t],
+        None => workload.valid_tp(options.max_tp.min(options.devices).max(1)),
+    }
+}
+
+/// The best plan for `workload` on `arch` under `options`, searching every micro-batch,
+/// recompute mode and tensor width offered. Ties keep the first candidate in option order,
+/// so the answer is deterministic.
+pub fn evaluate(
+    workload: &Workload,
+    arch: &ArchConfig,
+    options: &PlanOptions,
+    cache: &ScheduleCache,
+) -> Result<Evaluation, EvaluateError> {
+    let cost = CostModel::new(arch);
+    let widths = tensor_widths(workload, options);
+    let hbm_bytes = options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes);
+    let bytes = workload.bytes_per_param();
+    let mut best: Option<Evaluation> = None;
+    let mut infeasible: Vec<(String, Infeasible)> = Vec::new();
+    for &micro_batch in &options.micro_batches {
+        let per_width: Vec<LayerCosts> = widths
+            .par_iter()
+            .map(|&t| {
+                layer_costs(
+                    workload,
+                    &cost,
+                    cache,
+                    t,
+                    micro_batch,
+                    options.sequence_parallel,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        for &recompute in &options.recompute {
+            let problem = PlacementProblem {
+                graphs: per_width.iter().map(|c| c.graph.clone()).collect(),
+                devices: options.devices,
+                hbm_bytes,
+                global_batch: workload.global_batch,
+                micro_batch,
+                recompute,
+                bytes_per_param: BytesPerParam {
+                    weights: bytes.weights,
+                    grads: bytes.grads,
+                    optimizer: bytes.optimizer,
+                },
+                zero1: options.zero1,
+                schedule: options.schedule,
+                tiers: arch.interconnect.clone(),
+                dp_overlap: options.dp_overlap,
+                constraints: options.fixed,
+                allow_idle_devices: options.allow_idle_devices,
+            };
+            match place(&problem) {
+                Ok(plan) => {
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| plan.time_per_batch_s < b.plan.time_per_batch_s)
+                    {
+                        let costs = per_width
+                            .iter()
+                            .find(|c| c.graph.tp == plan.tp)
+                            .expect("a plan's tensor width is one of the graphs offered");
+                        let energy = costs.energy_per_sample_j(recompute, micro_batch);
+                        best = Some(summarise(
+                            workload,
+                            arch,
+                            plan,
+                            recompute,
+                            options.sequence_parallel,
+                            hbm_bytes,
+                            energy,
+                        ));
+                    }
+                }
+                Err(why) => infeasible.push((
+                    format!(
+                        "micro-batch {micro_batch}, recompute {}",
+                        recompute_name(recompute)
+                    ),
+                    why,
+                )),
+            }
+        }
+    }
+    best.ok_or_else(|| EvaluateError::Infeasible(merge_infeasible(infeasible)))
+}
+
+fn summarise(
+    workload: &Workload,
+    arch: &ArchConfig,
+    plan: Plan,
+    recompute: RecomputeMode,
+    sequence_parallel: bool,
+    hbm_bytes: u64,
+    energy_per_sample_j: f64,
+) -> Evaluation {
+    let model_flops = workload.model_flops_per_iteration();
+    let device_seconds = plan.time_per_batch_s * f64::from(plan.devices_used);
+    let model_flops_per_s_per_device = model_flops / device_seconds;
+    Evaluation {
+        workload: workload.name.clone(),
+        arch: arch.name.clone(),
+        throughput_tokens_per_s: plan.throughput_samples_per_s
+            * workload.tokens_per_sample() as f64,
+        mfu: model_flops_per_s_per_device / arch.peak_tensor_flops(),
+        model_flops_per_iteration: model_flops,
+        model_flops_per_s_per_device,
+        energy_per_sample_j,
+        plan,
+        recompute,
+        sequence_parallel,
+        hbm_bytes,
+    }
+}
+
+/// The lowercase name used on the command line and in CSV.
+pub fn recompute_name(mode: RecomputeMode) -> &'static str {
+    match mode {
+        RecomputeMode::None => "none",
+        RecomputeMode::Selective => "selective",
+        RecomputeMode::Full => "full",
+    }
+}
+
+/// One report for all candidates: each candidate's reasons, labelled, and the three
+/// alternatives with the smallest memory overshoot across them.
+fn merge_infeasible(cases: Vec<(String, Infeasible)>) -> Infeasible {
+    let mut reasons = Vec::new();
+    let mut alternatives: Vec<Alternative> = Vec::new();
+    for (label, case) in cases {
+        reasons.extend(case.reasons.into_iter().map(|r| format!("{label}: {r}")));
+        alternatives.extend(case.alternatives);
+    }
+    alternatives.sort_by(|a, b| {
+        a.overshoot_bytes
+            .cmp(&b.overshoot_bytes)
+            .then(a.plan.time_per_batch_s.total_cmp(&b.plan.time_per_batch_s))
+    });
+    alternatives.truncate(3);
+    if reasons.is_empty() {
+        reasons.push("no micro-batch size or recompute mode was offered".to_string());
+    }
+    Infeasible {
+        reasons,
+        alternatives,
+    }
+}

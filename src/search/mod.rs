@@ -1,0 +1,15 @@
+//! Search (DESIGN §7): design points evaluated end to end, from workload and chip to the
+//! best parallel plan.
+//!
+//! [`evaluate`] takes one chip and searches micro-batch, recompute and the parallel plan;
+//! [`layer_costs`] is its first half (per-layer schedules at one tensor width), shared by
+//! `tandem schedule`.
+
+mod evaluate;
+mod row;
+
+pub use evaluate::{
+    evaluate, layer_costs, recompute_name, EvaluateError, Evaluation, LayerCosts, PlanOptions,
+    UniqueLayerSchedule,
+};
+pub use row::{append_rows, DesignRow, Status};

@@ -1,0 +1,156 @@
+//! The CSV row of one design point (DESIGN §9), shared by `tandem plan --csv` and sweeps.
+
+use super::{recompute_name, EvaluateError, Evaluation};
+use crate::arch::{area_breakdown, ArchConfig};
+use crate::placement::RecomputeMode;
+use serde::{Deserialize, Serialize};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+
+/// Outcome of a design point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// A bound proved the point cannot reach the best result or the Pareto front.
+    Pruned,
+    Infeasible,
+}
+
+/// One design point. Plan columns are empty unless `status` is `ok`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DesignRow {
+    pub workload: String,
+    pub arch: String,
+    pub tensor_cores: u32,
+    pub tensor_rows: u32,
+    pub tensor_cols: u32,
+    pub vector_cores: u32,
+    pub vector_lanes: u32,
+    pub glb_bytes: u64,
+    pub area_mm2: f64,
+    /// Empty when a failed point searched several values.
+    pub micro_batch: Option<u32>,
+    pub recompute: Option<String>,
+    pub hbm_bytes: u64,
+    pub tp: Option<u32>,
+    pub dp: Option<u32>,
+    pub pp: Option<u32>,
+    pub devices_used: Option<u32>,
+    pub time_per_batch_s: Option<f64>,
+    pub throughput_samples_per_s: Option<f64>,
+    pub throughput_tokens_per_s: Option<f64>,
+    pub mfu: Option<f64>,
+    pub peak_memory_bytes: Option<u64>,
+    pub energy_per_sample_j: Option<f64>,
+    pub status: Status,
+    /// Why the point was pruned or is infeasible; empty when `ok`.
+    pub reason: String,
+}
+
+impl DesignRow {
+    /// The fields every row has: workload, chip and the point's own choices.
+    pub fn point(
+        workload: &str,
+        arch: &ArchConfig,
+        micro_batch: Option<u32>,
+        recompute: Option<RecomputeMode>,
+        hbm_bytes: u64,
+        status: Status,
+        reason: String,
+    ) -> DesignRow {
+        DesignRow {
+            workload: workload.to_string(),
+            arch: arch.name.clone(),
+            tensor_cores: arch.tensor.count,
+            tensor_rows: arch.tensor.rows,
+            tensor_cols: arch.tensor.cols,
+            vector_cores: arch.vector.count,
+            vector_lanes: arch.vector.lanes,
+            glb_bytes: arch.glb.bytes,
+            area_mm2: area_breakdown(arch).total_mm2,
+            micro_batch,
+            recompute: recompute.map(|r| recompute_name(r).to_string()),
+            hbm_bytes,
+            tp: None,
+            dp: None,
+            pp: None,
+            devices_used: None,
+            time_per_batch_s: None,
+            throughput_samples_per_s: None,
+            throughput_tokens_per_s: None,
+            mfu: None,
+            peak_memory_bytes: None,
+            energy_per_sample_j: None,
+            status,
+            reason,
+        }
+    }
+
+    /// The row of an evaluated point.
+    pub fn evaluated(arch: &ArchConfig, e: &Evaluation) -> DesignRow {
+        let p = &e.plan;
+        DesignRow {
+            tp: Some(p.tp),
+            dp: Some(p.dp),
+            pp: Some(p.pp),
+            devices_used: Some(p.devices_used),
+            time_per_batch_s: Some(p.time_per_batch_s),
+            throughput_samples_per_s: Some(p.throughput_samples_per_s),
+            throughput_tokens_per_s: Some(e.throughput_tokens_per_s),
+            mfu: Some(e.mfu),
+            peak_memory_bytes: Some(p.peak_memory_bytes),
+            energy_per_sample_j: Some(e.energy_per_sample_j),
+            ..DesignRow::point(
+                &e.workload,
+                arch,
+                Some(p.micro_batch),
+                Some(e.recompute),
+                e.hbm_bytes,
+                Status::Ok,
+                String::new(),
+            )
+        }
+    }
+
+    /// The row of a point without a plan, with the reason on one line.
+    pub fn failed(
+        workload: &str,
+        arch: &ArchConfig,
+        micro_batch: Option<u32>,
+        recompute: Option<RecomputeMode>,
+        hbm_bytes: u64,
+        error: &EvaluateError,
+    ) -> DesignRow {
+        let reason = match error {
+            EvaluateError::Infeasible(why) => why.reasons.join("; "),
+            other => other.to_string(),
+        };
+        DesignRow::point(
+            workload,
+            arch,
+            micro_batch,
+            recompute,
+            hbm_bytes,
+            Status::Infeasible,
+            reason.replace('\n', " "),
+        )
+    }
+}
+
+/// Appends `rows` to the CSV file at `path`, writing the header first when the file is new or
+/// empty, and flushes so that a killed process loses no finished row.
+pub fn append_rows(path: &Path, rows: &[DesignRow]) -> std::io::Result<()> {
+    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+    let has_header = file.metadata()?.len() > 0;
+    let mut writer = csv::WriterBuilder::new()
+        .has_headers(!has_header)
+        .from_writer(Vec::new());
+    for row in rows {
+        writer.serialize(row).map_err(std::io::Error::other)?;
+    }
+    let bytes = writer.into_inner().map_err(|e| e.into_error())?;
+    file.write_all(&bytes)?;
+    file.flush()
+}
