@@ -54,6 +54,7 @@ fn problem(recompute: RecomputeMode) -> PlacementProblem {
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("placement");
+    group.sample_size(10);
     for recompute in [RecomputeMode::None, RecomputeMode::Full] {
         let problem = problem(recompute);
         match place(&problem) {

@@ -137,6 +137,8 @@ pub fn validate_runs(
                 pp: Some(run.pp),
                 dp: Some(run.dp),
             },
+            // Megatron-LM of these runs all-reduced gradients after the backward pass.
+            dp_overlap: false,
             ..PlanOptions::searching(run.gpus)
         };
         let e = evaluate(&workload, arch, &options, cache)?;

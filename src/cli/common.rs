@@ -20,7 +20,7 @@ pub struct ChipArgs {
     #[arg(long)]
     pub devices: u32,
     /// HBM per device in GiB (default: the chip file's capacity).
-    #[arg(long, value_name = "GIB")]
+    #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
     pub hbm_gib: Option<f64>,
 }
 

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long)]
     devices: Option<u32>,
     /// Override the file's HBM per device, GiB.
-    #[arg(long, value_name = "GIB")]
+    #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
     hbm_gib: Option<f64>,
     /// Print JSON instead of tables.
     #[arg(long)]

@@ -13,8 +13,8 @@ use tandem::search::{
 };
 use tandem::workload::Workload;
 
-/// Exit status when no plan fits (bad input exits with 1).
-pub const EXIT_INFEASIBLE: u8 = 2;
+/// Exit status when no plan fits (bad input exits with 1, a command-line usage error with 2).
+pub const EXIT_INFEASIBLE: u8 = 3;
 
 /// Find the parallel plan with the lowest time per batch. Every option left out is searched;
 /// every one given is held.

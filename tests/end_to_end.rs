@@ -1,0 +1,446 @@
+//! The stages together, the way users run them: per-layer schedules of every shipped workload
+//! on every shipped chip, plans and their invariants, the command line (output fields, exit
+//! status, errors naming file and field), and the published Megatron-LM runs.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use tandem::arch::load_chip;
+use tandem::calibrate::validate_runs;
+use tandem::cost::CostModel;
+use tandem::placement::{RecomputeMode, Stage};
+use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
+use tandem::search::{evaluate, layer_costs, PlanOptions};
+use tandem::workload::Workload;
+
+const CHIPS: [&str; 3] = ["tpuv4", "a100", "h100"];
+const GIB: u64 = 1 << 30;
+
+fn workload(name: &str) -> Workload {
+    Workload::load(&Path::new("workloads").join(format!("{name}.toml"))).expect("bundled workload")
+}
+
+fn all_workloads() -> Vec<Workload> {
+    let mut paths: Vec<_> = std::fs::read_dir("workloads")
+        .expect("workloads/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| Workload::load(p).expect("bundled workload"))
+        .collect()
+}
+
+fn chip(name: &str) -> tandem::arch::ArchConfig {
+    load_chip(&Path::new("arch_specs").join(format!("{name}.toml"))).expect("bundled chip")
+}
+
+fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .output()
+        .expect("run tandem")
+}
+
+#[test]
+fn every_layer_on_every_chip_lies_between_its_bounds() {
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let mut checked = 0;
+    for w in all_workloads() {
+        let tp = *w.valid_tp(8).last().expect("t = 1 is always valid");
+        for name in CHIPS {
+            let arch = chip(name);
+            let cost = CostModel::new(&arch);
+            let costs = layer_costs(&w, &cost, &cache, tp, 1, false).expect("schedules");
+            for u in &costs.unique {
+                for (s, p) in [(&u.fwd, &u.fwd_problem), (&u.bwd, &u.bwd_problem)] {
+                    let lb = lower_bound(p).expect("valid problem");
+                    let heuristic = list_schedule(p).expect("valid problem").makespan_s;
+                    let tol = 1e-9 * heuristic;
+                    assert!(
+                        lb <= s.makespan_s + tol && s.makespan_s <= heuristic + tol,
+                        "{} {} on {name}: lb {lb} ≤ ILP {} ≤ heuristic {heuristic}",
+                        w.name,
+                        u.name,
+                        s.makespan_s
+                    );
+                    verify(p, s).unwrap_or_else(|e| panic!("{} {}: {e}", w.name, u.name));
+                    checked += 1;
+                }
+            }
+        }
+    }
+    // 12 workloads × 3 chips × 3 unique layers × 2 directions.
+    assert_eq!(checked, 12 * 3 * 3 * 2);
+}
+
+fn assert_plan_invariants(stages: &[Stage], layers: usize, hbm_bytes: u64, devices: u32) {
+    let mut seen = vec![0; layers];
+    let mut last = None;
+    for s in stages {
+        for &l in &s.layers {
+            seen[l] += 1;
+        }
+        // Chains: stages hold consecutive, increasing layer ranges.
+        let first = *s.layers.first().expect("non-empty stage");
+        assert!(last.is_none_or(|prev| first == prev + 1), "stage order");
+        last = s.layers.last().copied();
+        assert!(
+            s.memory.total <= hbm_bytes,
+            "stage memory {} > {hbm_bytes}",
+            s.memory.total
+        );
+    }
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "every layer placed exactly once: {seen:?}"
+    );
+    let used: u32 = stages.iter().map(|s| s.devices).sum();
+    assert!(used <= devices);
+}
+
+#[test]
+fn searched_plans_place_every_layer_once_and_fit() {
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    for (name, arch, devices) in [
+        ("bert-large", "a100", 64),
+        ("llama2-7b", "h100", 64),
+        ("gpt3-175b", "tpuv4", 1024),
+    ] {
+        let w = workload(name);
+        let a = chip(arch);
+        let options = PlanOptions {
+            micro_batches: vec![1, 2],
+            recompute: vec![RecomputeMode::None, RecomputeMode::Full],
+            ..PlanOptions::searching(devices)
+        };
+        let e = evaluate(&w, &a, &options, &cache).expect("a plan exists");
+        let p = &e.plan;
+        let layers = w
+            .layer_graph(p.tp, p.micro_batch, false)
+            .expect("graph")
+            .layers
+            .len();
+        assert_plan_invariants(&p.stages, layers, a.hbm.capacity_bytes, devices);
+        assert_eq!(p.devices_used, devices, "{name}: all devices used");
+        assert!(p.peak_memory_bytes <= a.hbm.capacity_bytes);
+        // Throughput is the global batch over the time per batch; MFU below 1.
+        let expected = w.global_batch as f64 / p.time_per_batch_s;
+        assert!((p.throughput_samples_per_s - expected).abs() <= 1e-9 * expected);
+        assert!(e.mfu > 0.0 && e.mfu < 1.0, "{name}: MFU {}", e.mfu);
+        let split = &p.time_split;
+        let sum = split.compute_s + split.bubble_s + split.pp_comm_s + split.dp_comm_s;
+        assert!((sum - p.time_per_batch_s).abs() <= 1e-9 * p.time_per_batch_s);
+    }
+}
+
+#[test]
+fn plan_cli_prints_the_documented_json_and_holds_given_options() {
+    let out = tandem(&[
+        "plan",
+        "--workload",
+        "workloads/gpt3-175b.toml",
+        "--arch",
+        "arch_specs/a100.toml",
+        "--devices",
+        "64",
+        "--tp",
+        "8",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for field in [
+        "time_per_batch_s",
+        "throughput_samples_per_s",
+        "mfu",
+        "tp",
+        "pp",
+        "dp",
+        "micro_batch",
+        "recompute",
+        "peak_memory_bytes",
+        "stages",
+    ] {
+        assert!(v.get(field).is_some(), "missing {field}");
+    }
+    assert_eq!(v["tp"], 8);
+    assert_eq!(v["micro_batch"], 1);
+    assert_eq!(v["recompute"], "full");
+    let stages = v["stages"].as_array().expect("stages");
+    assert_eq!(stages.len() as u64, v["pp"].as_u64().expect("pp"));
+    let placed: usize = stages
+        .iter()
+        .map(|s| s["layers"].as_array().expect("layers").len())
+        .sum();
+    assert_eq!(placed, 98);
+    for s in stages {
+        assert!(s["memory_bytes"].as_u64().expect("memory") <= 80 * GIB);
+        assert!(s["load_s"].as_f64().expect("load") > 0.0);
+    }
+    let devices: u64 = stages
+        .iter()
+        .map(|s| s["devices"].as_u64().expect("devices"))
+        .sum();
+    assert_eq!(devices * v["dp"].as_u64().expect("dp"), 64);
+}
+
+#[test]
+fn infeasible_plan_says_which_stage_overflows_and_exits_3() {
+    let out = tandem(&[
+        "plan",
+        "--workload",
+        "workloads/gpt3-175b.toml",
+        "--arch",
+        "arch_specs/a100.toml",
+        "--devices",
+        "8",
+        "--tp",
+        "8",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "none",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no feasible plan"), "{text}");
+    assert!(text.contains("GiB per device, HBM is 80.0 GiB"), "{text}");
+    assert!(text.contains("optimizer"), "{text}");
+}
+
+#[test]
+fn bad_input_names_file_field_and_reason_and_exits_1() {
+    let dir = std::env::temp_dir().join(format!("tandem-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "name = \"x\"\nfamily = \"gpt\"\nlayers = 2\nhidden = 100\nheads = 3\nvocab = 10\n\
+         seq_len = 8\nglobal_batch = 4\n",
+    )
+    .expect("write");
+    let out = tandem(&[
+        "plan",
+        "--workload",
+        bad.to_str().expect("utf-8"),
+        "--arch",
+        "arch_specs/a100.toml",
+        "--devices",
+        "8",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml") && err.contains("heads"), "{err}");
+    let out = tandem(&[
+        "plan",
+        "--workload",
+        "workloads/gpt3-175b.toml",
+        "--arch",
+        "arch_specs/nope.toml",
+        "--devices",
+        "8",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope.toml"));
+    let out = tandem(&[
+        "plan",
+        "--workload",
+        "workloads/gpt3-175b.toml",
+        "--arch",
+        "arch_specs/a100.toml",
+        "--devices",
+        "8",
+        "--hbm-gib",
+        "-3",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--hbm-gib"));
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+#[test]
+fn plan_csv_appends_one_row_per_run_with_the_design_columns() {
+    let dir = std::env::temp_dir().join(format!("tandem-csv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let csv = dir.join("plans.csv");
+    for recompute in ["full", "none"] {
+        let out = tandem(&[
+            "plan",
+            "--workload",
+            "workloads/bert-large.toml",
+            "--arch",
+            "arch_specs/a100.toml",
+            "--devices",
+            "16",
+            "--micro-batch",
+            "2",
+            "--recompute",
+            recompute,
+            "--csv",
+            csv.to_str().expect("utf-8"),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&csv).expect("csv");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("workload,arch,tensor_cores,"));
+    assert!(lines[0].contains("time_per_batch_s") && lines[0].ends_with("status,reason"));
+    assert!(lines[1].starts_with("bert-large,a100,108,") && lines[1].contains(",ok,"));
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+#[test]
+fn place_cli_plans_the_example_costs_file() {
+    let out = tandem(&["place", "--layers", "examples/layer-costs.json", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: tandem::placement::Plan = serde_json::from_slice(&out.stdout).expect("plan JSON");
+    assert!(plan.devices_used <= 8);
+    let problem =
+        tandem::placement::load_costs_file(Path::new("examples/layer-costs.json")).expect("file");
+    assert_plan_invariants(
+        &plan.stages,
+        problem.graphs[0].layers.len(),
+        problem.hbm_bytes,
+        problem.devices,
+    );
+}
+
+#[test]
+fn inspect_json_carries_params_and_flops() {
+    let out = tandem(&[
+        "inspect",
+        "--workload",
+        "workloads/gpt3-175b.toml",
+        "--tp",
+        "8",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let params = v["params"].as_f64().expect("params");
+    assert!((params - 174.6e9).abs() <= 0.005 * 174.6e9);
+    let (b, l, s, h, vocab) = (1536.0, 96.0, 2048.0, 12288.0, 50257.0);
+    let formula = 72.0 * b * l * s * h * h * (1.0 + s / (6.0 * h) + vocab / (12.0 * h * l));
+    let flops = v["model_flops_per_iteration"].as_f64().expect("flops");
+    assert!(
+        (flops - formula).abs() <= 0.001 * formula,
+        "{flops} vs {formula}"
+    );
+    let layers = v["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 98);
+    for field in [
+        "name",
+        "fwd_flops",
+        "bwd_flops",
+        "params",
+        "activation_bytes",
+    ] {
+        assert!(layers[1].get(field).is_some(), "missing {field}");
+    }
+}
+
+#[test]
+fn area_of_the_tpu_v4_like_chip() {
+    let out = tandem(&["area", "--arch", "arch_specs/tpuv4.toml", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let total = v["area_mm2"]["total_mm2"].as_f64().expect("total");
+    assert!((total - 278.83).abs() < 0.01, "{total}");
+}
+
+/// Narayanan et al. 2021, Table 1, on `a100.toml` with each run's (t, p, d) held: printed per
+/// row; the accuracy target itself is tracked by `tandem validate` (BENCHMARKS.md).
+#[test]
+fn published_megatron_runs_with_their_plans_held() {
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let runs = validate_runs(
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/reference/published_runs.csv"
+        )),
+        &chip("a100"),
+        &cache,
+    )
+    .expect("runs plan");
+    assert_eq!(runs.len(), 5);
+    println!("model       gpus   t  p   d   b  measured  predicted  error");
+    for r in &runs {
+        println!(
+            "{:<10} {:>5} {:>3} {:>2} {:>3} {:>3} {:>9.1} {:>10.1} {:>+6.1} %",
+            r.model,
+            r.gpus,
+            r.tp,
+            r.pp,
+            r.dp,
+            r.micro_batch.unwrap_or(0),
+            r.measured_tflops_per_gpu,
+            r.predicted_tflops_per_gpu,
+            100.0 * r.signed_error
+        );
+        assert_eq!(r.tp * r.pp * r.dp, r.gpus);
+        // Held plans are physical: below the A100's 312 TFLOP/s peak, above a quarter of it.
+        assert!(
+            (78.0..312.0).contains(&r.predicted_tflops_per_gpu),
+            "{}: {}",
+            r.model,
+            r.predicted_tflops_per_gpu
+        );
+    }
+}
+
+/// Two-fold cross-validation of the efficiency fit on the measured A100 kernels: the mean
+/// held-out error per class.
+#[test]
+fn a100_calibration_cross_validates() {
+    let dir = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/reference/a100_kernels"
+    ));
+    let measurements = tandem::calibrate::load_measurements(dir).expect("A100 kernels");
+    assert_eq!(measurements.len(), 84);
+    let fit = tandem::calibrate::calibrate(&chip("a100"), &measurements).expect("fit");
+    assert_eq!(fit.held_out.len(), 84);
+    for s in tandem::calibrate::summarise(&fit.held_out) {
+        println!(
+            "{:<10} n={:>2} held-out mean {:.1} %, max {:.1} %",
+            s.class,
+            s.count,
+            100.0 * s.mean_abs_error,
+            100.0 * s.max_abs_error
+        );
+        let limit = if s.class == "gemm" { 0.08 } else { 0.15 };
+        assert!(
+            s.mean_abs_error <= limit,
+            "{}: {}",
+            s.class,
+            s.mean_abs_error
+        );
+    }
+    // The fit lands near the chip file's values (which were fitted the same way).
+    let a100 = chip("a100");
+    assert!((fit.efficiency.tensor_compute - a100.efficiency.tensor_compute).abs() < 0.02);
+    assert!((fit.efficiency.hbm_bandwidth - a100.efficiency.hbm_bandwidth).abs() < 0.02);
+}
