@@ -42,7 +42,13 @@ pub fn summary_rows(summaries: &[ErrorSummary]) -> Vec<Vec<String>> {
         .collect()
 }
 
-pub const SUMMARY_HEADER: [&str; 5] = ["class", "n", "mean |err|", "max |err|", "mean signed"];
+pub const SUMMARY_HEADER: [&str; 5] = [
+    "class",
+    "n",
+    "mean abs err",
+    "max abs err",
+    "mean signed err",
+];
 
 pub fn run(args: &Args) -> Result<ExitCode> {
     let mut arch = load_chip(&args.arch)?;

@@ -36,8 +36,11 @@ pub struct Args {
 #[derive(Serialize)]
 struct SummaryRow<'a> {
     scope: &'a str,
-    #[serde(flatten)]
-    summary: &'a ErrorSummary,
+    class: &'a str,
+    count: usize,
+    mean_abs_error: f64,
+    max_abs_error: f64,
+    mean_signed_error: f64,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
@@ -109,7 +112,14 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         }
         let rows: Vec<SummaryRow> = summaries
             .iter()
-            .map(|(scope, summary)| SummaryRow { scope, summary })
+            .map(|(scope, s)| SummaryRow {
+                scope,
+                class: &s.class,
+                count: s.count,
+                mean_abs_error: s.mean_abs_error,
+                max_abs_error: s.max_abs_error,
+                mean_signed_error: s.mean_signed_error,
+            })
             .collect();
         write_csv(&out.join("summary.csv"), &rows)?;
         let md = out.join("summary.md");
@@ -175,5 +185,5 @@ fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
     for row in rows {
         s += &format!("| {} |\n", row.join(" | "));
     }
-    s
+    s + "\n"
 }

@@ -344,8 +344,10 @@ struct Best {
     parts: Vec<PartStage>,
 }
 
-/// The exact search of [`super::place`].
-pub(crate) fn search(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
+/// The exact search of [`super::place`] and [`super::place_faster_than`]: the best plan
+/// faster than `bound_s` (`Ok(None)` when a finite bound is not beaten; the closest
+/// infeasible plans are only searched for when the bound is infinite).
+pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<Plan>, Infeasible> {
     let (ctxs, mut reasons) = widths(problem);
     let mut analyses: Vec<Option<Analysis>> = Vec::new();
     for gi in 0..problem.graphs.len() {
@@ -364,7 +366,7 @@ pub(crate) fn search(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
     let n = problem.graphs[0].layers.len() as u32;
     let mut tables = Tables::default();
     let mut best: Option<Best> = None;
-    let mut best_s = f64::INFINITY;
+    let mut best_s = bound_s;
     let mut considered = Vec::new();
     // Small tables first: they finish fast and give the bound that prunes the large ones.
     let mut order: Vec<usize> = (0..ctxs.len()).collect();
@@ -428,7 +430,10 @@ pub(crate) fn search(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
     if let Some(b) = best {
         let plan = build_plan(&ctxs[b.ctx_index], &b.parts);
         debug_assert!((plan.time_per_batch_s - b.time_s).abs() <= 1e-9 * b.time_s.max(1.0));
-        return Ok(plan);
+        return Ok(Some(plan));
+    }
+    if bound_s.is_finite() {
+        return Ok(None);
     }
     let mut alternatives = Vec::new();
     // The closest infeasible plans are searched among pipelines of at most this many tensor

@@ -330,5 +330,17 @@ pub fn tier_for_span(tiers: &[Tier], devices: u32) -> Option<&Tier> {
 /// The plan with the lowest time per batch, found by the exact dynamic programme.
 pub fn place(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
     model::validate(problem).map_err(Infeasible::reason)?;
-    dp::search(problem)
+    dp::search(problem, f64::INFINITY)?
+        .ok_or_else(|| Infeasible::reason("no plan found (the search space is empty)".to_string()))
+}
+
+/// Like [`place`], but only looks for plans faster than `bound_s` seconds per batch (e.g. the
+/// best of other candidates already evaluated), which prunes most of the search: `Ok(None)`
+/// when none is faster or none fits. With an infinite bound it is [`place`].
+pub fn place_faster_than(
+    problem: &PlacementProblem,
+    bound_s: f64,
+) -> Result<Option<Plan>, Infeasible> {
+    model::validate(problem).map_err(Infeasible::reason)?;
+    dp::search(problem, bound_s)
 }

@@ -6,7 +6,7 @@ use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::placement::{
-    place, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost, LayerCostGraph,
+    place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost, LayerCostGraph,
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
 };
 use crate::schedule::{Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
@@ -313,28 +313,28 @@ pub fn evaluate(
                 constraints: options.fixed,
                 allow_idle_devices: options.allow_idle_devices,
             };
-            match place(&problem) {
-                Ok(plan) => {
-                    if best
-                        .as_ref()
-                        .is_none_or(|b| plan.time_per_batch_s < b.plan.time_per_batch_s)
-                    {
-                        let costs = per_width
-                            .iter()
-                            .find(|c| c.graph.tp == plan.tp)
-                            .expect("a plan's tensor width is one of the graphs offered");
-                        let energy = costs.energy_per_sample_j(recompute, micro_batch);
-                        best = Some(summarise(
-                            workload,
-                            arch,
-                            plan,
-                            recompute,
-                            options.sequence_parallel,
-                            hbm_bytes,
-                            energy,
-                        ));
-                    }
+            // Only plans faster than the best so far matter: the bound prunes the search.
+            let bound_s = best
+                .as_ref()
+                .map_or(f64::INFINITY, |b| b.plan.time_per_batch_s);
+            match place_faster_than(&problem, bound_s) {
+                Ok(Some(plan)) => {
+                    let costs = per_width
+                        .iter()
+                        .find(|c| c.graph.tp == plan.tp)
+                        .expect("a plan's tensor width is one of the graphs offered");
+                    let energy = costs.energy_per_sample_j(recompute, micro_batch);
+                    best = Some(summarise(
+                        workload,
+                        arch,
+                        plan,
+                        recompute,
+                        options.sequence_parallel,
+                        hbm_bytes,
+                        energy,
+                    ));
                 }
+                Ok(None) => {}
                 Err(why) => infeasible.push((
                     format!(
                         "micro-batch {micro_batch}, recompute {}",
