@@ -145,7 +145,7 @@ pub struct LayerCostGraph {
 }
 
 /// Everything the search needs: per-t cost graphs, the cluster and the training setup.
-/// Its serde form is the `costs.json` file (`docs/placement.md`).
+/// Its serde form is the `costs.json` file (schema in the README, "Bring your own layer costs").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlacementProblem {
