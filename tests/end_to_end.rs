@@ -36,6 +36,24 @@ fn chip(name: &str) -> tandem::arch::ArchConfig {
     load_chip(&Path::new("arch_specs").join(format!("{name}.toml"))).expect("bundled chip")
 }
 
+/// Runs a command that must succeed and print JSON.
+fn tandem_json(args: &[&str]) -> serde_json::Value {
+    let out = tandem(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// A fresh scratch directory for one test.
+fn scratch_dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tandem-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
 fn tandem(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(args)
@@ -137,7 +155,7 @@ fn searched_plans_place_every_layer_once_and_fit() {
 
 #[test]
 fn plan_cli_prints_the_documented_json_and_holds_given_options() {
-    let out = tandem(&[
+    let v = tandem_json(&[
         "plan",
         "--workload",
         "workloads/gpt3-175b.toml",
@@ -153,12 +171,6 @@ fn plan_cli_prints_the_documented_json_and_holds_given_options() {
         "full",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     for field in [
         "time_per_batch_s",
         "throughput_samples_per_s",
@@ -220,8 +232,7 @@ fn infeasible_plan_says_which_stage_overflows_and_exits_3() {
 
 #[test]
 fn bad_input_names_file_field_and_reason_and_exits_1() {
-    let dir = std::env::temp_dir().join(format!("tandem-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = scratch_dir("e2e");
     let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,
@@ -270,8 +281,7 @@ fn bad_input_names_file_field_and_reason_and_exits_1() {
 
 #[test]
 fn plan_csv_appends_one_row_per_run_with_the_design_columns() {
-    let dir = std::env::temp_dir().join(format!("tandem-csv-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = scratch_dir("csv");
     let csv = dir.join("plans.csv");
     for recompute in ["full", "none"] {
         let out = tandem(&[
@@ -326,7 +336,7 @@ fn place_cli_plans_the_example_costs_file() {
 
 #[test]
 fn inspect_json_carries_params_and_flops() {
-    let out = tandem(&[
+    let v = tandem_json(&[
         "inspect",
         "--workload",
         "workloads/gpt3-175b.toml",
@@ -334,12 +344,6 @@ fn inspect_json_carries_params_and_flops() {
         "8",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let params = v["params"].as_f64().expect("params");
     assert!((params - 174.6e9).abs() <= 0.005 * 174.6e9);
     let (b, l, s, h, vocab) = (1536.0, 96.0, 2048.0, 12288.0, 50257.0);
@@ -364,9 +368,7 @@ fn inspect_json_carries_params_and_flops() {
 
 #[test]
 fn area_of_the_tpu_v4_like_chip() {
-    let out = tandem(&["area", "--arch", "arch_specs/tpuv4.toml", "--json"]);
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = tandem_json(&["area", "--arch", "arch_specs/tpuv4.toml", "--json"]);
     let total = v["area_mm2"]["total_mm2"].as_f64().expect("total");
     assert!((total - 278.83).abs() < 0.01, "{total}");
 }

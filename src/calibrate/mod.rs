@@ -45,9 +45,16 @@ pub struct ErrorSummary {
 
 /// Per-class summaries (sorted by class), plus an `all` row when there are several classes.
 pub fn summarise(errors: &[KernelError]) -> Vec<ErrorSummary> {
+    summarise_errors(errors.iter().map(|e| (e.class.as_str(), e.signed_error)))
+}
+
+/// The same summaries from (class, signed relative error) pairs.
+pub fn summarise_errors<'a>(errors: impl IntoIterator<Item = (&'a str, f64)>) -> Vec<ErrorSummary> {
     let mut by_class: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for e in errors {
-        by_class.entry(&e.class).or_default().push(e.signed_error);
+    let mut all = Vec::new();
+    for (class, error) in errors {
+        by_class.entry(class).or_default().push(error);
+        all.push(error);
     }
     let summary = |class: &str, values: &[f64]| ErrorSummary {
         class: class.to_string(),
@@ -61,7 +68,6 @@ pub fn summarise(errors: &[KernelError]) -> Vec<ErrorSummary> {
         .map(|(class, values)| summary(class, values))
         .collect();
     if by_class.len() > 1 {
-        let all: Vec<f64> = errors.iter().map(|e| e.signed_error).collect();
         out.push(summary("all", &all));
     }
     out

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::{load_chip, ArchConfig};
 use tandem::calibrate::{
-    gpt_block_latency, kernel_errors, load_measurements, summarise, validate_runs, ErrorSummary,
-    KernelError, Measurement, RunError, Target,
+    gpt_block_latency, kernel_errors, load_measurements, summarise, summarise_errors,
+    validate_runs, ErrorSummary, KernelError, Measurement, RunError, Target,
 };
 use tandem::report::table;
 use tandem::schedule::{ScheduleCache, SolverOptions};
@@ -80,18 +80,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         ];
         println!("end-to-end runs ({}): TFLOP/s per GPU", runs.display());
         println!("{}", table(&header, rows.clone()));
-        let errors: Vec<KernelError> = run_rows
-            .iter()
-            .map(|r| KernelError {
-                source: r.source.clone(),
-                class: "end_to_end".into(),
-                shape: r.model.clone(),
-                measured_s: r.measured_tflops_per_gpu,
-                predicted_s: r.predicted_tflops_per_gpu,
-                signed_error: r.signed_error,
-            })
-            .collect();
-        let s = summarise(&errors);
+        let s = summarise_errors(run_rows.iter().map(|r| ("end_to_end", r.signed_error)));
         println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
         markdown += &format!(
             "## End-to-end runs (`{}`), TFLOP/s per GPU\n\n",

@@ -13,8 +13,6 @@ use std::path::Path;
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Ok,
-    /// A bound proved the point cannot reach the best result or the Pareto front.
-    Pruned,
     Infeasible,
 }
 
@@ -45,7 +43,7 @@ pub struct DesignRow {
     pub peak_memory_bytes: Option<u64>,
     pub energy_per_sample_j: Option<f64>,
     pub status: Status,
-    /// Why the point was pruned or is infeasible; empty when `ok`.
+    /// Why the point is infeasible; empty when `ok`.
     pub reason: String,
 }
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::graph::{ActivationBytes, Layer, LayerGraph, Op, OpGraph, OpKind};
 use super::ops::{build_graphs, collective, gemm, mul, vector, Node};
-use super::{Optimizer, Precision};
+use super::{Model, Optimizer, Precision, Workload};
 use crate::error::InputError;
 
 /// Which GEMM dimension holds the samples (and grows with the micro-batch).
@@ -99,15 +99,6 @@ fn default_optimizer() -> Optimizer {
     Optimizer::Adam
 }
 
-pub(crate) struct ParsedDag {
-    pub name: String,
-    pub global_batch: u64,
-    pub seq_len: u64,
-    pub precision: Precision,
-    pub optimizer: Optimizer,
-    pub dag: Dag,
-}
-
 fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
     u64::try_from(value).ok().filter(|&v| v > 0).ok_or_else(|| {
         InputError::invalid(
@@ -178,7 +169,7 @@ fn check_graph(file: &Path, field: &str, graph: &DagGraph) -> Result<(), InputEr
 }
 
 impl RawDag {
-    pub(crate) fn validate(self, file: &Path) -> Result<ParsedDag, InputError> {
+    pub(crate) fn validate(self, file: &Path) -> Result<Workload, InputError> {
         if self.name.trim().is_empty() {
             return Err(InputError::invalid(file, "name", "must not be empty"));
         }
@@ -246,17 +237,18 @@ impl RawDag {
                 ));
             }
         }
-        Ok(ParsedDag {
+        Ok(Workload {
             name: self.name,
             global_batch,
             seq_len,
             precision: self.precision,
             optimizer: self.optimizer,
-            dag: Dag {
+            source: file.to_path_buf(),
+            model: Model::Dag(Dag {
                 layers: self.layers,
                 edges: self.edges,
                 precision: self.precision,
-            },
+            }),
         })
     }
 }

@@ -155,32 +155,8 @@ impl Workload {
     pub fn load(path: &Path) -> Result<Workload, InputError> {
         let text = read_input(path)?;
         match path.extension().and_then(|e| e.to_str()) {
-            Some("toml") => {
-                let raw: RawTemplate = parse_toml(path, &text)?;
-                let parsed = raw.validate(path)?;
-                Ok(Workload {
-                    name: parsed.name,
-                    global_batch: parsed.global_batch,
-                    seq_len: parsed.seq_len,
-                    precision: parsed.precision,
-                    optimizer: parsed.optimizer,
-                    model: Model::Template(parsed.template),
-                    source: path.to_path_buf(),
-                })
-            }
-            Some("json") => {
-                let raw: dag::RawDag = parse_json(path, &text)?;
-                let parsed = raw.validate(path)?;
-                Ok(Workload {
-                    name: parsed.name,
-                    global_batch: parsed.global_batch,
-                    seq_len: parsed.seq_len,
-                    precision: parsed.precision,
-                    optimizer: parsed.optimizer,
-                    model: Model::Dag(parsed.dag),
-                    source: path.to_path_buf(),
-                })
-            }
+            Some("toml") => parse_toml::<RawTemplate>(path, &text)?.validate(path),
+            Some("json") => parse_json::<dag::RawDag>(path, &text)?.validate(path),
             _ => Err(InputError::invalid(
                 path,
                 "extension",

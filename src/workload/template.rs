@@ -14,7 +14,7 @@ use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, Vecto
 use super::ops::{
     build_graphs, collective, gemm, gemm_grad_a, gemm_grad_b, mul, vector, Feeds, Node,
 };
-use super::{Family, Optimizer, Precision};
+use super::{Family, Model, Optimizer, Precision, Workload};
 use crate::error::InputError;
 
 /// The raw TOML form. Sizes are read as signed integers so a negative value gets a message
@@ -62,16 +62,6 @@ pub struct Template {
     pub vocab: u64,
 }
 
-/// The training-setup fields of a template file, validated.
-pub(crate) struct ParsedTemplate {
-    pub name: String,
-    pub seq_len: u64,
-    pub global_batch: u64,
-    pub precision: Precision,
-    pub optimizer: Optimizer,
-    pub template: Template,
-}
-
 fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
     if value <= 0 {
         return Err(InputError::invalid(
@@ -97,7 +87,7 @@ fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
 
 impl RawTemplate {
     /// Checks every field and returns the validated template.
-    pub(crate) fn validate(self, file: &Path) -> Result<ParsedTemplate, InputError> {
+    pub(crate) fn validate(self, file: &Path) -> Result<Workload, InputError> {
         if self.name.trim().is_empty() {
             return Err(InputError::invalid(file, "name", "must not be empty"));
         }
@@ -157,13 +147,14 @@ impl RawTemplate {
                 )
             })?,
         };
-        Ok(ParsedTemplate {
+        Ok(Workload {
             name: self.name,
             seq_len,
             global_batch,
             precision,
             optimizer,
-            template: Template {
+            source: file.to_path_buf(),
+            model: Model::Template(Template {
                 family,
                 layers,
                 hidden,
@@ -171,7 +162,7 @@ impl RawTemplate {
                 kv_heads,
                 ffn_hidden,
                 vocab,
-            },
+            }),
         })
     }
 }
@@ -228,25 +219,15 @@ impl Builder {
         if shape.tp == 1 {
             return input;
         }
-        let bytes = mul(&[shape.tokens(), self.hidden, shape.e()]);
-        let group = shape.tp as u32;
+        let kind = if shape.sequence_parallel {
+            CollectiveKind::AllGather
+        } else {
+            CollectiveKind::AllReduce
+        };
+        let op = self.tp_collective(name, kind, shape);
         if shape.sequence_parallel {
-            let op = collective(
-                name,
-                CollectiveKind::AllGather,
-                bytes,
-                group,
-                shape.elem_bytes(),
-            );
             self.op(op, &[input], false)
         } else {
-            let op = collective(
-                name,
-                CollectiveKind::AllReduce,
-                bytes,
-                group,
-                shape.elem_bytes(),
-            );
             self.push(Node {
                 fwd: None,
                 preds: vec![input],
@@ -261,25 +242,15 @@ impl Builder {
         if shape.tp == 1 {
             return input;
         }
-        let bytes = mul(&[shape.tokens(), self.hidden, shape.e()]);
-        let group = shape.tp as u32;
+        let kind = if shape.sequence_parallel {
+            CollectiveKind::ReduceScatter
+        } else {
+            CollectiveKind::AllReduce
+        };
+        let op = self.tp_collective(name, kind, shape);
         if shape.sequence_parallel {
-            let op = collective(
-                name,
-                CollectiveKind::ReduceScatter,
-                bytes,
-                group,
-                shape.elem_bytes(),
-            );
             self.op(op, &[input], false)
         } else {
-            let op = collective(
-                name,
-                CollectiveKind::AllReduce,
-                bytes,
-                group,
-                shape.elem_bytes(),
-            );
             self.push(Node {
                 fwd: Some(op),
                 preds: vec![input],
@@ -287,6 +258,11 @@ impl Builder {
                 leaf: Vec::new(),
             })
         }
+    }
+    /// A tensor-parallel collective over the s·b·h activations of the group of `t` devices.
+    fn tp_collective(&self, name: &str, kind: CollectiveKind, shape: &Shape) -> Op {
+        let bytes = mul(&[shape.tokens(), self.hidden, shape.e()]);
+        collective(name, kind, bytes, shape.tp as u32, shape.elem_bytes())
     }
 }
 
