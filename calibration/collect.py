@@ -154,7 +154,8 @@ def run_kernels(w, dtype, quick):
 
 
 class Block(torch.nn.Module):
-    """A GPT block as tandem's `gpt` family builds it: pre-LayerNorm, attention, GeLU MLP."""
+    """A GPT block as tandem's `gpt` family builds it: pre-LayerNorm, attention with dropout on
+    the probabilities, GeLU MLP, dropout before each residual add."""
 
     def __init__(self, hidden, heads, dtype):
         super().__init__()
@@ -165,6 +166,8 @@ class Block(torch.nn.Module):
         self.ln2 = torch.nn.LayerNorm(hidden)
         self.up = torch.nn.Linear(hidden, 4 * hidden)
         self.down = torch.nn.Linear(4 * hidden, hidden)
+        # Megatron-LM's attention and hidden dropout, as tandem's block has them.
+        self.drop = torch.nn.Dropout(0.1)
         self.to(device="cuda", dtype=dtype)
 
     def forward(self, x):
@@ -174,9 +177,10 @@ class Block(torch.nn.Module):
         scores = torch.baddbmm(
             torch.empty(q.shape[0], s, s, device=x.device, dtype=x.dtype),
             q, k.transpose(1, 2), beta=0.0, alpha=(h // self.heads) ** -0.5)
-        attn = torch.bmm(torch.softmax(scores, dim=-1), v).transpose(0, 1).reshape(s, b, h)
-        x = x + self.proj(attn)
-        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+        probs = self.drop(torch.softmax(scores, dim=-1))
+        attn = torch.bmm(probs, v).transpose(0, 1).reshape(s, b, h)
+        x = x + self.drop(self.proj(attn))
+        return x + self.drop(self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh")))
 
 
 def run_blocks(w, dtype, quick):

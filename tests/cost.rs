@@ -4,15 +4,15 @@
 
 use std::path::Path;
 use tandem::arch::{
-    ArchConfig, Efficiency, EnergyCosts, GlobalBuffer, Hbm, TensorCores, Tier, VectorCores,
-    VectorCycles,
+    ArchConfig, Efficiency, EnergyCosts, GlobalBuffer, Hbm, KernelExecution, TensorCores, Tier,
+    VectorCores, VectorCycles,
 };
 use tandem::cost::{
     class_errors, collective_cost, fit_efficiency, gemm_cost, predicted_latency_s, tier_for_group,
     vector_cost, Bound, CostModel, KernelSample, MemoryLevel,
 };
 use tandem::error::{parse_toml, read_input, InputError};
-use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, VectorOp};
+use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, Pass, VectorOp};
 
 const KERNELS_DIR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -81,6 +81,7 @@ fn toy_chip(cores: u32) -> ArchConfig {
             link_byte_j: 100e-12,
         },
         die_area_mm2: None,
+        kernel_execution: KernelExecution::Concurrent,
     }
 }
 
@@ -270,7 +271,7 @@ fn vector_op_on_a100_is_memory_bound_for_large_n() {
         VectorOp::LayerNorm,
         VectorOp::Softmax,
     ] {
-        let c = vector_cost(&a100, op, n, 4096, 2, a100.vector.count);
+        let c = vector_cost(&a100, op, Pass::Forward, n, 4096, 2, a100.vector.count);
         assert_eq!(c.bound, Bound::Memory(MemoryLevel::Hbm), "{op:?}");
         assert!(c.compute_s < c.hbm_s);
         assert_close(
@@ -281,7 +282,15 @@ fn vector_op_on_a100_is_memory_bound_for_large_n() {
         );
     }
     // Add reads two operands and writes one: 3 · 2 bytes per element.
-    let c = vector_cost(&a100, VectorOp::Add, n, 1, 2, a100.vector.count);
+    let c = vector_cost(
+        &a100,
+        VectorOp::Add,
+        Pass::Forward,
+        n,
+        1,
+        2,
+        a100.vector.count,
+    );
     assert_close(c.hbm_bytes, 6.0 * n as f64, "add bytes");
 }
 
@@ -290,15 +299,15 @@ fn toy_vector_compute_is_cycles_per_lane() {
     let chip = toy_chip(2);
     // Softmax with default cycles: mul 1 + 4 adds + exp 15 + div 10 = 30 lane-cycles per
     // element. 8 rows of 16 on 2 cores × 4 lanes: 4 rows · 16 / 4 lanes = 16 lane-steps.
-    let c = vector_cost(&chip, VectorOp::Softmax, 128, 16, 2, 2);
+    let c = vector_cost(&chip, VectorOp::Softmax, Pass::Forward, 128, 16, 2, 2);
     assert_close(c.cycles_per_element, 30.0, "softmax cycles");
     assert_close(c.latency_s, 16.0 * 30.0 / 1e9, "softmax latency");
     assert_eq!(c.bound, Bound::Compute);
     // One core does all 8 rows: twice the time.
-    let c = vector_cost(&chip, VectorOp::Softmax, 128, 16, 2, 1);
+    let c = vector_cost(&chip, VectorOp::Softmax, Pass::Forward, 128, 16, 2, 1);
     assert_close(c.latency_s, 32.0 * 30.0 / 1e9, "one-core softmax");
     // 9 rows on 2 cores: row quantisation gives 5 rows on the busier core.
-    let c = vector_cost(&chip, VectorOp::Add, 9 * 16, 16, 2, 2);
+    let c = vector_cost(&chip, VectorOp::Add, Pass::Forward, 9 * 16, 16, 2, 2);
     assert_close(c.latency_s, 5.0 * 16.0 / 4.0 / 1e9, "row quantisation");
 }
 
@@ -310,7 +319,7 @@ fn reductions_reread_rows_that_do_not_fit_local_buffer() {
     // A staged 512-element row needs 4 fp32 copies (input and output, double-buffered):
     // 4 · 4 B · 512 = 8 KiB: fits, so LayerNorm reads once and writes once (2 + 2 B).
     let n = 1u64 << 20;
-    let fits = vector_cost(&chip, VectorOp::LayerNorm, n, 512, 2, 1);
+    let fits = vector_cost(&chip, VectorOp::LayerNorm, Pass::Forward, n, 512, 2, 1);
     assert!(fits.row_fits_local);
     assert_close(fits.hbm_bytes, 4.0 * n as f64, "one read one write");
     assert_close(
@@ -318,14 +327,14 @@ fn reductions_reread_rows_that_do_not_fit_local_buffer() {
         4.0 * n as f64 / 1e9,
         "memory-bound layernorm",
     );
-    let spills = vector_cost(&chip, VectorOp::LayerNorm, n, 1024, 2, 1);
+    let spills = vector_cost(&chip, VectorOp::LayerNorm, Pass::Forward, n, 1024, 2, 1);
     assert!(!spills.row_fits_local);
     assert_close(spills.hbm_bytes, 6.0 * n as f64, "two reads one write");
     // Softmax streams its statistics pass: two reads even for short rows.
-    let softmax = vector_cost(&chip, VectorOp::Softmax, n, 64, 2, 1);
+    let softmax = vector_cost(&chip, VectorOp::Softmax, Pass::Forward, n, 64, 2, 1);
     assert_close(softmax.hbm_bytes, 6.0 * n as f64, "softmax bytes");
     // Cross-entropy writes one value per row only.
-    let xent = vector_cost(&chip, VectorOp::CrossEntropy, n, 64, 2, 1);
+    let xent = vector_cost(&chip, VectorOp::CrossEntropy, Pass::Forward, n, 64, 2, 1);
     assert_close(xent.hbm_bytes, 4.0 * n as f64, "cross-entropy bytes");
 }
 
@@ -369,6 +378,7 @@ fn cost_model_memoises_and_matches_direct_models() {
                 op: VectorOp::Gelu,
                 elements: 1 << (10 + i % 16),
                 row_len: 1,
+                pass: Pass::Forward,
             },
             elem_bytes: 2,
             flops: 0.0,
@@ -507,7 +517,15 @@ fn vector_errors(
         let (elements, row_len) = shape(&r);
         let gelems_per_s = num(r.last().expect("throughput column"));
         let measured_s = elements as f64 / (gelems_per_s * 1e9);
-        let c = vector_cost(a100, op, elements, row_len, 2, a100.vector.count);
+        let c = vector_cost(
+            a100,
+            op,
+            Pass::Forward,
+            elements,
+            row_len,
+            2,
+            a100.vector.count,
+        );
         let err = rel_err(c.latency_s, measured_s);
         errors.push(err);
         table += &format!(
@@ -576,6 +594,7 @@ fn a100_samples() -> Vec<KernelSample> {
                     op,
                     elements: m * n,
                     row_len: n,
+                    pass: Pass::Forward,
                 },
                 elem_bytes: 2,
                 measured_s: (m * n) as f64 / (num(&r[2]) * 1e9),
@@ -589,6 +608,7 @@ fn a100_samples() -> Vec<KernelSample> {
                 op: VectorOp::Gelu,
                 elements: n,
                 row_len: 1,
+                pass: Pass::Forward,
             },
             elem_bytes: 2,
             measured_s: n as f64 / (num(&r[1]) * 1e9),
@@ -644,21 +664,25 @@ fn fit_recovers_known_parameters_on_toy_chip() {
             op: VectorOp::Softmax,
             elements: 1 << 10,
             row_len: 64,
+            pass: Pass::Forward,
         },
         OpKind::Vector {
             op: VectorOp::Softmax,
             elements: 1 << 24,
             row_len: 64,
+            pass: Pass::Forward,
         },
         OpKind::Vector {
             op: VectorOp::Gelu,
             elements: 1 << 10,
             row_len: 1,
+            pass: Pass::Forward,
         },
         OpKind::Vector {
             op: VectorOp::Gelu,
             elements: 1 << 24,
             row_len: 1,
+            pass: Pass::Forward,
         },
     ];
     let samples: Vec<KernelSample> = kinds

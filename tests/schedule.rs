@@ -4,6 +4,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use std::sync::Arc;
+use tandem::arch::KernelExecution;
 use tandem::schedule::{
     list_schedule, lower_bound, render_gantt, schedule, verify, Assignment, CoreCounts, SchedOp,
     Schedule, ScheduleCache, ScheduleError, ScheduleProblem, SolveStatus, SolverOptions,
@@ -203,6 +204,7 @@ fn random_problem() -> impl Strategy<Value = ScheduleProblem> {
                 }
             }
             ScheduleProblem {
+                execution: KernelExecution::Concurrent,
                 ops,
                 edges,
                 cores: CoreCounts { tensor, vector },
@@ -254,6 +256,7 @@ fn brute_force_reproduces_hand_optimum() {
 #[test]
 fn chain_is_sum_of_fastest_variants_without_solver() {
     let problem = ScheduleProblem {
+        execution: KernelExecution::Concurrent,
         ops: vec![
             op("ln", CoreType::Vector, 3.0 * US, 1.0 * US),
             op("qkv", CoreType::Tensor, 40.0 * US, 12.0 * US),
@@ -291,6 +294,7 @@ fn chain_is_sum_of_fastest_variants_without_solver() {
 /// Three independent GEMMs on two tensor cores, one core 4 µs, all cores `all_us`.
 fn three_on_two(all_us: f64) -> ScheduleProblem {
     ScheduleProblem {
+        execution: KernelExecution::Concurrent,
         ops: (0..3)
             .map(|i| op(&format!("g{i}"), CoreType::Tensor, 4.0 * US, all_us * US))
             .collect(),
@@ -336,10 +340,36 @@ fn core_assignment_added_when_relaxation_overbooks() {
     assert!(matches!(s.status, SolveStatus::Optimal), "{}", s.status);
 }
 
+/// A GPU runs one kernel at a time: the three independent GEMMs that overlap on a dataflow
+/// chip (6.5 µs above) run back to back, each in its faster variant (2.5 µs on both cores),
+/// and a collective no longer hides behind them: 3 × 2.5 + 3 = 10.5 µs, bounds closed.
+#[test]
+fn serial_execution_runs_operators_back_to_back() {
+    let mut problem = three_on_two(2.5);
+    problem.execution = KernelExecution::Serial;
+    problem
+        .ops
+        .push(op("ar", CoreType::Link, 3.0 * US, 3.0 * US));
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.makespan_s, 10.5 * US), "{}", s.makespan_s);
+    assert!(matches!(s.status, SolveStatus::BoundsMet), "{}", s.status);
+    assert!(close(s.lower_bound_s, s.makespan_s));
+    let mut intervals: Vec<(f64, f64)> = s.ops.iter().map(|o| (o.start_s, o.end_s)).collect();
+    intervals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for pair in intervals.windows(2) {
+        assert!(pair[0].1 <= pair[1].0 * (1.0 + 1e-12), "overlap: {pair:?}");
+    }
+    assert!(s.ops[..3]
+        .iter()
+        .all(|o| o.assignment == Assignment::AllCores));
+}
+
 /// Two collectives share the one link; a GEMM overlaps them: 3 + 2 = 5 µs.
 #[test]
 fn link_runs_one_collective_at_a_time() {
     let problem = ScheduleProblem {
+        execution: KernelExecution::Concurrent,
         ops: vec![
             op("ar0", CoreType::Link, 3.0 * US, 1.0 * US),
             op("ar1", CoreType::Link, 2.0 * US, 1.0 * US),
@@ -362,6 +392,7 @@ fn link_runs_one_collective_at_a_time() {
 #[test]
 fn lower_bound_is_max_of_path_and_work() {
     let problem = ScheduleProblem {
+        execution: KernelExecution::Concurrent,
         ops: vec![
             op("a", CoreType::Vector, 2.0 * US, 2.0 * US),
             op("b", CoreType::Vector, 3.0 * US, 3.0 * US),
@@ -434,6 +465,7 @@ fn time_limit_returns_best_found_and_says_so() {
         })
         .collect();
     let problem = ScheduleProblem {
+        execution: KernelExecution::Concurrent,
         ops,
         edges: vec![],
         cores: CoreCounts {
@@ -610,6 +642,7 @@ fn invalid_options_are_errors_naming_the_field() {
 #[test]
 fn empty_problem_has_zero_makespan() {
     let problem = ScheduleProblem {
+        execution: KernelExecution::Concurrent,
         ops: vec![],
         edges: vec![],
         cores: CoreCounts {

@@ -216,6 +216,19 @@ pub struct EnergyCosts {
     pub link_byte_j: f64,
 }
 
+/// How a device runs the operators of one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelExecution {
+    /// Dataflow accelerator (PHAZE's model): independent operators run at once on separate
+    /// tensor cores, vector cores and the link, scheduled by the per-layer ILP.
+    #[default]
+    Concurrent,
+    /// GPU training step: one kernel at a time on one stream, each on every core, in the
+    /// graph's order (PyTorch autograd; Megatron-LM's blocking tensor-parallel collectives).
+    Serial,
+}
+
 /// A complete accelerator description: either a real chip from `arch_specs/*.toml` or one
 /// point of a search space.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -233,6 +246,10 @@ pub struct ArchConfig {
     pub energy: EnergyCosts,
     /// Die area when published (real chips); `None` means use the template area model.
     pub die_area_mm2: Option<f64>,
+    /// Whether a layer's operators may overlap on the device (`kernel_execution` in a chip
+    /// file; default `concurrent`).
+    #[serde(default)]
+    pub kernel_execution: KernelExecution,
 }
 
 impl ArchConfig {

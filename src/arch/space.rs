@@ -19,8 +19,8 @@ use serde::Deserialize;
 use super::area::AreaFields;
 use super::chip::{positive, validate_environment, Environment};
 use super::config::{
-    ArchConfig, Efficiency, EnergyCosts, GlobalBuffer, Hbm, TensorCores, Tier, VectorCores,
-    VectorCycles,
+    ArchConfig, Efficiency, EnergyCosts, GlobalBuffer, Hbm, KernelExecution, TensorCores, Tier,
+    VectorCores, VectorCycles,
 };
 use crate::error::{parse_toml, read_input, InputError};
 
@@ -471,6 +471,11 @@ impl SearchSpace {
         &self.name
     }
 
+    /// HBM capacity of the space's base chip, bytes.
+    pub fn base_hbm_bytes(&self) -> u64 {
+        self.base.hbm.capacity_bytes
+    }
+
     /// Upper end of the area window, in mm².
     pub fn area_budget_mm2(&self) -> f64 {
         self.budget_mm2
@@ -657,6 +662,7 @@ impl SearchSpace {
             vector_cycles: self.base.vector_cycles,
             energy: self.base.energy,
             die_area_mm2: None,
+            kernel_execution: KernelExecution::Concurrent,
         }
     }
 }

@@ -8,7 +8,7 @@
 //!   `layernorm_*.csv` (M, N, G elements/s) and `gelu_*.csv` (n, G elements/s), all fp16.
 
 use crate::error::InputError;
-use crate::workload::{CollectiveKind, OpKind, VectorOp};
+use crate::workload::{CollectiveKind, OpKind, Pass, VectorOp};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -181,6 +181,7 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
                     op,
                     elements,
                     row_len: n,
+                    pass: Pass::Forward,
                 };
                 (class_of(op), kind, elements as f64 / (gelems * 1e9))
             }
@@ -191,6 +192,7 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
                     op: VectorOp::Gelu,
                     elements,
                     row_len: 1,
+                    pass: Pass::Forward,
                 };
                 ("gelu", kind, elements as f64 / (gelems * 1e9))
             }
@@ -250,6 +252,7 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             op,
             elements: r.elements,
             row_len: r.row_len.max(1),
+            pass: Pass::Forward,
         };
         let collective = |collective: CollectiveKind| OpKind::Collective {
             collective,

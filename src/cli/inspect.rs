@@ -179,6 +179,7 @@ fn shape(kind: &OpKind) -> (String, String) {
             op,
             elements,
             row_len,
+            ..
         } => {
             let rows = if row_len > 1 {
                 format!(" (rows of {row_len})")

@@ -4,9 +4,11 @@ mod area;
 mod calibrate;
 mod common;
 mod inspect;
+mod merge;
 mod place;
 mod plan;
 mod schedule;
+mod search;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +34,8 @@ enum Command {
     Place(place::Args),
     Calibrate(calibrate::Args),
     Validate(validate::Args),
+    Search(search::Args),
+    Merge(merge::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -43,5 +47,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Place(args) => place::run(&args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Validate(args) => validate::run(&args),
+        Command::Search(args) => search::run(&args),
+        Command::Merge(args) => merge::run(&args),
     }
 }

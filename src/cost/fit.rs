@@ -38,10 +38,12 @@ pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> Option<f
             op,
             elements,
             row_len,
+            pass,
         } => Some(
             vector_cost(
                 arch,
                 op,
+                pass,
                 elements,
                 row_len,
                 sample.elem_bytes,

@@ -160,9 +160,11 @@ impl CostModel {
                 op,
                 elements,
                 row_len,
+                pass,
             } => {
-                let one = vector_cost(arch, op, elements, row_len, elem_bytes, 1);
-                let all = vector_cost(arch, op, elements, row_len, elem_bytes, arch.vector.count);
+                let one = vector_cost(arch, op, pass, elements, row_len, elem_bytes, 1);
+                let cores = arch.vector.count;
+                let all = vector_cost(arch, op, pass, elements, row_len, elem_bytes, cores);
                 OpCost {
                     core: CoreType::Vector,
                     one_core_s: one.latency_s,

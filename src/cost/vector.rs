@@ -13,7 +13,7 @@
 
 use super::{dominant_bound, Bound, MemoryLevel};
 use crate::arch::{ArchConfig, VectorCycles};
-use crate::workload::VectorOp;
+use crate::workload::{Pass, VectorOp};
 use serde::{Deserialize, Serialize};
 
 /// Reductions work in fp32 (or wider when the data are wider).
@@ -87,7 +87,10 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
 
 /// Whole-tensor reads and writes per element (in elements), extra bytes per element (masks),
 /// and where a reduction's second read of the row comes from.
-fn traffic_per_element(op: VectorOp) -> (f64, f64, f64, SecondRead) {
+fn traffic_per_element(op: VectorOp, pass: Pass) -> (f64, f64, f64, SecondRead) {
+    if pass == Pass::Backward {
+        return backward_traffic_per_element(op);
+    }
     match op {
         VectorOp::Add | VectorOp::Mul => (2.0, 1.0, 0.0, SecondRead::None),
         VectorOp::Gelu | VectorOp::Silu | VectorOp::Relu | VectorOp::Rotary => {
@@ -106,11 +109,35 @@ fn traffic_per_element(op: VectorOp) -> (f64, f64, f64, SecondRead) {
     }
 }
 
+/// The backward kernel reads the incoming gradient and the saved tensors it differentiates
+/// through, and writes one gradient per forward input (PyTorch's and Megatron's backward
+/// kernels: GeLU reads x and dy; softmax y and dy, reducing y·dy per row; LayerNorm x and dy,
+/// reducing per row for the statistics; dropout dy and the byte mask).
+fn backward_traffic_per_element(op: VectorOp) -> (f64, f64, f64, SecondRead) {
+    match op {
+        // Residual add: the gradient passes to both inputs (one read, two writes).
+        VectorOp::Add => (1.0, 2.0, 0.0, SecondRead::None),
+        // d(a·b): dy, a and b in; da and db out.
+        VectorOp::Mul => (3.0, 2.0, 0.0, SecondRead::None),
+        VectorOp::Gelu | VectorOp::Silu | VectorOp::Relu | VectorOp::Rotary => {
+            (2.0, 1.0, 0.0, SecondRead::None)
+        }
+        VectorOp::LayerNorm | VectorOp::RmsNorm => (2.0, 1.0, 0.0, SecondRead::UnlessRowFits),
+        VectorOp::Softmax => (2.0, 1.0, 0.0, SecondRead::Always),
+        // Softmax of the logits minus the one-hot target: logits in, their gradient out.
+        VectorOp::CrossEntropy => (1.0, 1.0, 0.0, SecondRead::Always),
+        VectorOp::Dropout => (1.0, 1.0, 1.0, SecondRead::None),
+        // Scatter-add of the output gradient into the table rows.
+        VectorOp::Embedding | VectorOp::Update => (1.0, 1.0, 0.0, SecondRead::None),
+    }
+}
+
 /// Cost of `op` over `elements` values in rows of `row_len` (1 for element-wise ops) with
 /// `elem_bytes`-byte data on `cores` vector cores (clamped to `1..=arch.vector.count`).
 pub fn vector_cost(
     arch: &ArchConfig,
     op: VectorOp,
+    pass: Pass,
     elements: u64,
     row_len: u64,
     elem_bytes: u32,
@@ -133,7 +160,7 @@ pub fn vector_cost(
         compute_cycles / (arch.clock_hz * eff.vector_compute)
     };
 
-    let (reads, writes, extra_bytes, second_read) = traffic_per_element(op);
+    let (reads, writes, extra_bytes, second_read) = traffic_per_element(op, pass);
     let row_fits_local = second_read == SecondRead::None
         || STAGED_VALUES_PER_ELEMENT * row_len * eb.max(MIN_WORKING_BYTES)
             <= arch.vector.local_buffer_bytes;

@@ -35,6 +35,7 @@ pub use cache::ScheduleCache;
 pub use gantt::render_gantt;
 pub use realise::verify;
 
+use crate::arch::KernelExecution;
 use crate::cost::CostModel;
 use crate::workload::{CoreType, OpGraph};
 use prepare::Prepared;
@@ -81,6 +82,9 @@ pub struct ScheduleProblem {
     pub ops: Vec<SchedOp>,
     pub edges: Vec<(usize, usize)>,
     pub cores: CoreCounts,
+    /// Under [`KernelExecution::Serial`] the operators run one at a time in their (topological)
+    /// order, each in its fastest variant: the schedule is forced, no search is needed.
+    pub execution: KernelExecution,
 }
 
 impl ScheduleProblem {
@@ -110,6 +114,7 @@ impl ScheduleProblem {
                 tensor: arch.tensor.count,
                 vector: arch.vector.count,
             },
+            execution: arch.kernel_execution,
         }
     }
 
@@ -307,17 +312,26 @@ fn relative_gap(makespan_s: f64, lower_bound_s: f64) -> f64 {
 }
 
 /// Lower bound on the optimal makespan (critical path; per core type, work / cores between
-/// the earliest possible start and the shortest tail).
+/// the earliest possible start and the shortest tail). Under serial execution, the forced
+/// schedule's makespan.
 pub fn lower_bound(problem: &ScheduleProblem) -> Result<f64, ScheduleError> {
     problem.validate()?;
-    Ok(bounds::lower_bound(&Prepared::new(problem)))
+    let prep = Prepared::new(problem);
+    if problem.execution == KernelExecution::Serial {
+        return Ok(serial(&prep, Instant::now()).makespan_s);
+    }
+    Ok(bounds::lower_bound(&prep))
 }
 
-/// The best of the list-scheduling passes, with status [`SolveStatus::HeuristicOnly`].
+/// The best of the list-scheduling passes, with status [`SolveStatus::HeuristicOnly`] (under
+/// serial execution, the forced schedule).
 pub fn list_schedule(problem: &ScheduleProblem) -> Result<Schedule, ScheduleError> {
     problem.validate()?;
     let started = Instant::now();
     let prep = Prepared::new(problem);
+    if problem.execution == KernelExecution::Serial {
+        return Ok(serial(&prep, started));
+    }
     let lower_bound_s = bounds::lower_bound(&prep);
     let heuristic = list::best_list_schedule(&prep);
     Ok(realise::assemble(
@@ -341,10 +355,42 @@ pub fn schedule(
     Ok(solve_valid(problem, options))
 }
 
+/// The forced schedule of [`KernelExecution::Serial`]: operators back to back in index order
+/// (a topological order), each in its fastest variant. It is optimal for that execution model,
+/// so both bounds are its makespan.
+fn serial(prep: &Prepared, started: Instant) -> Schedule {
+    let mut starts_s = Vec::with_capacity(prep.len());
+    let mut modes = Vec::with_capacity(prep.len());
+    let mut clock_s = 0.0;
+    for op_modes in &prep.modes {
+        let (mode, fastest) = op_modes
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.duration_s.total_cmp(&b.1.duration_s))
+            .expect("every operator has at least one mode");
+        starts_s.push(clock_s);
+        modes.push(mode);
+        clock_s += fastest.duration_s;
+    }
+    let plan = realise::assign(prep, starts_s, modes)
+        .expect("operators that never overlap fit on any non-empty core set");
+    realise::assemble(
+        prep,
+        &plan,
+        plan.makespan_s,
+        plan.makespan_s,
+        SolveStatus::BoundsMet,
+        started,
+    )
+}
+
 /// [`schedule`] on input already validated.
 fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
     let started = Instant::now();
     let prep = Prepared::new(problem);
+    if problem.execution == KernelExecution::Serial {
+        return serial(&prep, started);
+    }
     let mut lower_bound_s = bounds::lower_bound(&prep);
     let heuristic = list::best_list_schedule(&prep);
     let upper_bound_s = heuristic.makespan_s;

@@ -6,10 +6,17 @@
 //! `tandem schedule`.
 
 mod evaluate;
+mod finish;
 mod row;
+mod sweep;
 
 pub use evaluate::{
     evaluate, layer_costs, recompute_name, EvaluateError, Evaluation, LayerCosts, PlanOptions,
     UniqueLayerSchedule,
 };
+pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{append_rows, DesignRow, Status};
+pub use sweep::{
+    read_points, run_sweep, Objective, RunOptions, Shard, Sweep, SweepError, SweepRecord,
+    SweepStats, POINTS_CSV, RUN_TOML, SHARD_TOML,
+};

@@ -1,4 +1,5 @@
 //! The CSV row of one design point (DESIGN §9), shared by `tandem plan --csv` and sweeps.
+//! Evaluation times are printed, not stored, so that equal inputs give equal files.
 
 use super::{recompute_name, EvaluateError, Evaluation};
 use crate::arch::{area_breakdown, ArchConfig};
@@ -14,6 +15,8 @@ use std::path::Path;
 pub enum Status {
     Ok,
     Infeasible,
+    /// Not evaluated: a sound bound shows it cannot matter (sweeps only).
+    Pruned,
 }
 
 /// One design point. Plan columns are empty unless `status` is `ok`.
@@ -43,8 +46,14 @@ pub struct DesignRow {
     pub peak_memory_bytes: Option<u64>,
     pub energy_per_sample_j: Option<f64>,
     pub status: Status,
-    /// Why the point is infeasible; empty when `ok`.
+    /// Why the point is infeasible or pruned; empty when `ok`.
     pub reason: String,
+    /// Sweeps only: the point's id (its position in the sweep's order).
+    pub point: Option<u64>,
+    /// Sweeps only: the configuration's index in the search space.
+    pub config: Option<u64>,
+    /// Sweeps only: the peak-FLOP upper bound on samples/s used for pruning.
+    pub bound_samples_per_s: Option<f64>,
 }
 
 impl DesignRow {
@@ -83,6 +92,9 @@ impl DesignRow {
             energy_per_sample_j: None,
             status,
             reason,
+            point: None,
+            config: None,
+            bound_samples_per_s: None,
         }
     }
 

@@ -264,13 +264,20 @@ fn scaled_op(op: &DagOp, micro_batch: u64, elem_bytes: u32) -> Op {
             op: prim,
             elements,
             row_len,
-        } => vector(
-            &op.name,
-            prim,
-            mul(&[elements, micro_batch]),
-            row_len,
-            elem_bytes,
-        ),
+            pass,
+        } => {
+            let mut scaled = vector(
+                &op.name,
+                prim,
+                mul(&[elements, micro_batch]),
+                row_len,
+                elem_bytes,
+            );
+            if let OpKind::Vector { pass: p, .. } = &mut scaled.kind {
+                *p = pass;
+            }
+            scaled
+        }
         OpKind::Collective {
             collective: kind,
             bytes,

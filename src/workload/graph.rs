@@ -51,6 +51,18 @@ pub enum VectorOp {
     Update,
 }
 
+/// Whether a vector kernel is a forward primitive or its backward, which reads the incoming
+/// gradient besides the saved tensors and so moves more bytes.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Pass {
+    #[default]
+    Forward,
+    Backward,
+}
+
 /// Collective communication patterns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -73,6 +85,8 @@ pub enum OpKind {
         op: VectorOp,
         elements: u64,
         row_len: u64,
+        #[serde(default)]
+        pass: Pass,
     },
     /// A collective over `group` devices moving `bytes` (the full buffer size per device).
     Collective {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use super::graph::{CollectiveKind, Op, OpGraph, OpKind, VectorOp};
+use super::graph::{CollectiveKind, Op, OpGraph, OpKind, Pass, VectorOp};
 
 /// Multiplies sizes, saturating instead of wrapping on absurd inputs.
 pub(crate) fn mul(factors: &[u64]) -> u64 {
@@ -64,6 +64,7 @@ pub(crate) fn vector(name: &str, op: VectorOp, elements: u64, row_len: u64, elem
             op,
             elements,
             row_len,
+            pass: Pass::Forward,
         },
         elem_bytes,
         flops: elements as f64 * flops_per_element(op),
@@ -100,11 +101,20 @@ pub(crate) fn vector_backward(fwd: &Op) -> Op {
     let mut op = fwd.clone();
     op.name = format!("{}.bwd", fwd.name);
     if let OpKind::Vector {
-        op: prim, elements, ..
+        op: prim,
+        elements,
+        row_len,
+        ..
     } = fwd.kind
     {
         let e = u64::from(fwd.elem_bytes);
         let inputs = vector_inputs(prim);
+        op.kind = OpKind::Vector {
+            op: prim,
+            elements,
+            row_len,
+            pass: Pass::Backward,
+        };
         op.bytes_read = mul(&[inputs + 1, elements, e]);
         op.bytes_written = mul(&[inputs, elements, e]);
     }

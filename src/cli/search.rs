@@ -1,0 +1,212 @@
+//! `tandem search`: a design-space sweep (configurations × HBM × micro-batch × recompute) with
+//! the best plan per point, streamed to CSV, and its summaries.
+
+use super::common::hbm_gib_to_bytes;
+use super::plan::Recompute;
+use anyhow::{Context, Result};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tandem::report::table;
+use tandem::search::{
+    finish, run_sweep, BestPoints, Objective, RunOptions, Shard, Sweep, SweepRecord,
+};
+
+/// Search accelerator configurations × HBM size × micro-batch × recompute, each design point
+/// with its best parallel plan. Writes OUT/points.csv (every point, streamed), pareto.csv,
+/// best.json, pareto.svg and run.toml.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Workload file (TOML template or JSON DAG); repeat for several (the objective is then
+    /// the mean over workloads).
+    #[arg(long, required = true)]
+    workload: Vec<PathBuf>,
+    /// Search-space file (arch_specs/phaze.toml or your own).
+    #[arg(long)]
+    space: PathBuf,
+    /// Devices in the cluster.
+    #[arg(long)]
+    devices: u32,
+    /// Micro-batch sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8])]
+    micro_batch: Vec<u32>,
+    /// Recompute modes, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Recompute::None, Recompute::Full])]
+    recompute: Vec<Recompute>,
+    /// HBM sizes per device in GiB, comma-separated (default: the space's base capacity).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "GIB",
+        allow_negative_numbers = true
+    )]
+    hbm_gib: Vec<f64>,
+    /// What the best point maximises.
+    #[arg(long, value_enum, default_value_t = Objective::Throughput)]
+    objective: Objective,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Run only shard i of n (configurations with index ≡ i mod n); join with `tandem merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Continue an interrupted sweep in OUT (same inputs), skipping finished points.
+    #[arg(long)]
+    resume: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Probe configurations evaluated first, against which others are pruned.
+    #[arg(long, default_value_t = 16)]
+    probes: usize,
+    /// Evaluate every point (no pruning).
+    #[arg(long)]
+    no_prune: bool,
+    /// Time limit per layer schedule (ILP on HiGHS), seconds.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    ilp_time_limit_s: f64,
+    /// Relative optimality gap at which a layer schedule is accepted.
+    #[arg(long, default_value_t = 0.01)]
+    ilp_gap: f64,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode> {
+    if let Some(threads) = args.threads {
+        if threads == 0 {
+            anyhow::bail!("--threads: must be at least 1");
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("--threads: starting the worker pool")?;
+    }
+    let shard = match &args.shard {
+        Some(text) => Shard::parse(text).map_err(|e| anyhow::anyhow!("--shard: {e}"))?,
+        None => Shard::WHOLE,
+    };
+    let hbm_bytes = if args.hbm_gib.is_empty() {
+        let space = tandem::arch::SearchSpace::load(&args.space)?;
+        vec![space.base_hbm_bytes()]
+    } else {
+        args.hbm_gib
+            .iter()
+            .map(|&g| hbm_gib_to_bytes(g))
+            .collect::<Result<_>>()?
+    };
+    let record = SweepRecord {
+        tandem_version: env!("CARGO_PKG_VERSION").to_string(),
+        workloads: args.workload.clone(),
+        space: args.space.clone(),
+        devices: args.devices,
+        micro_batches: args.micro_batch.clone(),
+        recompute: args.recompute.iter().map(|&r| r.into()).collect(),
+        hbm_bytes,
+        objective: args.objective,
+        probes: args.probes,
+        prune: !args.no_prune,
+        ilp_time_limit_s: args.ilp_time_limit_s,
+        ilp_relative_gap: args.ilp_gap,
+    };
+    let sweep = Sweep::from_record(&record)?;
+    eprintln!(
+        "sweeping {} configurations × {} HBM × {} micro-batch × {} recompute × {} workload(s){}",
+        sweep.space.len(),
+        sweep.hbm_bytes.len(),
+        sweep.micro_batches.len(),
+        sweep.recompute.len(),
+        sweep.workloads.len(),
+        if shard == Shard::WHOLE {
+            String::new()
+        } else {
+            format!(", shard {}/{}", shard.index, shard.count)
+        }
+    );
+    let options = RunOptions {
+        out_dir: args.out.clone(),
+        shard,
+        resume: args.resume,
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
+    let stats = run_sweep(&sweep, &record, &options)?;
+    eprintln!(
+        "{} points: {} evaluated ({} ok, {} infeasible), {} pruned, {} already done; probes {:.1} s, sweep {:.1} s",
+        stats.points,
+        stats.evaluated,
+        stats.ok,
+        stats.infeasible,
+        stats.pruned,
+        stats.skipped,
+        stats.probe_time_s,
+        stats.sweep_time_s
+    );
+    let best = finish(&sweep, &args.out)?;
+    print_top(&best);
+    eprintln!("wrote {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The ten best points per workload.
+pub fn print_top(best: &BestPoints) {
+    let rows = best
+        .top
+        .iter()
+        .map(|r| {
+            let opt = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+            vec![
+                r.workload.clone(),
+                r.arch.clone(),
+                format!("{:.1}", r.area_mm2),
+                format!("{:.0}", r.hbm_bytes as f64 / (1u64 << 30) as f64),
+                opt(r.micro_batch),
+                r.recompute.clone().unwrap_or_default(),
+                format!("{}/{}/{}", opt(r.tp), opt(r.pp), opt(r.dp)),
+                r.throughput_samples_per_s
+                    .map_or("-".into(), |v| format!("{v:.2}")),
+                r.mfu.map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
+                r.energy_per_sample_j
+                    .map_or("-".into(), |v| format!("{v:.3}")),
+            ]
+        })
+        .collect();
+    println!("best points by {} (ten per workload):", best.objective);
+    println!(
+        "{}",
+        table(
+            &[
+                "workload",
+                "arch",
+                "mm²",
+                "HBM GiB",
+                "b",
+                "recompute",
+                "t/p/d",
+                "samples/s",
+                "MFU",
+                "J/sample",
+            ],
+            rows,
+        )
+    );
+    if let Some(set) = &best.set {
+        println!(
+            "best for the set: configuration {} ({}), HBM {:.0} GiB, {:.1} mm², mean {} {:.4}",
+            set.config,
+            set.arch,
+            set.hbm_bytes as f64 / (1u64 << 30) as f64,
+            set.area_mm2,
+            best.objective,
+            set.mean_objective
+        );
+    }
+}
+
+/// A directory's summaries after a merge.
+pub fn finish_merged(record: &SweepRecord, out: &Path) -> Result<()> {
+    let sweep = Sweep::from_record(record)?;
+    let best = finish(&sweep, out)?;
+    print_top(&best);
+    Ok(())
+}

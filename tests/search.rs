@@ -1,0 +1,303 @@
+//! Design-space sweeps (DESIGN §7): sound pruning against exhaustive search, resume after an
+//! interruption, and shards joined by merge — each compared file by file.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tandem::placement::RecomputeMode;
+use tandem::schedule::SolverOptions;
+use tandem::search::{
+    finish, merge, run_sweep, Objective, RunOptions, Shard, Status, Sweep, SweepRecord, POINTS_CSV,
+};
+
+const FILES: [&str; 5] = [
+    "run.toml",
+    "points.csv",
+    "pareto.csv",
+    "best.json",
+    "pareto.svg",
+];
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tandem-search-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A two-block GPT small enough that a configuration evaluates in milliseconds.
+fn tiny_workload(dir: &Path) -> PathBuf {
+    let path = dir.join("tiny.toml");
+    std::fs::write(
+        &path,
+        "name = \"tiny\"\nfamily = \"gpt\"\nlayers = 2\nhidden = 256\nheads = 4\nvocab = 1024\n\
+         seq_len = 128\nglobal_batch = 16\n",
+    )
+    .expect("write workload");
+    path
+}
+
+/// The PHAZE space narrowed to the given exponent ranges (powers of two), written to `dir`.
+fn small_space(
+    dir: &Path,
+    name: &str,
+    tc: (u32, u32),
+    rows: (u32, u32),
+    vc: (u32, u32),
+) -> PathBuf {
+    let text = std::fs::read_to_string("arch_specs/phaze.toml").expect("phaze.toml");
+    let text = text
+        .replace("name = \"phaze\"", &format!("name = \"{name}\""))
+        .replace(
+            "\"tensor.count\" = { min = 1, max = 4096 }",
+            &format!(
+                "\"tensor.count\" = {{ min = {}, max = {} }}",
+                1 << tc.0,
+                1 << tc.1
+            ),
+        )
+        .replace(
+            "\"tensor.rows\" = { min = 2, max = 256 }",
+            &format!(
+                "\"tensor.rows\" = {{ min = {}, max = {} }}",
+                1 << rows.0,
+                1 << rows.1
+            ),
+        )
+        .replace(
+            "\"vector.count\" = { min = 1, max = 4096 }",
+            &format!(
+                "\"vector.count\" = {{ min = {}, max = {} }}",
+                1 << vc.0,
+                1 << vc.1
+            ),
+        )
+        .replace(
+            "\"tensor.cols\" = { min = 2, max = 256 }",
+            "\"tensor.cols\" = { min = 64, max = 128 }",
+        )
+        .replace(
+            "\"glb.bytes\" = { min = 2_097_152, max = 134_217_728 }",
+            "\"glb.bytes\" = { min = 33_554_432, max = 67_108_864 }",
+        );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("write space");
+    path
+}
+
+fn record(
+    workloads: Vec<PathBuf>,
+    space: PathBuf,
+    objective: Objective,
+    prune: bool,
+    probes: usize,
+) -> SweepRecord {
+    SweepRecord {
+        tandem_version: "test".into(),
+        workloads,
+        space,
+        devices: 8,
+        micro_batches: vec![1, 2],
+        recompute: vec![RecomputeMode::None, RecomputeMode::Full],
+        hbm_bytes: vec![16 << 30],
+        objective,
+        probes,
+        prune,
+        ilp_time_limit_s: SolverOptions::default().time_limit_s,
+        ilp_relative_gap: SolverOptions::default().relative_gap,
+    }
+}
+
+/// Runs (a shard of) the sweep into `out` and writes its summaries; returns the pruned count.
+fn sweep_into(record: &SweepRecord, out: &Path, shard: Shard, resume: bool) -> u64 {
+    let sweep = Sweep::from_record(record).expect("valid sweep");
+    let options = RunOptions {
+        out_dir: out.to_path_buf(),
+        shard,
+        resume,
+        progress: false,
+    };
+    let stats = run_sweep(&sweep, record, &options).expect("sweep runs");
+    finish(&sweep, out).expect("summaries");
+    stats.pruned
+}
+
+fn assert_same_files(a: &Path, b: &Path) {
+    for f in FILES {
+        let (x, y) = (std::fs::read(a.join(f)), std::fs::read(b.join(f)));
+        assert!(
+            x.is_ok() && x.as_ref().ok() == y.as_ref().ok(),
+            "{f} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
+    }
+}
+
+/// The best point (by the objective) and the Pareto front are the same with and without
+/// pruning, over random small spaces, both pruning objectives and one or two workloads; and
+/// pruning does happen.
+#[test]
+fn pruning_never_changes_the_best_point_or_the_front() {
+    let dir = scratch("prune");
+    let tiny = tiny_workload(&dir);
+    let other = dir.join("tiny-wide.toml");
+    std::fs::write(
+        &other,
+        "name = \"tiny-wide\"\nfamily = \"gpt\"\nlayers = 2\nhidden = 512\nheads = 8\nvocab = 1024\n\
+         seq_len = 128\nglobal_batch = 16\n",
+    )
+    .expect("write workload");
+    let mut config = Config::with_cases(5);
+    config.rng_seed = RngSeed::Fixed(7);
+    config.failure_persistence = None;
+    let pruned_total = std::cell::Cell::new(0);
+    let case = std::cell::Cell::new(0);
+    proptest!(config, |(tc_lo in 0u32..4, tc_span in 1u32..3, rows_lo in 5u32..7, vc_lo in 0u32..3,
+                        probes in 1usize..4, per_area in any::<bool>(), two in any::<bool>())| {
+        case.set(case.get() + 1);
+        let case = case.get();
+        let space = small_space(&dir, &format!("space{case}"), (tc_lo, tc_lo + tc_span), (rows_lo, 7), (vc_lo, vc_lo + 2));
+        let objective = if per_area { Objective::ThroughputPerArea } else { Objective::Throughput };
+        let workloads = if two { vec![tiny.clone(), other.clone()] } else { vec![tiny.clone()] };
+        let pruned_dir = dir.join(format!("pruned{case}"));
+        let full_dir = dir.join(format!("full{case}"));
+        pruned_total.set(pruned_total.get() + sweep_into(&record(workloads.clone(), space.clone(), objective, true, probes), &pruned_dir, Shard::WHOLE, false));
+        let exhaustive = sweep_into(&record(workloads, space, objective, false, probes), &full_dir, Shard::WHOLE, false);
+        prop_assert_eq!(exhaustive, 0);
+        for f in ["pareto.csv", "best.json"] {
+            let a = std::fs::read_to_string(pruned_dir.join(f)).expect("pruned summary");
+            let b = std::fs::read_to_string(full_dir.join(f)).expect("exhaustive summary");
+            prop_assert_eq!(a, b, "{} differs in case {}", f, case);
+        }
+    });
+    assert!(
+        pruned_total.get() > 0,
+        "no case pruned anything: the property was not exercised"
+    );
+}
+
+/// A sweep cut off mid-row (as a kill leaves it) and resumed writes the same files as an
+/// uninterrupted run.
+#[test]
+fn resume_after_interruption_gives_the_same_files() {
+    let dir = scratch("resume");
+    let space = small_space(&dir, "space", (2, 4), (6, 7), (1, 3));
+    let rec = record(
+        vec![tiny_workload(&dir)],
+        space,
+        Objective::Throughput,
+        true,
+        2,
+    );
+    let whole = dir.join("whole");
+    sweep_into(&rec, &whole, Shard::WHOLE, false);
+    let points = std::fs::read(whole.join(POINTS_CSV)).expect("points");
+    for cut in [points.len() / 3, points.len() / 2 + 7, points.len() - 5] {
+        let killed = dir.join(format!("killed{cut}"));
+        std::fs::create_dir_all(&killed).expect("dir");
+        std::fs::copy(whole.join("run.toml"), killed.join("run.toml")).expect("copy run.toml");
+        std::fs::write(killed.join(POINTS_CSV), &points[..cut]).expect("partial points");
+        sweep_into(&rec, &killed, Shard::WHOLE, true);
+        assert_same_files(&whole, &killed);
+    }
+    // Resuming with other inputs is refused.
+    let mut other = rec.clone();
+    other.devices = 16;
+    let sweep = Sweep::from_record(&other).expect("valid");
+    let options = RunOptions {
+        out_dir: whole.clone(),
+        shard: Shard::WHOLE,
+        resume: true,
+        progress: false,
+    };
+    let err = run_sweep(&sweep, &other, &options).expect_err("different inputs");
+    assert!(err.to_string().contains("run.toml differs"), "{err}");
+}
+
+/// Three shards merged give the files of one run; a missing shard is named.
+#[test]
+fn shards_merged_equal_one_run() {
+    let dir = scratch("shards");
+    let space = small_space(&dir, "space", (2, 4), (6, 7), (1, 3));
+    let rec = record(
+        vec![tiny_workload(&dir)],
+        space,
+        Objective::Throughput,
+        true,
+        2,
+    );
+    let whole = dir.join("whole");
+    sweep_into(&rec, &whole, Shard::WHOLE, false);
+    let shards: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let out = dir.join(format!("shard{i}"));
+            sweep_into(&rec, &out, Shard { index: i, count: 3 }, false);
+            out
+        })
+        .collect();
+    let merged = dir.join("merged");
+    let record = merge(&shards, &merged).expect("merge");
+    finish(&Sweep::from_record(&record).expect("valid"), &merged).expect("summaries");
+    assert_same_files(&whole, &merged);
+    let err = merge(&shards[..2], &dir.join("partial")).expect_err("shard 2/3 missing");
+    assert!(err.to_string().contains("2/3"), "{err}");
+    // Every point appears once, ok rows carry a plan, pruned rows a reason and a bound.
+    let rows = tandem::search::read_points(&merged.join(POINTS_CSV)).expect("rows");
+    let ids: Vec<u64> = rows.iter().filter_map(|r| r.point).collect();
+    assert_eq!(ids, (0..ids.len() as u64).collect::<Vec<_>>());
+    for r in &rows {
+        match r.status {
+            Status::Ok => assert!(r.tp.is_some() && r.time_per_batch_s.is_some()),
+            Status::Pruned => {
+                assert!(r.reason.starts_with("pruned:") && r.bound_samples_per_s.is_some())
+            }
+            Status::Infeasible => assert!(!r.reason.is_empty()),
+        }
+        let bound = r.bound_samples_per_s.expect("bound");
+        if let Some(thr) = r.throughput_samples_per_s {
+            assert!(
+                thr <= bound * (1.0 + 1e-9),
+                "throughput {thr} above its bound {bound}"
+            );
+        }
+    }
+}
+
+/// Bad command lines exit non-zero with the option named.
+#[test]
+fn bad_sweep_input_is_reported() {
+    let dir = scratch("bad");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(args)
+            .output()
+            .expect("run tandem")
+    };
+    let out = dir.join("o");
+    let base = [
+        "search",
+        "--workload",
+        "workloads/bert-large.toml",
+        "--space",
+        "arch_specs/phaze-small.toml",
+        "--devices",
+        "8",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ];
+    for (extra, needle) in [
+        (vec!["--shard", "3/2"], "--shard"),
+        (vec!["--hbm-gib", "-4"], "--hbm-gib"),
+        (vec!["--micro-batch", "0"], "--micro-batch"),
+        (vec!["--resume"], "run.toml"),
+    ] {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend(extra);
+        let o = run(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
