@@ -309,7 +309,10 @@ fn plan_csv_appends_one_row_per_run_with_the_design_columns() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
     assert!(lines[0].starts_with("workload,arch,tensor_cores,"));
-    assert!(lines[0].contains("time_per_batch_s") && lines[0].ends_with("status,reason"));
+    assert!(
+        lines[0].contains("time_per_batch_s")
+            && lines[0].ends_with("status,reason,point,config,bound_samples_per_s")
+    );
     assert!(lines[1].starts_with("bert-large,a100,108,") && lines[1].contains(",ok,"));
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

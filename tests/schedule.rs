@@ -27,6 +27,7 @@ fn op(name: &str, core: CoreType, one_core_s: f64, all_cores_s: f64) -> SchedOp 
 fn exact() -> SolverOptions {
     SolverOptions {
         time_limit_s: 30.0,
+        node_limit: i32::MAX as u32,
         relative_gap: 0.0,
         use_ilp: true,
     }
@@ -476,7 +477,7 @@ fn time_limit_returns_best_found_and_says_so() {
     let options = SolverOptions {
         time_limit_s: 0.05,
         relative_gap: 0.0,
-        use_ilp: true,
+        ..exact()
     };
     let s = schedule(&problem, &options).unwrap();
     assert_sound(&problem, &s);
@@ -631,6 +632,13 @@ fn invalid_options_are_errors_naming_the_field() {
                 ..exact()
             },
             "relative_gap",
+        ),
+        (
+            SolverOptions {
+                node_limit: 0,
+                ..exact()
+            },
+            "node_limit",
         ),
     ] {
         let e = schedule(&problem, &options).unwrap_err();

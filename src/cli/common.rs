@@ -50,8 +50,12 @@ pub fn hbm_gib_to_bytes(gib: f64) -> Result<u64> {
 pub struct SolverArgs {
     /// Time limit per layer schedule (ILP on HiGHS), seconds; on hitting it the best schedule
     /// found is used and its status says so.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub ilp_time_limit_s: f64,
+    /// Branch-and-bound nodes per layer ILP: the deterministic work limit (equal inputs give
+    /// equal results on any machine; the time limit is only a safety net).
+    #[arg(long, default_value_t = 500)]
+    pub ilp_node_limit: u32,
     /// Relative optimality gap at which a schedule is accepted (0.01 = 1 %).
     #[arg(long, default_value_t = 0.01)]
     pub ilp_gap: f64,
@@ -64,6 +68,7 @@ impl SolverArgs {
     pub fn options(&self) -> Result<SolverOptions> {
         let options = SolverOptions {
             time_limit_s: self.ilp_time_limit_s,
+            node_limit: self.ilp_node_limit,
             relative_gap: self.ilp_gap,
             use_ilp: !self.no_ilp,
         };

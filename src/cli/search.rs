@@ -56,15 +56,16 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Probe configurations evaluated first, against which others are pruned.
-    #[arg(long, default_value_t = 16)]
-    probes: usize,
     /// Evaluate every point (no pruning).
     #[arg(long)]
     no_prune: bool,
-    /// Time limit per layer schedule (ILP on HiGHS), seconds.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    /// Time limit per layer schedule (ILP on HiGHS), seconds: a safety net (a schedule cut
+    /// off by the clock depends on the machine's load).
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     ilp_time_limit_s: f64,
+    /// Branch-and-bound nodes per layer ILP: the deterministic work limit.
+    #[arg(long, default_value_t = 500)]
+    ilp_node_limit: u32,
     /// Relative optimality gap at which a layer schedule is accepted.
     #[arg(long, default_value_t = 0.01)]
     ilp_gap: f64,
@@ -105,9 +106,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         recompute: args.recompute.iter().map(|&r| r.into()).collect(),
         hbm_bytes,
         objective: args.objective,
-        probes: args.probes,
         prune: !args.no_prune,
         ilp_time_limit_s: args.ilp_time_limit_s,
+        ilp_node_limit: args.ilp_node_limit,
         ilp_relative_gap: args.ilp_gap,
     };
     let sweep = Sweep::from_record(&record)?;
@@ -132,14 +133,14 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     };
     let stats = run_sweep(&sweep, &record, &options)?;
     eprintln!(
-        "{} points: {} evaluated ({} ok, {} infeasible), {} pruned, {} already done; probes {:.1} s, sweep {:.1} s",
+        "{} points: {} evaluated ({} ok, {} infeasible), {} pruned, {} already done; screen {:.1} s, whole sweep {:.1} s",
         stats.points,
         stats.evaluated,
         stats.ok,
         stats.infeasible,
         stats.pruned,
         stats.skipped,
-        stats.probe_time_s,
+        stats.screen_time_s,
         stats.sweep_time_s
     );
     let best = finish(&sweep, &args.out)?;

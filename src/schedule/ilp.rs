@@ -31,6 +31,7 @@ pub(crate) struct Request<'a> {
     /// Per resource: add core-assignment binaries.
     pub assign_cores: [bool; RESOURCES],
     pub time_limit_s: f64,
+    pub node_limit: u32,
     pub relative_gap: f64,
 }
 
@@ -204,6 +205,10 @@ pub(crate) fn solve(prep: &Prepared, request: &Request) -> Result<Outcome, Strin
     model
         .try_set_option("threads", 1)
         .map_err(|_| "HiGHS rejected option threads = 1".to_string())?;
+    let nodes = i32::try_from(request.node_limit).unwrap_or(i32::MAX);
+    model
+        .try_set_option("mip_max_nodes", nodes)
+        .map_err(|_| format!("HiGHS rejected option mip_max_nodes = {nodes}"))?;
     model
         .try_set_solution(Some(&initial), None, None, None)
         .map_err(|e| format!("HiGHS rejected the warm start: {e:?}"))?;

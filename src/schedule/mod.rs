@@ -173,8 +173,12 @@ impl ScheduleProblem {
 /// How hard to work on one problem.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SolverOptions {
-    /// Wall-clock budget for the ILP of one problem (all its re-solves together).
+    /// Wall-clock budget for the ILP of one problem (all its re-solves together): a safety
+    /// net, since a schedule cut off by the clock depends on the machine's load.
     pub time_limit_s: f64,
+    /// Branch-and-bound nodes per ILP solve: the deterministic work limit, so equal inputs
+    /// give equal schedules on any machine.
+    pub node_limit: u32,
     /// Stop once (makespan − lower bound) / makespan is at most this (0.01 = 1 %).
     pub relative_gap: f64,
     /// When false, return the list schedule (with its bounds) without calling the solver.
@@ -184,7 +188,8 @@ pub struct SolverOptions {
 impl Default for SolverOptions {
     fn default() -> Self {
         SolverOptions {
-            time_limit_s: 1.0,
+            time_limit_s: 10.0,
+            node_limit: 500,
             relative_gap: 0.01,
             use_ilp: true,
         }
@@ -197,6 +202,12 @@ impl SolverOptions {
             return Err(ScheduleError::InvalidOptions {
                 field: "time_limit_s".into(),
                 reason: format!("must be finite and positive, got {}", self.time_limit_s),
+            });
+        }
+        if self.node_limit == 0 || self.node_limit > i32::MAX as u32 {
+            return Err(ScheduleError::InvalidOptions {
+                field: "node_limit".into(),
+                reason: format!("must lie in 1..={}, got {}", i32::MAX, self.node_limit),
             });
         }
         if !(self.relative_gap.is_finite() && (0.0..1.0).contains(&self.relative_gap)) {
@@ -427,6 +438,7 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
             lower_bound_s,
             assign_cores,
             time_limit_s: remaining_s,
+            node_limit: options.node_limit,
             relative_gap: options.relative_gap,
         };
         let Ok(outcome) = ilp::solve(&prep, &request) else {

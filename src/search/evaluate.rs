@@ -2,14 +2,14 @@
 //! every unique layer scheduled on the chip's cores, and the best parallel plan over the
 //! micro-batch sizes and recompute modes asked for.
 
-use crate::arch::ArchConfig;
+use crate::arch::{ArchConfig, Tier};
 use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::placement::{
-    place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost, LayerCostGraph,
-    PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
+    place, place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost,
+    LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
 };
-use crate::schedule::{Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
+use crate::schedule::{lower_bound, Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
 use crate::workload::{OpGraph, OpKind, VectorOp, Workload};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -196,6 +196,98 @@ pub fn layer_costs(
     })
 }
 
+/// The layer costs of `workload` at width `tp` with each unique layer's forward and backward
+/// latency replaced by its schedule lower bound (no list scheduling, no ILP): cheap, and no
+/// schedule is faster.
+fn lower_bound_graph(
+    workload: &Workload,
+    cost: &CostModel,
+    tp: u32,
+    micro_batch: u32,
+    sequence_parallel: bool,
+) -> Result<LayerCostGraph, EvaluateError> {
+    let graph = workload.layer_graph(tp, micro_batch, sequence_parallel)?;
+    let mut bounds: BTreeMap<&str, (f64, f64, f64)> = BTreeMap::new();
+    let mut layers = Vec::with_capacity(graph.layers.len());
+    for layer in &graph.layers {
+        let (fwd_s, bwd_s, selective_recompute_s) = match bounds.get(layer.signature.as_str()) {
+            Some(&b) => b,
+            None => {
+                let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
+                let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
+                let b = (
+                    lower_bound(&fwd_problem)?,
+                    lower_bound(&bwd_problem)?,
+                    attention_core(&layer.fwd, &fwd_problem).0,
+                );
+                bounds.insert(&layer.signature, b);
+                b
+            }
+        };
+        layers.push(LayerCost {
+            name: layer.name.clone(),
+            fwd_s,
+            bwd_s,
+            selective_recompute_s,
+            params: layer.params,
+            activation_bytes: layer.activation_bytes,
+            output_bytes: layer.output_bytes,
+        });
+    }
+    Ok(LayerCostGraph {
+        tp,
+        layers,
+        edges: graph.edges.clone(),
+    })
+}
+
+/// An upper bound on the samples/s [`evaluate`] can find under `options`: the same plan search
+/// on per-layer schedule lower bounds, with communication between devices free (pipeline
+/// sends and the gradient all-reduce cost nothing; tensor-parallel collectives stay inside the
+/// layers' bounds). Time per batch never falls when a latency or a transfer shrinks to its
+/// bound, so no plan beats it. `None` when no plan fits in memory (memory does not depend on
+/// latencies, so `evaluate` finds none either).
+pub fn throughput_bound(
+    workload: &Workload,
+    arch: &ArchConfig,
+    options: &PlanOptions,
+) -> Result<Option<f64>, EvaluateError> {
+    let cost = CostModel::new(arch);
+    let free_links: Vec<Tier> = arch
+        .interconnect
+        .iter()
+        .map(|t| Tier {
+            bandwidth_bytes_per_s: f64::MAX,
+            latency_s: 0.0,
+            ..t.clone()
+        })
+        .collect();
+    let mut best: Option<f64> = None;
+    for &micro_batch in &options.micro_batches {
+        let graphs = tensor_widths(workload, options)
+            .into_iter()
+            .map(|t| lower_bound_graph(workload, &cost, t, micro_batch, options.sequence_parallel))
+            .collect::<Result<Vec<_>, _>>()?;
+        for &recompute in &options.recompute {
+            let mut problem = placement_problem(
+                workload,
+                arch,
+                options,
+                graphs.clone(),
+                micro_batch,
+                recompute,
+            );
+            problem.tiers = free_links.clone();
+            if let Ok(plan) = place(&problem) {
+                best = Some(best.map_or(plan.throughput_samples_per_s, |b: f64| {
+                    b.max(plan.throughput_samples_per_s)
+                }));
+            }
+        }
+    }
+    Ok(best)
+}
+
 /// Time and energy of re-running the attention core (QKᵀ, softmax, dropout, ×V) that
 /// selective recompute drops from memory: the operators over the score tensor, found by shape
 /// (the softmax's element count), each in its faster variant since they form a chain.
@@ -276,7 +368,6 @@ pub fn evaluate(
     let cost = CostModel::new(arch);
     let widths = tensor_widths(workload, options);
     let hbm_bytes = options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes);
-    let bytes = workload.bytes_per_param();
     let mut best: Option<Evaluation> = None;
     let mut infeasible: Vec<(String, Infeasible)> = Vec::new();
     for &micro_batch in &options.micro_batches {
@@ -294,25 +385,9 @@ pub fn evaluate(
             })
             .collect::<Result<_, _>>()?;
         for &recompute in &options.recompute {
-            let problem = PlacementProblem {
-                graphs: per_width.iter().map(|c| c.graph.clone()).collect(),
-                devices: options.devices,
-                hbm_bytes,
-                global_batch: workload.global_batch,
-                micro_batch,
-                recompute,
-                bytes_per_param: BytesPerParam {
-                    weights: bytes.weights,
-                    grads: bytes.grads,
-                    optimizer: bytes.optimizer,
-                },
-                zero1: options.zero1,
-                schedule: options.schedule,
-                tiers: arch.interconnect.clone(),
-                dp_overlap: options.dp_overlap,
-                constraints: options.fixed,
-                allow_idle_devices: options.allow_idle_devices,
-            };
+            let graphs = per_width.iter().map(|c| c.graph.clone()).collect();
+            let problem =
+                placement_problem(workload, arch, options, graphs, micro_batch, recompute);
             // Only plans faster than the best so far matter: the bound prunes the search.
             let bound_s = best
                 .as_ref()
@@ -346,6 +421,37 @@ pub fn evaluate(
         }
     }
     best.ok_or_else(|| EvaluateError::Infeasible(merge_infeasible(infeasible)))
+}
+
+/// The placement problem of `graphs` (one per tensor width) under `options` on `arch`.
+fn placement_problem(
+    workload: &Workload,
+    arch: &ArchConfig,
+    options: &PlanOptions,
+    graphs: Vec<LayerCostGraph>,
+    micro_batch: u32,
+    recompute: RecomputeMode,
+) -> PlacementProblem {
+    let bytes = workload.bytes_per_param();
+    PlacementProblem {
+        graphs,
+        devices: options.devices,
+        hbm_bytes: options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes),
+        global_batch: workload.global_batch,
+        micro_batch,
+        recompute,
+        bytes_per_param: BytesPerParam {
+            weights: bytes.weights,
+            grads: bytes.grads,
+            optimizer: bytes.optimizer,
+        },
+        zero1: options.zero1,
+        schedule: options.schedule,
+        tiers: arch.interconnect.clone(),
+        dp_overlap: options.dp_overlap,
+        constraints: options.fixed,
+        allow_idle_devices: options.allow_idle_devices,
+    }
 }
 
 fn summarise(

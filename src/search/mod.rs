@@ -11,8 +11,8 @@ mod row;
 mod sweep;
 
 pub use evaluate::{
-    evaluate, layer_costs, recompute_name, EvaluateError, Evaluation, LayerCosts, PlanOptions,
-    UniqueLayerSchedule,
+    evaluate, layer_costs, recompute_name, throughput_bound, EvaluateError, Evaluation, LayerCosts,
+    PlanOptions, UniqueLayerSchedule,
 };
 pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{append_rows, DesignRow, Status};

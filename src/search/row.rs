@@ -52,7 +52,7 @@ pub struct DesignRow {
     pub point: Option<u64>,
     /// Sweeps only: the configuration's index in the search space.
     pub config: Option<u64>,
-    /// Sweeps only: the peak-FLOP upper bound on samples/s used for pruning.
+    /// Sweeps that prune: the screen's upper bound on samples/s (0 when no plan fits).
     pub bound_samples_per_s: Option<f64>,
 }
 

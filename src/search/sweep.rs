@@ -12,21 +12,23 @@
 //! one run writes. `--resume` drops a torn last line, skips the ids already written and
 //! appends the rest in the same order.
 //!
-//! # Sound pruning
+//! # Sound pruning (screen, then exact)
 //!
-//! Every GEMM FLOP runs on tensor cores at no more than their peak, so a point's throughput is
-//! at most `global batch · devices · peak FLOP/s / hardware FLOPs per iteration`. A fixed set of
-//! *probe* configurations (the highest-peak configuration in each of `probes` equal-count area
-//! bands of the whole space, so every shard picks the same ones) is evaluated first. A
-//! configuration × HBM size is pruned, all its points together, when for every workload some
-//! probe point of no larger area is strictly faster than the bound, and — with several
-//! workloads — some probe hardware of no larger area has a higher mean throughput than the mean
-//! of the bounds. A pruned point is then strictly dominated in throughput and area, so it is on
-//! no Pareto front and is the best under neither the throughput nor the throughput-per-area
-//! objective; the energy objective disables pruning. Decisions depend on the probes only, not
-//! on the order of evaluation, so shards and resumed runs prune exactly as one run does.
+//! A first pass over the *whole* space (every shard makes the same one) prices every point
+//! twice without the ILP: an **upper bound** on its throughput (the plan search on per-layer
+//! schedule lower bounds with free communication, capped by the peak-FLOP bound
+//! `global batch · devices · peak FLOP/s / hardware FLOPs`) and an **achievable** throughput
+//! (the plan search on list schedules: a real schedule, so the exact point is at least as
+//! fast). A point is pruned when some point of no larger area is achievably strictly faster
+//! than its upper bound — it is then strictly dominated in throughput and area, so it is on no
+//! Pareto front and is the best under neither the throughput nor the throughput-per-area
+//! objective. With several workloads the hardware (configuration × HBM) must also be beaten
+//! on the mean over workloads by hardware of no larger area, so the best hardware for the set
+//! is never pruned. The energy objective disables pruning. Every other point is evaluated
+//! exactly (ILP schedules, full plan search). The screen depends on the inputs alone, so
+//! shards and resumed runs prune exactly as one run does.
 
-use super::{evaluate, DesignRow, PlanOptions, Status};
+use super::{evaluate, throughput_bound, DesignRow, PlanOptions, Status};
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
@@ -118,8 +120,6 @@ pub struct Sweep {
     pub recompute: Vec<RecomputeMode>,
     pub hbm_bytes: Vec<u64>,
     pub objective: Objective,
-    /// Probe configurations evaluated first to prune against (0 with `prune = false`).
-    pub probes: usize,
     pub prune: bool,
     pub solver: SolverOptions,
 }
@@ -136,9 +136,9 @@ pub struct SweepRecord {
     pub recompute: Vec<RecomputeMode>,
     pub hbm_bytes: Vec<u64>,
     pub objective: Objective,
-    pub probes: usize,
     pub prune: bool,
     pub ilp_time_limit_s: f64,
+    pub ilp_node_limit: u32,
     pub ilp_relative_gap: f64,
 }
 
@@ -171,7 +171,8 @@ pub struct SweepStats {
     pub ok: u64,
     pub infeasible: u64,
     pub pruned: u64,
-    pub probe_time_s: f64,
+    /// Pass 1 (bounds and list-schedule plans over the whole space).
+    pub screen_time_s: f64,
     pub sweep_time_s: f64,
 }
 
@@ -195,6 +196,7 @@ impl Sweep {
         }
         let solver = SolverOptions {
             time_limit_s: record.ilp_time_limit_s,
+            node_limit: record.ilp_node_limit,
             relative_gap: record.ilp_relative_gap,
             use_ilp: true,
         };
@@ -207,7 +209,6 @@ impl Sweep {
             recompute: record.recompute.clone(),
             hbm_bytes: record.hbm_bytes.clone(),
             objective: record.objective,
-            probes: record.probes,
             prune: record.prune,
             solver,
         };
@@ -272,69 +273,89 @@ impl Sweep {
         workload.global_batch as f64 * f64::from(self.devices) * peak_flops / flops
     }
 
-    /// The probe configurations: in each of `probes` equal-count bands of configurations by
-    /// area, the one with the highest peak FLOP/s (ties: lowest index).
-    fn probe_configs(&self) -> Vec<usize> {
-        if !self.prune || self.probes == 0 || self.objective == Objective::Energy {
-            return Vec::new();
-        }
-        let mut by_area: Vec<(f64, f64, usize)> = self
-            .space
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (area_breakdown(&a).total_mm2, a.peak_tensor_flops(), i))
-            .collect();
-        by_area.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
-        let bands = self.probes.min(by_area.len());
-        let mut picked: Vec<usize> = (0..bands)
-            .filter_map(|b| {
-                let lo = b * by_area.len() / bands;
-                let hi = (b + 1) * by_area.len() / bands;
-                by_area[lo..hi]
-                    .iter()
-                    .max_by(|x, y| x.1.total_cmp(&y.1).then(y.2.cmp(&x.2)))
-                    .map(|x| x.2)
-            })
-            .collect();
-        picked.sort_unstable();
-        picked.dedup();
-        picked
+    /// The sound upper bound and the achievable throughput of one point (see the module docs);
+    /// `(None, None)` when no plan fits in memory.
+    fn screen_point(
+        &self,
+        workload: &Workload,
+        arch: &ArchConfig,
+        hbm: u64,
+        micro_batch: u32,
+        recompute: RecomputeMode,
+        heuristic: &ScheduleCache,
+    ) -> (Option<f64>, Option<f64>) {
+        let peak = self.bound_samples_per_s(workload, recompute, arch.peak_tensor_flops());
+        let options = self.plan_options(hbm, micro_batch, recompute);
+        let bound = match throughput_bound(workload, arch, &options) {
+            Ok(Some(planned)) => Some(planned.min(peak)),
+            Ok(None) => None,
+            // Whatever stops the bound stops the evaluation too; it reports the reason.
+            Err(_) => Some(peak),
+        };
+        let achievable = evaluate(workload, arch, &options, heuristic)
+            .ok()
+            .map(|e| e.plan.throughput_samples_per_s);
+        (bound, achievable)
     }
 
-    /// Evaluates the points of configuration `config` that are not in `done`, pruning the
-    /// hardware (configuration × HBM) that `probes` dominate.
+    /// The screen of every point of configuration `config`, in point order.
+    fn screen_config(&self, arch: &ArchConfig) -> Result<Vec<Screened>, SweepError> {
+        let heuristic = ScheduleCache::new(SolverOptions {
+            use_ilp: false,
+            ..self.solver
+        })?;
+        let area_mm2 = area_breakdown(arch).total_mm2;
+        let mut out = Vec::with_capacity(self.points_per_config() as usize);
+        for workload in &self.workloads {
+            for &hbm in &self.hbm_bytes {
+                for &micro_batch in &self.micro_batches {
+                    for &recompute in &self.recompute {
+                        let (bound, achievable) = self.screen_point(
+                            workload,
+                            arch,
+                            hbm,
+                            micro_batch,
+                            recompute,
+                            &heuristic,
+                        );
+                        out.push(Screened {
+                            area_mm2,
+                            bound,
+                            achievable,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Evaluates the points of configuration `config` that are not in `done`; those the
+    /// screen proves dominated are recorded as pruned.
     fn config_rows(
         &self,
         config: usize,
         arch: &ArchConfig,
-        probes: Option<&ProbeFront>,
+        screen: &Screen,
         done: &BTreeSet<u64>,
     ) -> Result<Vec<DesignRow>, SweepError> {
         let cache = ScheduleCache::new(self.solver)?;
-        let area_mm2 = area_breakdown(arch).total_mm2;
-        let peak = arch.peak_tensor_flops();
         let mut rows = Vec::new();
-        for (h, &hbm) in self.hbm_bytes.iter().enumerate() {
-            let pruned_by = probes.and_then(|front| front.dominates(self, area_mm2, peak));
-            for (w, workload) in self.workloads.iter().enumerate() {
+        for (w, workload) in self.workloads.iter().enumerate() {
+            for (h, &hbm) in self.hbm_bytes.iter().enumerate() {
+                let hardware_beaten = screen.hardware_beaten(self, config, h);
                 for (m, &micro_batch) in self.micro_batches.iter().enumerate() {
                     for (r, &recompute) in self.recompute.iter().enumerate() {
                         let id = self.point_id(config, w, h, m, r);
                         if done.contains(&id) {
                             continue;
                         }
-                        let bound = self.bound_samples_per_s(workload, recompute, peak);
-                        let mut row = match &pruned_by {
-                            Some(reason) => DesignRow::point(
-                                &workload.name,
-                                arch,
-                                Some(micro_batch),
-                                Some(recompute),
-                                hbm,
-                                Status::Pruned,
-                                reason.clone(),
-                            ),
-                            None => self.evaluate_point(
+                        let bound = screen.points.get(id as usize).map(|p| p.bound);
+                        let pruned_by = hardware_beaten
+                            .as_ref()
+                            .and_then(|set| screen.point_beaten(self, w, id).map(|p| (p, set)));
+                        let mut row = match (pruned_by, bound.flatten()) {
+                            (None, _) => self.evaluate_point(
                                 workload,
                                 arch,
                                 hbm,
@@ -342,16 +363,40 @@ impl Sweep {
                                 recompute,
                                 &cache,
                             ),
+                            (Some((reason, set)), bound) => {
+                                let (status, reason) = match bound {
+                                    Some(_) => (Status::Pruned, format!("pruned: {reason}{set}")),
+                                    None => (Status::Infeasible, NO_PLAN_FITS.to_string()),
+                                };
+                                DesignRow::point(
+                                    &workload.name,
+                                    arch,
+                                    Some(micro_batch),
+                                    Some(recompute),
+                                    hbm,
+                                    status,
+                                    reason,
+                                )
+                            }
                         };
                         row.point = Some(id);
                         row.config = Some(config as u64);
-                        row.bound_samples_per_s = Some(bound);
+                        row.bound_samples_per_s = bound.map(|b| b.unwrap_or(0.0));
                         rows.push(row);
                     }
                 }
             }
         }
         Ok(rows)
+    }
+
+    fn plan_options(&self, hbm: u64, micro_batch: u32, recompute: RecomputeMode) -> PlanOptions {
+        PlanOptions {
+            hbm_bytes: Some(hbm),
+            micro_batches: vec![micro_batch],
+            recompute: vec![recompute],
+            ..PlanOptions::searching(self.devices)
+        }
     }
 
     fn evaluate_point(
@@ -363,12 +408,7 @@ impl Sweep {
         recompute: RecomputeMode,
         cache: &ScheduleCache,
     ) -> DesignRow {
-        let options = PlanOptions {
-            hbm_bytes: Some(hbm),
-            micro_batches: vec![micro_batch],
-            recompute: vec![recompute],
-            ..PlanOptions::searching(self.devices)
-        };
+        let options = self.plan_options(hbm, micro_batch, recompute);
         match evaluate(workload, arch, &options, cache) {
             Ok(e) => DesignRow::evaluated(arch, &e),
             Err(err) => DesignRow::failed(
@@ -382,109 +422,159 @@ impl Sweep {
         }
     }
 
-    /// The probe points, evaluated, keyed by id.
-    fn evaluate_probes(&self, probes: &[usize]) -> Result<BTreeMap<u64, DesignRow>, SweepError> {
-        let none = BTreeSet::new();
-        let rows: Vec<Vec<DesignRow>> = probes
-            .par_iter()
-            .map(|&c| {
-                let arch = self.config(c)?;
-                self.config_rows(c, &arch, None, &none)
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(rows
-            .into_iter()
-            .flatten()
-            .filter_map(|r| Some((r.point?, r)))
-            .collect())
-    }
-
     fn config(&self, index: usize) -> Result<ArchConfig, SweepError> {
         self.space
             .get(index)
             .ok_or_else(|| SweepError::Input(format!("configuration {index} is outside the space")))
     }
+
+    /// The screen of the whole space (pass 1), or an empty one when pruning is off.
+    fn screen(&self, progress: bool) -> Result<Screen, SweepError> {
+        if !self.prune || self.objective == Objective::Energy {
+            return Ok(Screen::default());
+        }
+        let bar = progress_bar(progress, self.space.len() as u64, "screening");
+        let per_config: Vec<Vec<Screened>> = (0..self.space.len())
+            .into_par_iter()
+            .map(|c| {
+                let rows = self.screen_config(&self.config(c)?);
+                bar.inc(1);
+                rows
+            })
+            .collect::<Result<_, SweepError>>()?;
+        bar.finish_and_clear();
+        Ok(Screen::new(
+            self,
+            per_config.into_iter().flatten().collect(),
+        ))
+    }
 }
 
-/// The probes' evaluated throughputs, per workload and (several workloads) per hardware.
+/// One point's screen: its area, sound upper bound and achievable throughput (samples/s).
+#[derive(Debug, Clone, Copy)]
+struct Screened {
+    area_mm2: f64,
+    /// `None`: no plan fits in memory.
+    bound: Option<f64>,
+    /// `None`: the list-schedule plan search found no plan.
+    achievable: Option<f64>,
+}
+
+/// Pass 1 over the whole space, indexed for "the best achievable at no larger area".
 #[derive(Debug, Default)]
-struct ProbeFront {
-    /// Per workload: (area, samples/s, point id) of every `ok` probe point.
+struct Screen {
+    /// By point id; empty when pruning is off.
+    points: Vec<Screened>,
+    /// Per workload: (area, running maximum of achievable samples/s up to this area, the point
+    /// reaching it), by area.
     per_workload: Vec<Vec<(f64, f64, u64)>>,
-    /// Per probe hardware with an `ok` point for every workload: (area, mean over workloads of
-    /// the best samples/s, configuration, HBM index).
-    per_hardware: Vec<(f64, f64, u64, usize)>,
+    /// Per hardware (configuration × HBM): (area, running maximum of the mean over workloads of
+    /// the best achievable, the configuration reaching it), by area. Several workloads only.
+    per_hardware: Vec<(f64, f64, u64)>,
 }
 
-impl ProbeFront {
-    fn new(sweep: &Sweep, rows: &BTreeMap<u64, DesignRow>) -> ProbeFront {
-        let nw = sweep.workloads.len();
-        let mut per_workload = vec![Vec::new(); nw];
-        // (config, hbm index) → best samples/s per workload.
-        let mut best: BTreeMap<(u64, usize), (f64, Vec<Option<f64>>)> = BTreeMap::new();
-        let per_config = sweep.points_per_config();
-        let per_workload_points = per_config / nw as u64;
-        let per_hbm = per_workload_points / sweep.hbm_bytes.len() as u64;
-        for (&id, row) in rows {
-            let Some(thr) = row.throughput_samples_per_s else {
+/// Sorts (area, value, id) by area and replaces each value by the maximum so far (strictly
+/// larger values move the witness).
+fn running_max(mut entries: Vec<(f64, f64, u64)>) -> Vec<(f64, f64, u64)> {
+    entries.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
+    let mut best = (f64::NEG_INFINITY, 0);
+    for e in &mut entries {
+        if e.1 > best.0 {
+            best = (e.1, e.2);
+        }
+        (e.1, e.2) = best;
+    }
+    entries
+}
+
+/// The running maximum at the largest area ≤ `area_mm2`.
+fn best_up_to(entries: &[(f64, f64, u64)], area_mm2: f64) -> Option<(f64, f64, u64)> {
+    let n = entries.partition_point(|e| e.0 <= area_mm2);
+    n.checked_sub(1).map(|i| entries[i])
+}
+
+impl Screen {
+    fn new(sweep: &Sweep, points: Vec<Screened>) -> Screen {
+        let per_config = sweep.points_per_config() as usize;
+        let per_workload_points = per_config / sweep.workloads.len();
+        let per_hbm = per_workload_points / sweep.hbm_bytes.len();
+        let mut per_workload = vec![Vec::new(); sweep.workloads.len()];
+        // (config, hbm) → per workload best achievable.
+        let mut hardware: BTreeMap<(usize, usize), (f64, Vec<Option<f64>>)> = BTreeMap::new();
+        for (id, p) in points.iter().enumerate() {
+            let (config, within) = (id / per_config, id % per_config);
+            let (w, h) = (
+                within / per_workload_points,
+                (within % per_workload_points) / per_hbm,
+            );
+            let Some(thr) = p.achievable else {
                 continue;
             };
-            let within = id % per_config;
-            let w = (within / per_workload_points) as usize;
-            let h = ((within % per_workload_points) / per_hbm) as usize;
-            per_workload[w].push((row.area_mm2, thr, id));
-            let entry = best
-                .entry((id / per_config, h))
-                .or_insert_with(|| (row.area_mm2, vec![None; nw]));
-            let slot = &mut entry.1[w];
-            *slot = Some(slot.map_or(thr, |s: f64| s.max(thr)));
+            per_workload[w].push((p.area_mm2, thr, id as u64));
+            let slots = &mut hardware
+                .entry((config, h))
+                .or_insert_with(|| (p.area_mm2, vec![None; sweep.workloads.len()]))
+                .1;
+            slots[w] = Some(slots[w].map_or(thr, |s: f64| s.max(thr)));
         }
-        let per_hardware = best
+        let per_hardware = hardware
             .into_iter()
-            .filter_map(|((config, h), (area, per_w))| {
-                let values: Option<Vec<f64>> = per_w.into_iter().collect();
-                values.map(|v| (area, v.iter().sum::<f64>() / v.len() as f64, config, h))
+            .filter_map(|((config, _), (area, best))| {
+                let best: Vec<f64> = best.into_iter().collect::<Option<_>>()?;
+                Some((
+                    area,
+                    best.iter().sum::<f64>() / best.len() as f64,
+                    config as u64,
+                ))
             })
             .collect();
-        ProbeFront {
-            per_workload,
-            per_hardware,
+        Screen {
+            points,
+            per_workload: per_workload.into_iter().map(running_max).collect(),
+            per_hardware: running_max(per_hardware),
         }
     }
 
-    /// Why a chip of `area_mm2` and peak `peak_flops` cannot matter, or `None` if it might.
-    fn dominates(&self, sweep: &Sweep, area_mm2: f64, peak_flops: f64) -> Option<String> {
+    /// Why point `id` of workload `w` is dominated, or `None` if it might matter.
+    fn point_beaten(&self, sweep: &Sweep, w: usize, id: u64) -> Option<String> {
+        let p = self.points.get(id as usize)?;
+        let bound = p.bound.unwrap_or(0.0);
+        let (area, thr, by) = best_up_to(&self.per_workload[w], p.area_mm2)?;
+        (thr > bound).then(|| {
+            format!(
+                "{}: at most {bound:.4e} samples/s < {thr:.4e} reachable by point {by} at {area:.1} mm²",
+                sweep.workloads[w].name
+            )
+        })
+    }
+
+    /// With several workloads: why hardware (`config`, HBM index `h`) is not the best for the
+    /// set (an empty string with one workload), or `None` if it might be.
+    fn hardware_beaten(&self, sweep: &Sweep, config: usize, h: usize) -> Option<String> {
+        if self.points.is_empty() {
+            return None;
+        }
+        if sweep.workloads.len() == 1 {
+            return Some(String::new());
+        }
+        let per_config = sweep.points_per_config() as usize;
+        let per_workload_points = per_config / sweep.workloads.len();
+        let per_hbm = per_workload_points / sweep.hbm_bytes.len();
         let mut bounds = Vec::with_capacity(sweep.workloads.len());
-        let mut reasons = Vec::new();
-        for (w, workload) in sweep.workloads.iter().enumerate() {
-            let bound = sweep
-                .recompute
-                .iter()
-                .map(|&r| sweep.bound_samples_per_s(workload, r, peak_flops))
-                .fold(0.0, f64::max);
-            let beater = self.per_workload[w]
-                .iter()
-                .filter(|&&(area, thr, _)| area <= area_mm2 && thr > bound)
-                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.2.cmp(&a.2)))?;
-            reasons.push(format!(
-                "{}: at most {bound:.4e} samples/s (peak-FLOP bound) < {:.4e} of point {} at {:.1} mm²",
-                workload.name, beater.1, beater.2, beater.0
-            ));
-            bounds.push(bound);
+        let mut area_mm2 = 0.0;
+        for w in 0..sweep.workloads.len() {
+            let first = config * per_config + w * per_workload_points + h * per_hbm;
+            let points = &self.points[first..first + per_hbm];
+            area_mm2 = points[0].area_mm2;
+            bounds.push(points.iter().filter_map(|p| p.bound).fold(0.0, f64::max));
         }
-        if sweep.workloads.len() > 1 {
-            let mean_bound = bounds.iter().sum::<f64>() / bounds.len() as f64;
-            let beater = self
-                .per_hardware
-                .iter()
-                .filter(|&&(area, mean, _, _)| area <= area_mm2 && mean > mean_bound)
-                .max_by(|a, b| a.1.total_cmp(&b.1))?;
-            reasons.push(format!(
-                "mean at most {mean_bound:.4e} < {:.4e} of configuration {} at {:.1} mm²",
-                beater.1, beater.2, beater.0
-            ));
-        }
-        Some(format!("pruned: {}", reasons.join("; ")))
+        let mean_bound = bounds.iter().sum::<f64>() / bounds.len() as f64;
+        let (area, mean, by) = best_up_to(&self.per_hardware, area_mm2)?;
+        (mean > mean_bound).then(|| {
+            format!(
+                "; mean over workloads at most {mean_bound:.4e} < {mean:.4e} reachable by configuration {by} at {area:.1} mm²"
+            )
+        })
     }
 }
 
@@ -500,6 +590,9 @@ pub struct RunOptions {
 pub const POINTS_CSV: &str = "points.csv";
 pub const RUN_TOML: &str = "run.toml";
 pub const SHARD_TOML: &str = "shard.toml";
+
+/// Reason recorded for the points of pruned hardware on which no plan fits in memory.
+const NO_PLAN_FITS: &str = "no plan fits in memory (found while bounding; the hardware is pruned)";
 
 /// Configurations evaluated together between two appends to `points.csv`.
 const CHUNK_PER_THREAD: usize = 4;
@@ -547,10 +640,8 @@ pub fn run_sweep(
     }
 
     let started = Instant::now();
-    let probe_configs = sweep.probe_configs();
-    let probe_rows = sweep.evaluate_probes(&probe_configs)?;
-    let front = ProbeFront::new(sweep, &probe_rows);
-    let probe_time_s = started.elapsed().as_secs_f64();
+    let screen = sweep.screen(options.progress)?;
+    let screen_time_s = started.elapsed().as_secs_f64();
 
     let owned: Vec<usize> = (0..sweep.space.len())
         .filter(|&c| options.shard.owns(c))
@@ -559,10 +650,10 @@ pub fn run_sweep(
     let mut stats = SweepStats {
         configurations: owned.len(),
         points: owned.len() as u64 * per_config,
-        probe_time_s,
+        screen_time_s,
         ..SweepStats::default()
     };
-    let bar = progress_bar(options.progress, owned.len() as u64);
+    let bar = progress_bar(options.progress, owned.len() as u64, "evaluating");
     let chunk = rayon::current_num_threads().max(1) * CHUNK_PER_THREAD;
     let mut file = OpenOptions::new()
         .create(true)
@@ -582,15 +673,8 @@ pub fn run_sweep(
                 if (first..first + per_config).all(|id| done.contains(&id)) {
                     return Ok(Vec::new());
                 }
-                if probe_configs.binary_search(&c).is_ok() {
-                    return Ok((first..first + per_config)
-                        .filter(|id| !done.contains(id))
-                        .filter_map(|id| probe_rows.get(&id).cloned())
-                        .collect());
-                }
                 let arch = sweep.config(c)?;
-                let front = (!probe_configs.is_empty()).then_some(&front);
-                sweep.config_rows(c, &arch, front, &done)
+                sweep.config_rows(c, &arch, &screen, &done)
             })
             .collect::<Result<_, SweepError>>()?;
         let mut rows: Vec<DesignRow> = rows.into_iter().flatten().collect();
@@ -613,17 +697,18 @@ pub fn run_sweep(
     Ok(stats)
 }
 
-fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
+fn progress_bar(show: bool, len: u64, what: &str) -> indicatif::ProgressBar {
     if !show {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} configurations  {per_sec}  ETA {eta}",
+            "{msg} {bar:40} {pos}/{len} configurations  {per_sec}  ETA {eta}",
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    bar.set_message(what.to_string());
     bar
 }
 
