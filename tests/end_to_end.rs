@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 use tandem::arch::load_chip;
-use tandem::calibrate::validate_runs;
+use tandem::calibrate::{
+    calibrate, gpt_block_latency, load_measurements, summarise, validate_runs, Target,
+};
 use tandem::cost::CostModel;
 use tandem::placement::{RecomputeMode, Stage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
@@ -406,14 +408,83 @@ fn published_megatron_runs_with_their_plans_held() {
             100.0 * r.signed_error
         );
         assert_eq!(r.tp * r.pp * r.dp, r.gpus);
-        // Held plans are physical: below the A100's 312 TFLOP/s peak, above a quarter of it.
+        // Regression guard at today's accuracy (serial GPU kernels, backward vector traffic):
+        // every run within +6..+15 % (optimistic). The validation issue's target (mean 5 %,
+        // max 10 %) is not met yet; BENCHMARKS.md lists the known causes.
         assert!(
-            (78.0..312.0).contains(&r.predicted_tflops_per_gpu),
-            "{}: {}",
+            (0.06..0.15).contains(&r.signed_error),
+            "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
-            r.predicted_tflops_per_gpu
+            r.predicted_tflops_per_gpu,
+            r.measured_tflops_per_gpu
         );
     }
+    let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
+    assert!(mean < 0.12, "mean error {:.1} %", 100.0 * mean);
+}
+
+/// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM): the fit
+/// cross-validates, and whole GPT blocks — never used by the fit — are predicted from the
+/// fitted kernels with the serial-kernel model: the three larger blocks within 20 % forward
+/// and backward.
+#[test]
+fn h100_calibration_predicts_measured_blocks() {
+    let dir = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/calibration/data/h100"
+    ));
+    let measurements = load_measurements(dir).expect("H100 measurements");
+    let arch = chip("h100");
+    let calibration = calibrate(&arch, &measurements).expect("fit");
+    let gemm = summarise(&calibration.held_out)
+        .into_iter()
+        .find(|s| s.class == "gemm")
+        .expect("GEMM class");
+    println!(
+        "H100 GEMM held-out: mean {:.1} %",
+        100.0 * gemm.mean_abs_error
+    );
+    assert!(gemm.count >= 30 && gemm.mean_abs_error < 0.08, "{gemm:?}");
+    let mut fitted = arch.clone();
+    fitted.efficiency = calibration.efficiency;
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let mut checked = 0;
+    for m in &measurements {
+        let Target::Block {
+            backward,
+            micro_batch,
+            seq_len,
+            hidden,
+            heads,
+        } = m.target
+        else {
+            continue;
+        };
+        let (fwd_s, bwd_s) = gpt_block_latency(
+            &fitted,
+            &cache,
+            micro_batch,
+            seq_len,
+            hidden,
+            heads,
+            m.elem_bytes,
+        )
+        .expect("block schedules");
+        let predicted_s = if backward { bwd_s } else { fwd_s };
+        let error = (predicted_s - m.measured_s) / m.measured_s;
+        println!(
+            "block b{micro_batch} s{seq_len} h{hidden} {}: measured {:.3} ms, predicted {:.3} ms ({:+.1} %)",
+            if backward { "bwd" } else { "fwd" },
+            m.measured_s * 1e3,
+            predicted_s * 1e3,
+            100.0 * error
+        );
+        if hidden * seq_len * micro_batch >= 2048 * 2048 {
+            assert!(error.abs() < 0.20, "{}: {:+.1} %", m.source, 100.0 * error);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6, "three blocks, forward and backward");
 }
 
 /// Two-fold cross-validation of the efficiency fit on the measured A100 kernels: the mean

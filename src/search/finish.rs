@@ -241,7 +241,8 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(255, 112, 67),
 ];
 
-/// Throughput against area: every evaluated point faint, each workload's front as a line.
+/// Throughput against area: every evaluated point faint, each workload's front as a line;
+/// throughput on a log scale so workloads of different sizes share the chart.
 fn render_pareto(
     fronts: &[(String, Vec<DesignRow>, Vec<DesignRow>)],
     path: &Path,
@@ -278,7 +279,7 @@ fn render_pareto(
             lo.abs().max(1.0) * 0.05
         }
     };
-    let (px, py) = (pad(x0, x1), pad(y0, y1));
+    let px = pad(x0, x1);
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "throughput against area (Pareto fronts highlighted)",
@@ -287,12 +288,15 @@ fn render_pareto(
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(80)
-        .build_cartesian_2d((x0 - px).max(0.0)..x1 + px, (y0 - py).max(0.0)..y1 + py)
+        .build_cartesian_2d(
+            (x0 - px).max(0.0)..x1 + px,
+            (y0 / 1.2..y1 * 1.2).log_scale(),
+        )
         .map_err(|e| fail(e.to_string()))?;
     chart
         .configure_mesh()
         .x_desc("area (mm²)")
-        .y_desc("samples/s")
+        .y_desc("samples/s (log scale)")
         .draw()
         .map_err(|e| fail(e.to_string()))?;
     chart

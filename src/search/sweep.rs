@@ -473,6 +473,10 @@ struct Screen {
     per_hardware: Vec<(f64, f64, u64)>,
 }
 
+/// Per hardware (configuration, HBM index): its area and each workload's best achievable
+/// samples/s (`None` until one is found).
+type HardwareBest = (f64, Vec<Option<f64>>);
+
 /// Sorts (area, value, id) by area and replaces each value by the maximum so far (strictly
 /// larger values move the witness).
 fn running_max(mut entries: Vec<(f64, f64, u64)>) -> Vec<(f64, f64, u64)> {
@@ -499,8 +503,7 @@ impl Screen {
         let per_workload_points = per_config / sweep.workloads.len();
         let per_hbm = per_workload_points / sweep.hbm_bytes.len();
         let mut per_workload = vec![Vec::new(); sweep.workloads.len()];
-        // (config, hbm) → per workload best achievable.
-        let mut hardware: BTreeMap<(usize, usize), (f64, Vec<Option<f64>>)> = BTreeMap::new();
+        let mut hardware: BTreeMap<(usize, usize), HardwareBest> = BTreeMap::new();
         for (id, p) in points.iter().enumerate() {
             let (config, within) = (id / per_config, id % per_config);
             let (w, h) = (
