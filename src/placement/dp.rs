@@ -17,6 +17,8 @@ use std::collections::HashMap;
 pub(crate) const MAX_DOWNSETS: usize = 4096;
 /// Largest pipeline (in tensor groups) searched for the closest infeasible plans.
 const MAX_ALTERNATIVE_UNITS: u32 = 128;
+/// Relative margin taken off the work lower bounds to absorb floating-point rounding.
+const WORK_MARGIN: f64 = 1e-9;
 
 /// A stage candidate: the layers between downset `from` (implicit) and downset `to`.
 struct Pair {
@@ -35,6 +37,11 @@ pub(crate) struct Analysis {
     suffix_len: Vec<u32>,
     /// Stages that can follow each downset.
     pairs: Vec<Vec<Pair>>,
+    /// Lower bounds on the summed stage loads of any partition of the layers inside / outside
+    /// each downset: forward plus backward critical path (a longest path crosses the stages in
+    /// order, so the stages' own critical paths add up to at least it).
+    work_inside_s: Vec<f64>,
+    work_outside_s: Vec<f64>,
 }
 
 fn contains(set: &[u64], v: usize) -> bool {
@@ -95,6 +102,26 @@ impl Analysis {
         let mut before = vec![false; n];
         let mut in_stage = vec![false; n];
         let mut pairs = Vec::with_capacity(downsets.len());
+        let mut work_inside_s = Vec::with_capacity(downsets.len());
+        let mut work_outside_s = Vec::with_capacity(downsets.len());
+        let nothing = vec![false; n];
+        for set in &downsets {
+            for inside in [true, false] {
+                for (v, x) in in_stage.iter_mut().enumerate() {
+                    *x = contains(set, v) == inside;
+                }
+                let sm =
+                    stage_metrics(problem, graph_index, &preds, &in_stage, &nothing, &mut dist);
+                // Slightly below the float sums, so rounding never makes the bound exceed a
+                // load computed in a different order.
+                let work_s = (sm.fwd_s + sm.bwd_s) * (1.0 - WORK_MARGIN);
+                if inside {
+                    work_inside_s.push(work_s);
+                } else {
+                    work_outside_s.push(work_s);
+                }
+            }
+        }
         for from in &downsets {
             let mut list = Vec::new();
             for (v, b) in before.iter_mut().enumerate() {
@@ -125,6 +152,8 @@ impl Analysis {
             downsets,
             suffix_len,
             pairs,
+            work_inside_s,
+            work_outside_s,
         })
     }
 
@@ -163,21 +192,117 @@ struct Tables {
     opts: Vec<Opt>,
 }
 
+/// The table's cells: per (stages to go `s`, downset `D`) the window of group counts `K` that
+/// can still lead to a plan faster than the bound, stored one window after another.
+///
+/// A plan through (s, D, K) has bottleneck `L ≥ work outside D / K` and, as the stages before
+/// D share the other `units − K` groups, `L ≥ work inside D / (units − K)`; with at least
+/// `c = m + s − 1` pipeline slots its time is at least `L · c`. Cells whose bound reaches the
+/// best time so far are left out: every value they could hold is one the full table drops
+/// anyway (its load already reaches the bound), so the result is the full table's.
 struct Shape {
     downsets: usize,
-    width: usize,
     s_max: u32,
+    /// First and last `K` of each (s, D) window; empty when `lo > hi`.
+    lo: Vec<u32>,
+    hi: Vec<u32>,
+    /// Index of each window's first cell.
+    offset: Vec<usize>,
+    cells: usize,
 }
 
 impl Shape {
-    fn at(&self, s: u32, d: usize, k: u32) -> usize {
-        (s as usize * self.downsets + d) * self.width + k as usize
+    fn new(an: &Analysis, ctx: &Ctx, s_max: u32, prune_s: f64) -> Self {
+        let downsets = an.downsets.len();
+        let rows = (s_max as usize + 1) * downsets;
+        let (mut lo, mut hi, mut offset) = (
+            Vec::with_capacity(rows),
+            Vec::with_capacity(rows),
+            Vec::with_capacity(rows),
+        );
+        let units = ctx.units;
+        let mut cells = 0;
+        // Smallest K ≥ `from` with `bound_s < prune_s · K` (`units + 1` when none).
+        let first_above = |bound_s: f64, from: u32| {
+            let mut k = if bound_s < prune_s * f64::from(from) {
+                from
+            } else {
+                (bound_s / prune_s).floor().min(f64::from(units)) as u32
+            };
+            while k > from && bound_s < prune_s * f64::from(k - 1) {
+                k -= 1;
+            }
+            while k <= units && bound_s >= prune_s * f64::from(k) {
+                k += 1;
+            }
+            k.max(from)
+        };
+        for s in 0..=s_max {
+            let c = ctx.m as f64 + f64::from(s.max(1) - 1);
+            for d in 0..downsets {
+                let (mut first, mut last) = (1, 0);
+                if s == 0 {
+                    if d == an.full() {
+                        (first, last) = (0, 0);
+                    }
+                } else if an.suffix_len[d] >= s {
+                    first = first_above(an.work_outside_s[d] * c, s);
+                    // The stages before D need `units − K` groups with the same bound.
+                    let before = if d == an.empty() {
+                        0
+                    } else {
+                        first_above(an.work_inside_s[d] * c, 1)
+                    };
+                    last = units.saturating_sub(before);
+                }
+                lo.push(first);
+                hi.push(last);
+                offset.push(cells);
+                if first <= last {
+                    cells += (last - first + 1) as usize;
+                }
+            }
+        }
+        Shape {
+            downsets,
+            s_max,
+            lo,
+            hi,
+            offset,
+            cells,
+        }
+    }
+
+    fn row(&self, s: u32, d: usize) -> usize {
+        s as usize * self.downsets + d
+    }
+
+    /// The `K` window of (s, D), possibly empty.
+    fn window(&self, s: u32, d: usize) -> (u32, u32) {
+        let r = self.row(s, d);
+        (self.lo[r], self.hi[r])
+    }
+
+    /// Index of cell (s, D, K), `None` outside its window.
+    fn at(&self, s: u32, d: usize, k: u32) -> Option<usize> {
+        let r = self.row(s, d);
+        (self.lo[r] <= k && k <= self.hi[r]).then(|| self.offset[r] + (k - self.lo[r]) as usize)
     }
 }
 
-/// Fills `opts` with the ways to run stage `pair` as the `s`-th stage from the end when at most
-/// `k_max` tensor groups are left for it.
-fn options(ctx: &Ctx, obj: Objective, pair: &Pair, s: u32, k_max: u32, opts: &mut Vec<Opt>) {
+/// Fills `opts` with the ways to run stage `pair` as the `s`-th stage from the end with `k` in
+/// `k_from..=k_to`; `k_all` is the number of tensor groups left for it.
+#[allow(clippy::too_many_arguments)]
+fn options(
+    ctx: &Ctx,
+    obj: Objective,
+    pair: &Pair,
+    s: u32,
+    k_from: u32,
+    k_to: u32,
+    k_all: u32,
+    opts: &mut Vec<Opt>,
+) {
     opts.clear();
     let hbm = ctx.problem.hbm_bytes;
     let sm = &pair.metrics;
@@ -185,7 +310,7 @@ fn options(ctx: &Ctx, obj: Objective, pair: &Pair, s: u32, k_max: u32, opts: &mu
     if matches!(obj, Objective::Time { .. }) && !pair.may_fit {
         return;
     }
-    for k in 1..=k_max {
+    for k in k_from..=k_to {
         match obj {
             Objective::Time { beta, best_s } => {
                 if ctx.memory(sm, k, s).total > hbm {
@@ -204,7 +329,7 @@ fn options(ctx: &Ctx, obj: Objective, pair: &Pair, s: u32, k_max: u32, opts: &mu
             }
             // A hint, not an optimum: one replica, or as many as are left (least stash per
             // device), keeps this pass linear in the device count.
-            Objective::Memory if k == 1 || k == k_max => opts.push(Opt {
+            Objective::Memory if k == 1 || k == k_all => opts.push(Opt {
                 k,
                 value: ctx.memory(sm, k, s).total as f64,
                 e: 0.0,
@@ -218,40 +343,62 @@ fn better(v: f64, e: f64, than_v: f64, than_e: f64) -> bool {
     v < than_v || (v == than_v && e < than_e)
 }
 
+fn prune_s(obj: Objective) -> f64 {
+    match obj {
+        Objective::Time { best_s, .. } => best_s,
+        Objective::Memory => f64::INFINITY,
+    }
+}
+
 fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables) {
-    let size = (shape.s_max as usize + 1) * shape.downsets * shape.width;
     t.value.clear();
-    t.value.resize(size, f64::INFINITY);
+    t.value.resize(shape.cells, f64::INFINITY);
     t.e.clear();
-    t.e.resize(size, f64::INFINITY);
-    let base = shape.at(0, an.full(), 0);
+    t.e.resize(shape.cells, f64::INFINITY);
+    let base = shape
+        .at(0, an.full(), 0)
+        .expect("the empty remainder is a cell");
     t.value[base] = 0.0;
     t.e[base] = 0.0;
     let units = ctx.units;
-    let prune_s = match obj {
-        Objective::Time { best_s, .. } => best_s,
-        Objective::Memory => f64::INFINITY,
-    };
+    let prune_s = prune_s(obj);
     for s in 1..=shape.s_max {
         let c_min = ctx.m as f64 + f64::from(s - 1);
-        let split = shape.at(s, 0, 0);
+        let rest = s - 1;
+        let split = shape.offset[shape.row(s, 0)];
         let (prev_v, cur_v) = t.value.split_at_mut(split);
         let (prev_e, cur_e) = t.e.split_at_mut(split);
         for d in 0..shape.downsets {
-            if an.suffix_len[d] < s {
+            let (lo, hi) = shape.window(s, d);
+            if lo > hi {
                 continue;
             }
-            let row = shape.at(s, d, 0) - split;
+            let row = shape.offset[shape.row(s, d)] - split;
             for pair in &an.pairs[d] {
-                let rest = s - 1;
-                if (rest == 0) != (pair.to == an.full()) || an.suffix_len[pair.to] < rest {
+                if (rest == 0) != (pair.to == an.full()) {
                     continue;
                 }
-                options(ctx, obj, pair, s, units - rest, &mut t.opts);
-                let prev = shape.at(rest, pair.to, 0);
+                let (clo, chi) = shape.window(rest, pair.to);
+                if clo > chi || hi <= clo {
+                    continue;
+                }
+                // K = k + K' must lie in this window with K' in the remainder's.
+                let k_from = lo.saturating_sub(chi).max(1);
+                options(
+                    ctx,
+                    obj,
+                    pair,
+                    s,
+                    k_from,
+                    hi - clo,
+                    units - rest,
+                    &mut t.opts,
+                );
+                let prev = shape.offset[shape.row(rest, pair.to)];
                 for opt in &t.opts {
-                    for k_total in opt.k + rest..=units {
-                        let pv = prev_v[prev + (k_total - opt.k) as usize];
+                    for k_total in lo.max(opt.k + clo)..=hi.min(opt.k + chi) {
+                        let from = prev + (k_total - opt.k - clo) as usize;
+                        let pv = prev_v[from];
                         if pv == f64::INFINITY {
                             continue;
                         }
@@ -259,8 +406,8 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                         if v * c_min >= prune_s {
                             continue;
                         }
-                        let e = opt.e.max(prev_e[prev + (k_total - opt.k) as usize]);
-                        let at = row + k_total as usize;
+                        let e = opt.e.max(prev_e[from]);
+                        let at = row + (k_total - lo) as usize;
                         if better(v, e, cur_v[at], cur_e[at]) {
                             cur_v[at] = v;
                             cur_e[at] = e;
@@ -270,6 +417,13 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
             }
         }
     }
+}
+
+/// Value and exposed all-reduce of cell (s, D, K); infinite outside the table.
+fn cell(shape: &Shape, t: &Tables, s: u32, d: usize, k: u32) -> (f64, f64) {
+    shape
+        .at(s, d, k)
+        .map_or((f64::INFINITY, f64::INFINITY), |at| (t.value[at], t.e[at]))
 }
 
 /// Walks the filled table back from (p stages, all layers, K groups) to a partition.
@@ -286,20 +440,21 @@ fn reconstruct(
     let mut parts = Vec::with_capacity(p as usize);
     let (mut d, mut k_left) = (an.empty(), k_total);
     for s in (1..=p).rev() {
-        let (v, e) = (t.value[shape.at(s, d, k_left)], t.e[shape.at(s, d, k_left)]);
+        let (v, e) = cell(shape, t, s, d, k_left);
         let rest = s - 1;
         let mut found = None;
         'search: for pair in &an.pairs[d] {
             if (rest == 0) != (pair.to == an.full()) || an.suffix_len[pair.to] < rest {
                 continue;
             }
-            options(ctx, obj, pair, s, ctx.units - rest, &mut t.opts);
+            let k_all = ctx.units - rest;
+            options(ctx, obj, pair, s, 1, k_all, k_all, &mut t.opts);
             for opt in &t.opts {
                 if opt.k > k_left || k_left - opt.k < rest {
                     continue;
                 }
-                let at = shape.at(rest, pair.to, k_left - opt.k);
-                if opt.value.max(t.value[at]) == v && opt.e.max(t.e[at]) == e {
+                let (pv, pe) = cell(shape, t, rest, pair.to, k_left - opt.k);
+                if opt.value.max(pv) == v && opt.e.max(pe) == e {
                     found = Some((pair, opt.k));
                     break 'search;
                 }
@@ -380,21 +535,16 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
         if problem.constraints.pp.is_some_and(|pp| pp > s_max) {
             continue;
         }
-        let shape = Shape {
-            downsets: an.downsets.len(),
-            width: ctx.units as usize + 1,
-            s_max,
-        };
         considered.push((ci, s_max));
         let mut beta = f64::INFINITY;
         loop {
             let obj = Objective::Time { beta, best_s };
+            let shape = Shape::new(an, ctx, s_max, best_s);
             solve(an, ctx, obj, &shape, &mut tables);
             let cells = finals(ctx, &shape);
             let mut improved = None;
             for &(p, k) in &cells {
-                let at = shape.at(p, an.empty(), k);
-                let (v, e) = (tables.value[at], tables.e[at]);
+                let (v, e) = cell(&shape, &tables, p, an.empty(), k);
                 let time_s = v * (ctx.m as f64 + f64::from(p - 1)) + e;
                 if time_s < best_s {
                     best_s = time_s;
@@ -414,9 +564,8 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
             let next_beta = cells
                 .iter()
                 .map(|&(p, k)| {
-                    let at = shape.at(p, an.empty(), k);
-                    let c = ctx.m as f64 + f64::from(p - 1);
-                    (tables.value[at] * c, tables.e[at])
+                    let (v, e) = cell(&shape, &tables, p, an.empty(), k);
+                    (v * (ctx.m as f64 + f64::from(p - 1)), e)
                 })
                 .filter(|&(bound, _)| bound < best_s)
                 .map(|(_, e)| e)
@@ -446,21 +595,17 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
     {
         let ctx = &ctxs[ci];
         let an = analyses[ctx.graph_index].as_ref().expect("considered");
-        let shape = Shape {
-            downsets: an.downsets.len(),
-            width: ctx.units as usize + 1,
-            s_max,
-        };
+        let shape = Shape::new(an, ctx, s_max, f64::INFINITY);
         solve(an, ctx, Objective::Memory, &shape, &mut tables);
-        let cell = finals(ctx, &shape)
+        let best_cell = finals(ctx, &shape)
             .into_iter()
-            .map(|(p, k)| (tables.value[shape.at(p, an.empty(), k)], p, k))
+            .map(|(p, k)| (cell(&shape, &tables, p, an.empty(), k).0, p, k))
             .filter(|c| c.0 < f64::INFINITY)
             .fold(None, |acc: Option<(f64, u32, u32)>, c| match acc {
                 Some(a) if a.0 <= c.0 => Some(a),
                 _ => Some(c),
             });
-        if let Some((_, p, k)) = cell {
+        if let Some((_, p, k)) = best_cell {
             let parts = reconstruct(an, ctx, Objective::Memory, &shape, &mut tables, p, k);
             let plan = build_plan(ctx, &parts);
             let (worst_stage, overshoot_bytes) = worst_stage(&plan, problem.hbm_bytes);
