@@ -7,8 +7,8 @@
 //! its memory) without knowing the total stage count; one table serves every `p`.
 
 use super::model::{
-    build_plan, memory_reason, predecessors, stage_metrics, widths, worst_stage, Ctx, PartStage,
-    StageMetrics,
+    build_plan, chain_stage_metrics, is_chain, memory_reason, predecessors, stage_metrics, widths,
+    worst_stage, Ctx, PartStage, StageMetrics,
 };
 use super::{Alternative, Infeasible, PlacementProblem, Plan};
 use std::collections::HashMap;
@@ -24,6 +24,8 @@ const WORK_MARGIN: f64 = 1e-9;
 struct Pair {
     to: usize,
     metrics: StageMetrics,
+    /// Lower bound on the stage's load (its forward and backward time, less the rounding margin).
+    work_s: f64,
     /// Fits in memory with the most favourable sharding and a single in-flight micro-batch;
     /// stages that never fit are kept only for the closest-infeasible-plan search.
     may_fit: bool,
@@ -77,6 +79,12 @@ pub(crate) fn downsets(n: usize, preds: &[Vec<usize>], limit: usize) -> Option<V
     Some(all)
 }
 
+/// Forward plus backward time, slightly below the float sums so that rounding never makes
+/// a bound built from it exceed a load summed in another order.
+fn work_s(sm: &StageMetrics) -> f64 {
+    (sm.fwd_s + sm.bwd_s) * (1.0 - WORK_MARGIN)
+}
+
 impl Analysis {
     /// Enumerates downsets and the metrics of every stage between two of them.
     pub(crate) fn new(problem: &PlacementProblem, graph_index: usize) -> Result<Self, String> {
@@ -112,17 +120,37 @@ impl Analysis {
                 }
                 let sm =
                     stage_metrics(problem, graph_index, &preds, &in_stage, &nothing, &mut dist);
-                // Slightly below the float sums, so rounding never makes the bound exceed a
-                // load computed in a different order.
-                let work_s = (sm.fwd_s + sm.bwd_s) * (1.0 - WORK_MARGIN);
                 if inside {
-                    work_inside_s.push(work_s);
+                    work_inside_s.push(work_s(&sm));
                 } else {
-                    work_outside_s.push(work_s);
+                    work_outside_s.push(work_s(&sm));
                 }
             }
         }
-        for from in &downsets {
+        let least_bytes = |sm: &StageMetrics| {
+            sm.params * u64::from(bpp.weights + bpp.grads)
+                + (sm.params * u64::from(bpp.optimizer)).div_ceil(max_shard)
+                + sm.act_one
+        };
+        if is_chain(&preds) {
+            // Downset `i` is the first `i` layers (breadth first from the empty set).
+            let mut incoming = vec![Vec::new(); n];
+            for &(from, to, bytes) in &graph.edges {
+                incoming[to].push((from, bytes));
+            }
+            for first in 0..n {
+                let stages = chain_stage_metrics(problem, graph_index, &incoming, first);
+                let list = (first + 1..=n).zip(stages).map(|(to, metrics)| Pair {
+                    to,
+                    metrics,
+                    work_s: work_s(&metrics),
+                    may_fit: least_bytes(&metrics) <= problem.hbm_bytes,
+                });
+                pairs.push(list.collect());
+            }
+            pairs.push(Vec::new());
+        }
+        for from in downsets.iter().skip(pairs.len()) {
             let mut list = Vec::new();
             for (v, b) in before.iter_mut().enumerate() {
                 *b = contains(from, v);
@@ -137,13 +165,11 @@ impl Analysis {
                 }
                 let metrics =
                     stage_metrics(problem, graph_index, &preds, &in_stage, &before, &mut dist);
-                let least_bytes = metrics.params * u64::from(bpp.weights + bpp.grads)
-                    + (metrics.params * u64::from(bpp.optimizer)).div_ceil(max_shard)
-                    + metrics.act_one;
                 list.push(Pair {
                     to,
                     metrics,
-                    may_fit: least_bytes <= problem.hbm_bytes,
+                    work_s: work_s(&metrics),
+                    may_fit: least_bytes(&metrics) <= problem.hbm_bytes,
                 });
             }
             pairs.push(list);
@@ -222,21 +248,6 @@ impl Shape {
         );
         let units = ctx.units;
         let mut cells = 0;
-        // Smallest K ≥ `from` with `bound_s < prune_s · K` (`units + 1` when none).
-        let first_above = |bound_s: f64, from: u32| {
-            let mut k = if bound_s < prune_s * f64::from(from) {
-                from
-            } else {
-                (bound_s / prune_s).floor().min(f64::from(units)) as u32
-            };
-            while k > from && bound_s < prune_s * f64::from(k - 1) {
-                k -= 1;
-            }
-            while k <= units && bound_s >= prune_s * f64::from(k) {
-                k += 1;
-            }
-            k.max(from)
-        };
         for s in 0..=s_max {
             let c = ctx.m as f64 + f64::from(s.max(1) - 1);
             for d in 0..downsets {
@@ -246,12 +257,12 @@ impl Shape {
                         (first, last) = (0, 0);
                     }
                 } else if an.suffix_len[d] >= s {
-                    first = first_above(an.work_outside_s[d] * c, s);
+                    first = first_above(an.work_outside_s[d] * c, prune_s, s, units);
                     // The stages before D need `units − K` groups with the same bound.
                     let before = if d == an.empty() {
                         0
                     } else {
-                        first_above(an.work_inside_s[d] * c, 1)
+                        first_above(an.work_inside_s[d] * c, prune_s, 1, units)
                     };
                     last = units.saturating_sub(before);
                 }
@@ -288,6 +299,23 @@ impl Shape {
         let r = self.row(s, d);
         (self.lo[r] <= k && k <= self.hi[r]).then(|| self.offset[r] + (k - self.lo[r]) as usize)
     }
+}
+
+/// Smallest `k` in `from..=units` with `bound_s < prune_s · k`, `units + 1` when none: the
+/// fewest groups that share `bound_s` of work below `prune_s`.
+fn first_above(bound_s: f64, prune_s: f64, from: u32, units: u32) -> u32 {
+    let mut k = if bound_s < prune_s * f64::from(from) {
+        from
+    } else {
+        (bound_s / prune_s).floor().min(f64::from(units)) as u32
+    };
+    while k > from && bound_s < prune_s * f64::from(k - 1) {
+        k -= 1;
+    }
+    while k <= units && bound_s >= prune_s * f64::from(k) {
+        k += 1;
+    }
+    k.max(from)
 }
 
 /// Fills `opts` with the ways to run stage `pair` as the `s`-th stage from the end with `k` in
@@ -382,8 +410,11 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 if clo > chi || hi <= clo {
                     continue;
                 }
-                // K = k + K' must lie in this window with K' in the remainder's.
-                let k_from = lo.saturating_sub(chi).max(1);
+                // K = k + K' must lie in this window with K' in the remainder's, and fewer
+                // replicas than `first_above` leave the stage's load above the bound.
+                let k_from =
+                    lo.saturating_sub(chi)
+                        .max(first_above(pair.work_s * c_min, prune_s, 1, units));
                 options(
                     ctx,
                     obj,

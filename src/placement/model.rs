@@ -2,8 +2,8 @@
 //! stage metrics, memory, pipeline sends, gradient synchronisation and the time per batch.
 
 use super::{
-    gib, tier_for_span, Alternative, FixedPlan, Infeasible, MemoryBreakdown, PipelineSchedule,
-    PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
+    gib, tier_for_span, Alternative, FixedPlan, Infeasible, LayerCost, MemoryBreakdown,
+    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
 };
 use crate::arch::Tier;
 
@@ -34,6 +34,26 @@ pub(crate) fn predecessors(n: usize, edges: &[(usize, usize, u64)]) -> Vec<Vec<u
     preds
 }
 
+/// Backward time of a layer with its recomputation.
+fn backward_s(layer: &LayerCost, mode: RecomputeMode) -> f64 {
+    layer.bwd_s
+        + match mode {
+            RecomputeMode::None => 0.0,
+            RecomputeMode::Selective => layer.selective_recompute_s,
+            RecomputeMode::Full => layer.fwd_s,
+        }
+}
+
+/// Activation bytes a layer keeps per stashed micro-batch.
+fn kept_bytes(layer: &LayerCost, mode: RecomputeMode) -> u64 {
+    let act = &layer.activation_bytes;
+    match mode {
+        RecomputeMode::None => act.none,
+        RecomputeMode::Selective => act.selective,
+        RecomputeMode::Full => act.full,
+    }
+}
+
 /// Metrics of the stage `in_stage`, given the layers of earlier stages `before`.
 /// `dist` is scratch space of at least `n` entries.
 pub(crate) fn stage_metrics(
@@ -55,15 +75,10 @@ pub(crate) fn stage_metrics(
             if !in_stage[v] {
                 continue;
             }
-            let own = if !backward {
-                layer.fwd_s
+            let own = if backward {
+                backward_s(layer, mode)
             } else {
-                layer.bwd_s
-                    + match mode {
-                        RecomputeMode::None => 0.0,
-                        RecomputeMode::Selective => layer.selective_recompute_s,
-                        RecomputeMode::Full => layer.fwd_s,
-                    }
+                layer.fwd_s
             };
             let start = preds[v]
                 .iter()
@@ -83,15 +98,9 @@ pub(crate) fn stage_metrics(
         if !in_stage[v] {
             continue;
         }
-        let act = &layer.activation_bytes;
         sm.params += layer.params;
-        let kept = match mode {
-            RecomputeMode::None => act.none,
-            RecomputeMode::Selective => act.selective,
-            RecomputeMode::Full => act.full,
-        };
-        sm.stash_per_micro_batch += kept;
-        largest_full_working_set = largest_full_working_set.max(act.none);
+        sm.stash_per_micro_batch += kept_bytes(layer, mode);
+        largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
     }
     sm.act_one = sm.stash_per_micro_batch
         + if mode == RecomputeMode::Full {
@@ -108,6 +117,61 @@ pub(crate) fn stage_metrics(
         }
     }
     sm
+}
+
+/// Whether every layer has an edge from the layer before it: then the downsets are the
+/// prefixes and every stage is a range of layers.
+pub(crate) fn is_chain(preds: &[Vec<usize>]) -> bool {
+    preds
+        .iter()
+        .enumerate()
+        .skip(1)
+        .all(|(v, p)| p.contains(&(v - 1)))
+}
+
+/// [`stage_metrics`] of the stages `first..end` of a chain ([`is_chain`]) for every `end`
+/// after `first`, extending the stage one layer at a time: a chain stage's critical path is
+/// its sum, accumulated in the same order, so the results are identical.
+/// `incoming[v]` lists the edges into layer `v` as (from, bytes).
+pub(crate) fn chain_stage_metrics(
+    problem: &PlacementProblem,
+    graph_index: usize,
+    incoming: &[Vec<(usize, u64)>],
+    first: usize,
+) -> Vec<StageMetrics> {
+    let graph = &problem.graphs[graph_index];
+    let mode = problem.recompute;
+    let mut outgoing_bytes = vec![0u64; graph.layers.len()];
+    for &(from, _, bytes) in &graph.edges {
+        outgoing_bytes[from] += bytes;
+    }
+    let mut sm = StageMetrics::default();
+    let mut largest_full_working_set = 0u64;
+    let mut all = Vec::with_capacity(graph.layers.len() - first);
+    for (v, layer) in graph.layers.iter().enumerate().skip(first) {
+        sm.fwd_s += layer.fwd_s;
+        sm.bwd_s += backward_s(layer, mode);
+        sm.params += layer.params;
+        sm.stash_per_micro_batch += kept_bytes(layer, mode);
+        largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
+        sm.act_one = sm.stash_per_micro_batch
+            + if mode == RecomputeMode::Full {
+                largest_full_working_set
+            } else {
+                0
+            };
+        for &(from, bytes) in &incoming[v] {
+            if from < first {
+                sm.in_bytes += bytes;
+            } else {
+                // Now inside the stage: no longer sent.
+                sm.out_bytes -= bytes;
+            }
+        }
+        sm.out_bytes += outgoing_bytes[v];
+        all.push(sm);
+    }
+    all
 }
 
 /// One choice of tensor width and data-parallel width, with what follows from it.
