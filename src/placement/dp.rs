@@ -12,6 +12,7 @@ use super::model::{
 };
 use super::{Alternative, Infeasible, PlacementProblem, Plan};
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 
 /// Downsets beyond this many make the table too large; such graphs are reported infeasible.
 pub(crate) const MAX_DOWNSETS: usize = 4096;
@@ -210,12 +211,60 @@ struct Opt {
     e: f64,
 }
 
+/// What `k` replicas of a stage cost wherever the stage sits in the pipeline.
+#[derive(Clone, Copy, Default)]
+struct Replica {
+    /// The stage this entry belongs to ([`ReplicaCache::stamp`]); others are recomputed.
+    stamp: u32,
+    /// `load / k`.
+    value: f64,
+    /// Exposed all-reduce.
+    e: f64,
+    /// Weights, gradients and optimizer state per device.
+    state_bytes: u64,
+}
+
+/// The replica choices of the stage being extended, computed on first use and reused for
+/// every position (stages to go) the stage is tried at.
+#[derive(Default)]
+struct ReplicaCache {
+    stamp: u32,
+    entries: Vec<Replica>,
+}
+
+impl ReplicaCache {
+    fn reset(&mut self, units: u32) {
+        self.stamp = 0;
+        self.entries.clear();
+        self.entries.resize(units as usize + 1, Replica::default());
+    }
+
+    fn next_stage(&mut self) {
+        self.stamp += 1;
+    }
+
+    fn get(&mut self, ctx: &Ctx, sm: &StageMetrics, k: u32) -> Replica {
+        let entry = &mut self.entries[k as usize];
+        if entry.stamp != self.stamp {
+            let [weights, grads, optimizer] = ctx.state_bytes(sm, k);
+            *entry = Replica {
+                stamp: self.stamp,
+                value: ctx.load_s(sm, k) / f64::from(k),
+                e: ctx.dp_comm_s(sm, k),
+                state_bytes: weights + grads + optimizer,
+            };
+        }
+        *entry
+    }
+}
+
 /// Table storage reused across (t, d) and bound iterations.
 #[derive(Default)]
 struct Tables {
     value: Vec<f64>,
     e: Vec<f64>,
     opts: Vec<Opt>,
+    replicas: ReplicaCache,
 }
 
 /// The table's cells: per (stages to go `s`, downset `D`) the window of group counts `K` that
@@ -235,6 +284,8 @@ struct Shape {
     /// Index of each window's first cell.
     offset: Vec<usize>,
     cells: usize,
+    /// Per downset, the first and last `s ≥ 1` whose window is not empty.
+    s_span: Vec<(u32, u32)>,
 }
 
 impl Shape {
@@ -274,6 +325,15 @@ impl Shape {
                 }
             }
         }
+        let mut s_span = vec![(1, 0); downsets];
+        for s in 1..=s_max {
+            for (d, span) in s_span.iter_mut().enumerate() {
+                let r = s as usize * downsets + d;
+                if lo[r] <= hi[r] {
+                    *span = if span.0 > span.1 { (s, s) } else { (span.0, s) };
+                }
+            }
+        }
         Shape {
             downsets,
             s_max,
@@ -281,6 +341,7 @@ impl Shape {
             hi,
             offset,
             cells,
+            s_span,
         }
     }
 
@@ -319,16 +380,16 @@ fn first_above(bound_s: f64, prune_s: f64, from: u32, units: u32) -> u32 {
 }
 
 /// Fills `opts` with the ways to run stage `pair` as the `s`-th stage from the end with `k` in
-/// `k_from..=k_to`; `k_all` is the number of tensor groups left for it.
+/// `ks`; `k_all` is the number of tensor groups left for it. `replicas` holds this stage.
 #[allow(clippy::too_many_arguments)]
 fn options(
     ctx: &Ctx,
     obj: Objective,
     pair: &Pair,
     s: u32,
-    k_from: u32,
-    k_to: u32,
+    ks: RangeInclusive<u32>,
     k_all: u32,
+    replicas: &mut ReplicaCache,
     opts: &mut Vec<Opt>,
 ) {
     opts.clear();
@@ -338,22 +399,26 @@ fn options(
     if matches!(obj, Objective::Time { .. }) && !pair.may_fit {
         return;
     }
-    for k in k_from..=k_to {
+    for k in ks {
         match obj {
             Objective::Time { beta, best_s } => {
-                if ctx.memory(sm, k, s).total > hbm {
+                let r = replicas.get(ctx, sm, k);
+                // The same sum, in the same order, as `Ctx::memory`.
+                if r.state_bytes + sm.act_one + ctx.stash_bytes(sm, k, s) > hbm {
                     continue;
                 }
-                let e = ctx.dp_comm_s(sm, k);
                 // The exposed all-reduce grows with k: no larger k can pass the bound.
-                if e >= beta {
+                if r.e >= beta {
                     break;
                 }
-                let value = ctx.load_s(sm, k) / f64::from(k);
-                if value * c_min >= best_s {
+                if r.value * c_min >= best_s {
                     continue;
                 }
-                opts.push(Opt { k, value, e });
+                opts.push(Opt {
+                    k,
+                    value: r.value,
+                    e: r.e,
+                });
             }
             // A hint, not an optimum: one replica, or as many as are left (least stash per
             // device), keeps this pass linear in the device count.
@@ -378,58 +443,63 @@ fn prune_s(obj: Objective) -> f64 {
     }
 }
 
+/// Fills the table. Downsets go from the largest down, each stage after a downset is tried at
+/// every position `s` in turn (so its per-replica costs are computed once), and every cell
+/// sees its candidates in the same order as a row-by-row fill: stage, then `k`.
 fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables) {
-    t.value.clear();
-    t.value.resize(shape.cells, f64::INFINITY);
-    t.e.clear();
-    t.e.resize(shape.cells, f64::INFINITY);
+    let Tables {
+        value,
+        e: exposed,
+        opts,
+        replicas,
+    } = t;
+    value.clear();
+    value.resize(shape.cells, f64::INFINITY);
+    exposed.clear();
+    exposed.resize(shape.cells, f64::INFINITY);
     let base = shape
         .at(0, an.full(), 0)
         .expect("the empty remainder is a cell");
-    t.value[base] = 0.0;
-    t.e[base] = 0.0;
+    value[base] = 0.0;
+    exposed[base] = 0.0;
+    replicas.reset(ctx.units);
     let units = ctx.units;
     let prune_s = prune_s(obj);
-    for s in 1..=shape.s_max {
-        let c_min = ctx.m as f64 + f64::from(s - 1);
-        let rest = s - 1;
-        let split = shape.offset[shape.row(s, 0)];
-        let (prev_v, cur_v) = t.value.split_at_mut(split);
-        let (prev_e, cur_e) = t.e.split_at_mut(split);
-        for d in 0..shape.downsets {
-            let (lo, hi) = shape.window(s, d);
-            if lo > hi {
-                continue;
-            }
-            let row = shape.offset[shape.row(s, d)] - split;
-            for pair in &an.pairs[d] {
-                if (rest == 0) != (pair.to == an.full()) {
-                    continue;
-                }
+    for d in (0..shape.downsets).rev() {
+        let (s_first, s_last) = shape.s_span[d];
+        if s_first > s_last {
+            continue;
+        }
+        for pair in &an.pairs[d] {
+            // Positions whose remainder (s − 1 stages after this one) has cells.
+            let (rest_first, rest_last) = if pair.to == an.full() {
+                (0, 0)
+            } else {
+                let span = shape.s_span[pair.to];
+                (span.0.max(1), span.1)
+            };
+            replicas.next_stage();
+            for s in s_first.max(rest_first + 1)..=s_last.min(rest_last + 1) {
+                let rest = s - 1;
+                let (lo, hi) = shape.window(s, d);
                 let (clo, chi) = shape.window(rest, pair.to);
-                if clo > chi || hi <= clo {
+                if lo > hi || clo > chi || hi <= clo {
                     continue;
                 }
+                let c_min = ctx.m as f64 + f64::from(s - 1);
                 // K = k + K' must lie in this window with K' in the remainder's, and fewer
                 // replicas than `first_above` leave the stage's load above the bound.
                 let k_from =
                     lo.saturating_sub(chi)
                         .max(first_above(pair.work_s * c_min, prune_s, 1, units));
-                options(
-                    ctx,
-                    obj,
-                    pair,
-                    s,
-                    k_from,
-                    hi - clo,
-                    units - rest,
-                    &mut t.opts,
-                );
+                let ks = k_from..=hi - clo;
+                options(ctx, obj, pair, s, ks, units - rest, replicas, opts);
+                let row = shape.offset[shape.row(s, d)];
                 let prev = shape.offset[shape.row(rest, pair.to)];
-                for opt in &t.opts {
+                for opt in opts.iter() {
                     for k_total in lo.max(opt.k + clo)..=hi.min(opt.k + chi) {
                         let from = prev + (k_total - opt.k - clo) as usize;
-                        let pv = prev_v[from];
+                        let pv = value[from];
                         if pv == f64::INFINITY {
                             continue;
                         }
@@ -437,11 +507,11 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                         if v * c_min >= prune_s {
                             continue;
                         }
-                        let e = opt.e.max(prev_e[from]);
+                        let e = opt.e.max(exposed[from]);
                         let at = row + (k_total - lo) as usize;
-                        if better(v, e, cur_v[at], cur_e[at]) {
-                            cur_v[at] = v;
-                            cur_e[at] = e;
+                        if better(v, e, value[at], exposed[at]) {
+                            value[at] = v;
+                            exposed[at] = e;
                         }
                     }
                 }
@@ -479,7 +549,17 @@ fn reconstruct(
                 continue;
             }
             let k_all = ctx.units - rest;
-            options(ctx, obj, pair, s, 1, k_all, k_all, &mut t.opts);
+            t.replicas.next_stage();
+            options(
+                ctx,
+                obj,
+                pair,
+                s,
+                1..=k_all,
+                k_all,
+                &mut t.replicas,
+                &mut t.opts,
+            );
             for opt in &t.opts {
                 if opt.k > k_left || k_left - opt.k < rest {
                     continue;

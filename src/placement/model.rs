@@ -218,21 +218,37 @@ impl Ctx<'_> {
         }
     }
 
-    /// Memory of one device of a stage with `k` replicas.
-    pub fn memory(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> MemoryBreakdown {
+    /// Weights, gradients and optimizer state on one device of a stage with `k` replicas.
+    pub fn state_bytes(&self, sm: &StageMetrics, k: u32) -> [u64; 3] {
         let bpp = &self.problem.bytes_per_param;
         let shard = if self.problem.zero1 {
             u64::from(self.d) * u64::from(k)
         } else {
             1
         };
+        [
+            sm.params * u64::from(bpp.weights),
+            sm.params * u64::from(bpp.grads),
+            (sm.params * u64::from(bpp.optimizer)).div_ceil(shard),
+        ]
+    }
+
+    /// Stashed activations on one device of a stage with `k` replicas: the in-flight
+    /// micro-batches of its replica other than the one being processed.
+    pub fn stash_bytes(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> u64 {
         let per_replica = self.in_flight(stages_to_end).div_ceil(u64::from(k));
+        per_replica.saturating_sub(1) * sm.stash_per_micro_batch
+    }
+
+    /// Memory of one device of a stage with `k` replicas.
+    pub fn memory(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> MemoryBreakdown {
+        let [weights, grads, optimizer] = self.state_bytes(sm, k);
         let mut mem = MemoryBreakdown {
-            weights: sm.params * u64::from(bpp.weights),
-            grads: sm.params * u64::from(bpp.grads),
-            optimizer: (sm.params * u64::from(bpp.optimizer)).div_ceil(shard),
+            weights,
+            grads,
+            optimizer,
             activations: sm.act_one,
-            stash: per_replica.saturating_sub(1) * sm.stash_per_micro_batch,
+            stash: self.stash_bytes(sm, k, stages_to_end),
             total: 0,
         };
         mem.total = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.stash;
