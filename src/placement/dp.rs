@@ -299,7 +299,12 @@ impl Shape {
         );
         let units = ctx.units;
         let mut cells = 0;
+        let mut live_s_max = 0;
         for s in 0..=s_max {
+            // Windows shrink as s grows (more pipeline slots): after an empty layer, all are.
+            if s > live_s_max + 1 {
+                break;
+            }
             let c = ctx.m as f64 + f64::from(s.max(1) - 1);
             for d in 0..downsets {
                 let (mut first, mut last) = (1, 0);
@@ -322,9 +327,11 @@ impl Shape {
                 offset.push(cells);
                 if first <= last {
                     cells += (last - first + 1) as usize;
+                    live_s_max = s;
                 }
             }
         }
+        let s_max = live_s_max;
         let mut s_span = vec![(1, 0); downsets];
         for s in 1..=s_max {
             for (d, span) in s_span.iter_mut().enumerate() {
@@ -365,18 +372,17 @@ impl Shape {
 /// Smallest `k` in `from..=units` with `bound_s < prune_s · k`, `units + 1` when none: the
 /// fewest groups that share `bound_s` of work below `prune_s`.
 fn first_above(bound_s: f64, prune_s: f64, from: u32, units: u32) -> u32 {
-    let mut k = if bound_s < prune_s * f64::from(from) {
-        from
-    } else {
-        (bound_s / prune_s).floor().min(f64::from(units)) as u32
-    };
+    // The quotient is within one of the answer; the exact comparison settles it.
+    let mut k = (bound_s / prune_s)
+        .min(f64::from(units))
+        .max(f64::from(from)) as u32;
     while k > from && bound_s < prune_s * f64::from(k - 1) {
         k -= 1;
     }
     while k <= units && bound_s >= prune_s * f64::from(k) {
         k += 1;
     }
-    k.max(from)
+    k
 }
 
 /// Fills `opts` with the ways to run stage `pair` as the `s`-th stage from the end with `k` in
@@ -465,12 +471,16 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
     replicas.reset(ctx.units);
     let units = ctx.units;
     let prune_s = prune_s(obj);
+    let time = matches!(obj, Objective::Time { .. });
     for d in (0..shape.downsets).rev() {
         let (s_first, s_last) = shape.s_span[d];
         if s_first > s_last {
             continue;
         }
         for pair in &an.pairs[d] {
+            if time && !pair.may_fit {
+                continue;
+            }
             // Positions whose remainder (s − 1 stages after this one) has cells.
             let (rest_first, rest_last) = if pair.to == an.full() {
                 (0, 0)
@@ -489,10 +499,14 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 let c_min = ctx.m as f64 + f64::from(s - 1);
                 // K = k + K' must lie in this window with K' in the remainder's, and fewer
                 // replicas than `first_above` leave the stage's load above the bound.
+                let k_to = hi - clo;
                 let k_from =
                     lo.saturating_sub(chi)
-                        .max(first_above(pair.work_s * c_min, prune_s, 1, units));
-                let ks = k_from..=hi - clo;
+                        .max(first_above(pair.work_s * c_min, prune_s, 1, k_to));
+                if k_from > k_to {
+                    continue;
+                }
+                let ks = k_from..=k_to;
                 options(ctx, obj, pair, s, ks, units - rest, replicas, opts);
                 let row = shape.offset[shape.row(s, d)];
                 let prev = shape.offset[shape.row(rest, pair.to)];
