@@ -386,7 +386,8 @@ fn first_above(bound_s: f64, prune_s: f64, from: u32, units: u32) -> u32 {
 }
 
 /// Fills `opts` with the ways to run stage `pair` as the `s`-th stage from the end with `k` in
-/// `ks`; `k_all` is the number of tensor groups left for it. `replicas` holds this stage.
+/// `ks`; `k_all` is the number of tensor groups left for it, and every `k ≥ k_fit` is known
+/// to fit in memory. `replicas` holds this stage.
 #[allow(clippy::too_many_arguments)]
 fn options(
     ctx: &Ctx,
@@ -395,6 +396,7 @@ fn options(
     s: u32,
     ks: RangeInclusive<u32>,
     k_all: u32,
+    k_fit: u32,
     replicas: &mut ReplicaCache,
     opts: &mut Vec<Opt>,
 ) {
@@ -410,7 +412,7 @@ fn options(
             Objective::Time { beta, best_s } => {
                 let r = replicas.get(ctx, sm, k);
                 // The same sum, in the same order, as `Ctx::memory`.
-                if r.state_bytes + sm.act_one + ctx.stash_bytes(sm, k, s) > hbm {
+                if k < k_fit && r.state_bytes + sm.act_one + ctx.stash_bytes(sm, k, s) > hbm {
                     continue;
                 }
                 // The exposed all-reduce grows with k: no larger k can pass the bound.
@@ -436,6 +438,11 @@ fn options(
             Objective::Memory => {}
         }
     }
+}
+
+/// Whether `k` replicas of a stage fit in memory as the `s`-th stage from the end.
+fn fits(ctx: &Ctx, sm: &StageMetrics, k: u32, s: u32) -> bool {
+    ctx.memory(sm, k, s).total <= ctx.problem.hbm_bytes
 }
 
 fn better(v: f64, e: f64, than_v: f64, than_e: f64) -> bool {
@@ -489,6 +496,8 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 (span.0.max(1), span.1)
             };
             replicas.next_stage();
+            // Fewest replicas that fit in memory: it only grows with s (more in flight).
+            let mut k_fit = 1;
             for s in s_first.max(rest_first + 1)..=s_last.min(rest_last + 1) {
                 let rest = s - 1;
                 let (lo, hi) = shape.window(s, d);
@@ -500,32 +509,46 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 // K = k + K' must lie in this window with K' in the remainder's, and fewer
                 // replicas than `first_above` leave the stage's load above the bound.
                 let k_to = hi - clo;
-                let k_from =
+                let mut k_from =
                     lo.saturating_sub(chi)
                         .max(first_above(pair.work_s * c_min, prune_s, 1, k_to));
+                if time {
+                    while k_fit <= k_to && !fits(ctx, &pair.metrics, k_fit, s) {
+                        k_fit += 1;
+                    }
+                    k_from = k_from.max(k_fit);
+                }
                 if k_from > k_to {
                     continue;
                 }
                 let ks = k_from..=k_to;
-                options(ctx, obj, pair, s, ks, units - rest, replicas, opts);
+                options(ctx, obj, pair, s, ks, units - rest, k_fit, replicas, opts);
+                // The remainder's row (fewer stages to go) lies before this one.
                 let row = shape.offset[shape.row(s, d)];
-                let prev = shape.offset[shape.row(rest, pair.to)];
+                let prev = shape.offset[shape.row(rest, pair.to)]..;
+                let (done_v, todo_v) = value.split_at_mut(row);
+                let (done_e, todo_e) = exposed.split_at_mut(row);
+                let (prev_v, prev_e) = (&done_v[prev.clone()], &done_e[prev]);
                 for opt in opts.iter() {
-                    for k_total in lo.max(opt.k + clo)..=hi.min(opt.k + chi) {
-                        let from = prev + (k_total - opt.k - clo) as usize;
-                        let pv = value[from];
-                        if pv == f64::INFINITY {
-                            continue;
-                        }
+                    // K = opt.k + K' for K in first..=last.
+                    let (first, last) = (lo.max(opt.k + clo), hi.min(opt.k + chi));
+                    if first > last {
+                        continue;
+                    }
+                    let cur = (first - lo) as usize..=(last - lo) as usize;
+                    let from = (first - opt.k - clo) as usize..;
+                    let cur_cells = todo_v[cur.clone()].iter_mut().zip(&mut todo_e[cur]);
+                    let prev_cells = prev_v[from.clone()].iter().zip(&prev_e[from]);
+                    for ((cv, ce), (&pv, &pe)) in cur_cells.zip(prev_cells) {
+                        // An empty remainder (infinite value) fails this too.
                         let v = opt.value.max(pv);
                         if v * c_min >= prune_s {
                             continue;
                         }
-                        let e = opt.e.max(exposed[from]);
-                        let at = row + (k_total - lo) as usize;
-                        if better(v, e, value[at], exposed[at]) {
-                            value[at] = v;
-                            exposed[at] = e;
+                        let e = opt.e.max(pe);
+                        if better(v, e, *cv, *ce) {
+                            *cv = v;
+                            *ce = e;
                         }
                     }
                 }
@@ -562,22 +585,24 @@ fn reconstruct(
             if (rest == 0) != (pair.to == an.full()) || an.suffix_len[pair.to] < rest {
                 continue;
             }
-            let k_all = ctx.units - rest;
+            // Only replica counts that leave the remainder a cell of its window can match.
+            let (clo, chi) = shape.window(rest, pair.to);
+            if clo > chi || k_left <= clo {
+                continue;
+            }
             t.replicas.next_stage();
             options(
                 ctx,
                 obj,
                 pair,
                 s,
-                1..=k_all,
-                k_all,
+                k_left.saturating_sub(chi).max(1)..=k_left - clo,
+                ctx.units - rest,
+                u32::MAX,
                 &mut t.replicas,
                 &mut t.opts,
             );
             for opt in &t.opts {
-                if opt.k > k_left || k_left - opt.k < rest {
-                    continue;
-                }
                 let (pv, pe) = cell(shape, t, rest, pair.to, k_left - opt.k);
                 if opt.value.max(pv) == v && opt.e.max(pe) == e {
                     found = Some((pair, opt.k));
