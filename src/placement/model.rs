@@ -624,3 +624,103 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
     }
     Ok(plan)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::Tier;
+    use crate::placement::{BytesPerParam, LayerCostGraph};
+    use crate::workload::ActivationBytes;
+
+    /// A chain of `n` layers with skip edges from `skip` layers back, uneven costs.
+    fn chain_problem(n: usize, skip: usize, mode: RecomputeMode) -> PlacementProblem {
+        let layers = (0..n)
+            .map(|i| LayerCost {
+                name: format!("l{i}"),
+                fwd_s: 0.1 + 0.37 * i as f64 % 1.3,
+                bwd_s: 0.3 + 0.71 * i as f64 % 0.9,
+                selective_recompute_s: 0.01 * i as f64,
+                params: 1000 + 17 * i as u64,
+                activation_bytes: ActivationBytes {
+                    none: 500 + (i as u64 * 97) % 400,
+                    selective: 200 + i as u64,
+                    full: 50,
+                },
+                output_bytes: 10,
+            })
+            .collect();
+        let mut edges: Vec<(usize, usize, u64)> =
+            (1..n).map(|j| (j - 1, j, 100 + j as u64)).collect();
+        edges.extend((skip..n).map(|j| (j - skip, j, 7 * j as u64)));
+        PlacementProblem {
+            graphs: vec![LayerCostGraph {
+                tp: 1,
+                layers,
+                edges,
+            }],
+            devices: 4,
+            hbm_bytes: 1 << 30,
+            global_batch: 8,
+            micro_batch: 1,
+            recompute: mode,
+            bytes_per_param: BytesPerParam::ADAM_MIXED,
+            zero1: false,
+            schedule: PipelineSchedule::OneFOneB,
+            tiers: vec![Tier {
+                name: "all".into(),
+                devices: 4,
+                bandwidth_bytes_per_s: 1e9,
+                latency_s: 1e-6,
+            }],
+            dp_overlap: false,
+            constraints: Default::default(),
+            allow_idle_devices: false,
+        }
+    }
+
+    #[test]
+    fn chain_metrics_equal_general_metrics_bit_for_bit() {
+        for mode in [
+            RecomputeMode::None,
+            RecomputeMode::Selective,
+            RecomputeMode::Full,
+        ] {
+            for skip in [2, 3] {
+                let n = 9;
+                let problem = chain_problem(n, skip, mode);
+                let edges = &problem.graphs[0].edges;
+                let preds = predecessors(n, edges);
+                assert!(is_chain(&preds));
+                let mut incoming = vec![Vec::new(); n];
+                for &(from, to, bytes) in edges {
+                    incoming[to].push((from, bytes));
+                }
+                let mut dist = vec![0.0; n];
+                for first in 0..n {
+                    let fast = chain_stage_metrics(&problem, 0, &incoming, first);
+                    assert_eq!(fast.len(), n - first);
+                    for (end, got) in (first + 1..=n).zip(fast) {
+                        let in_stage: Vec<bool> = (0..n).map(|v| v >= first && v < end).collect();
+                        let before: Vec<bool> = (0..n).map(|v| v < first).collect();
+                        let want =
+                            stage_metrics(&problem, 0, &preds, &in_stage, &before, &mut dist);
+                        // `==` on the f64 fields: the same sums in the same order.
+                        assert_eq!(got, want, "{mode:?} skip {skip}: stage {first}..{end}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn skip_edge_alone_is_not_a_chain() {
+        // 0 → 2 and 1 → 2: layer 1 has no edge from 0, so {1} is a downset and stages need
+        // not be ranges.
+        let preds = predecessors(3, &[(0, 2, 1), (1, 2, 1)]);
+        assert!(!is_chain(&preds));
+        assert!(is_chain(&predecessors(
+            3,
+            &[(0, 1, 1), (1, 2, 1), (0, 2, 1)]
+        )));
+    }
+}
