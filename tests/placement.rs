@@ -6,8 +6,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::path::Path;
 use tandem::arch::Tier;
 use tandem::placement::{
-    brute_force, evaluate_fixed, load_costs_file, parse_costs, place, BytesPerParam, FixedPlan,
-    FixedStage, LayerCost, LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
+    brute_force, evaluate_fixed, load_costs_file, parse_costs, place, place_faster_than,
+    BytesPerParam, FixedPlan, FixedStage, LayerCost, LayerCostGraph, PipelineSchedule,
+    PlacementProblem, Plan, RecomputeMode,
 };
 use tandem::workload::ActivationBytes;
 
@@ -125,6 +126,20 @@ fn uniform_chain_pp4_time_is_load_times_m_plus_3() {
     let searched = place(&fixed).unwrap();
     assert!(close(searched.time_per_batch_s, plan.time_per_batch_s));
     assert_eq!(searched.stages.len(), 4);
+}
+
+#[test]
+fn bound_below_the_only_allowed_stage_count_finds_nothing() {
+    // pp = 4 on 4 devices allows one plan; a bound just below its time leaves no table row
+    // for 4 stages, which must read as "no plan", not as a missing row.
+    let mut problem = uniform_problem(4, 8);
+    problem.constraints.pp = Some(4);
+    let plan = place(&problem).unwrap();
+    let below = place_faster_than(&problem, plan.time_per_batch_s * 0.9).unwrap();
+    eprintln!("{} {below:?}", plan.time_per_batch_s);
+    assert!(below.is_none());
+    let above = place_faster_than(&problem, plan.time_per_batch_s * 1.001).unwrap();
+    assert_eq!(above, Some(plan));
 }
 
 #[test]

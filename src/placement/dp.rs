@@ -356,16 +356,19 @@ impl Shape {
         s as usize * self.downsets + d
     }
 
-    /// The `K` window of (s, D), possibly empty.
+    /// The `K` window of (s, D), possibly empty (always beyond `s_max`).
     fn window(&self, s: u32, d: usize) -> (u32, u32) {
+        if s > self.s_max {
+            return (1, 0);
+        }
         let r = self.row(s, d);
         (self.lo[r], self.hi[r])
     }
 
     /// Index of cell (s, D, K), `None` outside its window.
     fn at(&self, s: u32, d: usize, k: u32) -> Option<usize> {
-        let r = self.row(s, d);
-        (self.lo[r] <= k && k <= self.hi[r]).then(|| self.offset[r] + (k - self.lo[r]) as usize)
+        let (lo, hi) = self.window(s, d);
+        (lo <= k && k <= hi).then(|| self.offset[self.row(s, d)] + (k - lo) as usize)
     }
 }
 
