@@ -136,7 +136,6 @@ fn bound_below_the_only_allowed_stage_count_finds_nothing() {
     problem.constraints.pp = Some(4);
     let plan = place(&problem).unwrap();
     let below = place_faster_than(&problem, plan.time_per_batch_s * 0.9).unwrap();
-    eprintln!("{} {below:?}", plan.time_per_batch_s);
     assert!(below.is_none());
     let above = place_faster_than(&problem, plan.time_per_batch_s * 1.001).unwrap();
     assert_eq!(above, Some(plan));
