@@ -111,29 +111,13 @@ impl Analysis {
         let mut before = vec![false; n];
         let mut in_stage = vec![false; n];
         let mut pairs = Vec::with_capacity(downsets.len());
-        let mut work_inside_s = Vec::with_capacity(downsets.len());
-        let mut work_outside_s = Vec::with_capacity(downsets.len());
-        let nothing = vec![false; n];
-        for set in &downsets {
-            for inside in [true, false] {
-                for (v, x) in in_stage.iter_mut().enumerate() {
-                    *x = contains(set, v) == inside;
-                }
-                let sm =
-                    stage_metrics(problem, graph_index, &preds, &in_stage, &nothing, &mut dist);
-                if inside {
-                    work_inside_s.push(work_s(&sm));
-                } else {
-                    work_outside_s.push(work_s(&sm));
-                }
-            }
-        }
         let least_bytes = |sm: &StageMetrics| {
             sm.params * u64::from(bpp.weights + bpp.grads)
                 + (sm.params * u64::from(bpp.optimizer)).div_ceil(max_shard)
                 + sm.act_one
         };
-        if is_chain(&preds) {
+        let chain = is_chain(&preds);
+        if chain {
             // Downset `i` is the first `i` layers (breadth first from the empty set).
             let mut incoming = vec![Vec::new(); n];
             for &(from, to, bytes) in &graph.edges {
@@ -175,6 +159,34 @@ impl Analysis {
             }
             pairs.push(list);
         }
+        let (work_inside_s, work_outside_s) = if chain {
+            // Downset `i` holds the stage 0..i and leaves the stage i..n.
+            let stage = |from: usize, to: usize| {
+                (from < to).then(|| work_s(&pairs[from][to - from - 1].metrics))
+            };
+            (0..=n)
+                .map(|i| (stage(0, i).unwrap_or(0.0), stage(i, n).unwrap_or(0.0)))
+                .unzip()
+        } else {
+            let nothing = vec![false; n];
+            let mut work = |set: &Vec<u64>, inside: bool| {
+                for (v, x) in in_stage.iter_mut().enumerate() {
+                    *x = contains(set, v) == inside;
+                }
+                work_s(&stage_metrics(
+                    problem,
+                    graph_index,
+                    &preds,
+                    &in_stage,
+                    &nothing,
+                    &mut dist,
+                ))
+            };
+            downsets
+                .iter()
+                .map(|set| (work(set, true), work(set, false)))
+                .unzip()
+        };
         Ok(Analysis {
             downsets,
             suffix_len,
@@ -499,8 +511,10 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 (span.0.max(1), span.1)
             };
             replicas.next_stage();
-            // Fewest replicas that fit in memory: it only grows with s (more in flight).
+            // Fewest replicas that fit in memory, and that keep the stage's work below the
+            // bound: both only grow with s (more in flight, more pipeline slots).
             let mut k_fit = 1;
+            let mut k_work = 0;
             for s in s_first.max(rest_first + 1)..=s_last.min(rest_last + 1) {
                 let rest = s - 1;
                 let (lo, hi) = shape.window(s, d);
@@ -509,12 +523,16 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                     continue;
                 }
                 let c_min = ctx.m as f64 + f64::from(s - 1);
-                // K = k + K' must lie in this window with K' in the remainder's, and fewer
-                // replicas than `first_above` leave the stage's load above the bound.
+                // K = k + K' must lie in this window with K' in the remainder's.
                 let k_to = hi - clo;
-                let mut k_from =
-                    lo.saturating_sub(chi)
-                        .max(first_above(pair.work_s * c_min, prune_s, 1, k_to));
+                let work_s = pair.work_s * c_min;
+                if k_work == 0 {
+                    k_work = first_above(work_s, prune_s, 1, units);
+                }
+                while k_work <= units && work_s >= prune_s * f64::from(k_work) {
+                    k_work += 1;
+                }
+                let mut k_from = lo.saturating_sub(chi).max(k_work);
                 if time {
                     while k_fit <= k_to && !fits(ctx, &pair.metrics, k_fit, s) {
                         k_fit += 1;
