@@ -38,6 +38,10 @@ pub(crate) struct Analysis {
     downsets: Vec<Vec<u64>>,
     /// Layers outside each downset.
     suffix_len: Vec<u32>,
+    /// Least weights, gradients and optimizer state, summed over the devices of one copy of
+    /// each stage, of any stages holding the layers outside each downset: `s` stages of at
+    /// most HBM each hold no more than `s · HBM`.
+    state_outside_bytes: Vec<u128>,
     /// Stages that can follow each downset.
     pairs: Vec<Vec<Pair>>,
     /// Lower bounds on the summed stage loads of any partition of the layers inside / outside
@@ -159,6 +163,18 @@ impl Analysis {
             }
             pairs.push(list);
         }
+        // Per-stage rounding up of sharded optimizer state only adds to the sum.
+        let state_outside_bytes = downsets
+            .iter()
+            .map(|set| {
+                let params: u128 = (0..n)
+                    .filter(|&v| !contains(set, v))
+                    .map(|v| u128::from(graph.layers[v].params))
+                    .sum();
+                params * u128::from(bpp.weights + bpp.grads)
+                    + (params * u128::from(bpp.optimizer)).div_ceil(u128::from(max_shard))
+            })
+            .collect();
         let (work_inside_s, work_outside_s) = if chain {
             // Downset `i` holds the stage 0..i and leaves the stage i..n.
             let stage = |from: usize, to: usize| {
@@ -190,6 +206,7 @@ impl Analysis {
         Ok(Analysis {
             downsets,
             suffix_len,
+            state_outside_bytes,
             pairs,
             work_inside_s,
             work_outside_s,
@@ -301,7 +318,9 @@ struct Shape {
 }
 
 impl Shape {
-    fn new(an: &Analysis, ctx: &Ctx, s_max: u32, prune_s: f64) -> Self {
+    /// Cells for plans faster than `prune_s`, which must fit in memory when `fit` (the
+    /// closest-infeasible search does without).
+    fn new(an: &Analysis, ctx: &Ctx, s_max: u32, prune_s: f64, fit: bool) -> Self {
         let downsets = an.downsets.len();
         let rows = (s_max as usize + 1) * downsets;
         let (mut lo, mut hi, mut offset) = (
@@ -310,6 +329,7 @@ impl Shape {
             Vec::with_capacity(rows),
         );
         let units = ctx.units;
+        let hbm_bytes = u128::from(ctx.problem.hbm_bytes);
         let mut cells = 0;
         let mut live_s_max = 0;
         for s in 0..=s_max {
@@ -333,13 +353,20 @@ impl Shape {
                         first_above(an.work_inside_s[d] * c, prune_s, 1, units)
                     };
                     last = units.saturating_sub(before);
+                    if first <= last {
+                        live_s_max = s;
+                    }
+                    // Fewer stages than the state needs cannot fit (more may, so this does
+                    // not end the layers).
+                    if fit && u128::from(s) * hbm_bytes < an.state_outside_bytes[d] {
+                        (first, last) = (1, 0);
+                    }
                 }
                 lo.push(first);
                 hi.push(last);
                 offset.push(cells);
                 if first <= last {
                     cells += (last - first + 1) as usize;
-                    live_s_max = s;
                 }
             }
         }
@@ -710,7 +737,7 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
         let mut beta = f64::INFINITY;
         loop {
             let obj = Objective::Time { beta, best_s };
-            let shape = Shape::new(an, ctx, s_max, best_s);
+            let shape = Shape::new(an, ctx, s_max, best_s, true);
             solve(an, ctx, obj, &shape, &mut tables);
             let cells = finals(ctx, &shape);
             let mut improved = None;
@@ -766,7 +793,7 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
     {
         let ctx = &ctxs[ci];
         let an = analyses[ctx.graph_index].as_ref().expect("considered");
-        let shape = Shape::new(an, ctx, s_max, f64::INFINITY);
+        let shape = Shape::new(an, ctx, s_max, f64::INFINITY, false);
         solve(an, ctx, Objective::Memory, &shape, &mut tables);
         let best_cell = finals(ctx, &shape)
             .into_iter()
