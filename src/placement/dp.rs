@@ -552,20 +552,25 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 let c_min = ctx.m as f64 + f64::from(s - 1);
                 // K = k + K' must lie in this window with K' in the remainder's.
                 let k_to = hi - clo;
+                // The trackers are lower bounds for every later s too: test them as they
+                // stand before tightening them.
+                let k_from = lo.saturating_sub(chi).max(k_work).max(k_fit);
+                if k_from > k_to {
+                    continue;
+                }
                 let work_s = pair.work_s * c_min;
                 if k_work == 0 {
-                    k_work = first_above(work_s, prune_s, 1, units);
+                    k_work = first_above(work_s, prune_s, 1, k_to);
                 }
-                while k_work <= units && work_s >= prune_s * f64::from(k_work) {
+                while k_work <= k_to && work_s >= prune_s * f64::from(k_work) {
                     k_work += 1;
                 }
-                let mut k_from = lo.saturating_sub(chi).max(k_work);
                 if time {
                     while k_fit <= k_to && !fits(ctx, &pair.metrics, k_fit, s) {
                         k_fit += 1;
                     }
-                    k_from = k_from.max(k_fit);
                 }
+                let k_from = k_from.max(k_work).max(k_fit);
                 if k_from > k_to {
                     continue;
                 }
