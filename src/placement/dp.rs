@@ -5,6 +5,16 @@
 //! exposed all-reduce). Filling it from the end of the model means the first stage of the
 //! remainder is always the `s`-th from the end, which fixes its in-flight micro-batches (and so
 //! its memory) without knowing the total stage count; one table serves every `p`.
+//!
+//! Speed comes from storing only the cells that can still beat the best time so far
+//! ([`Shape`]): work lower bounds inside and outside each downset leave each (s, D) a narrow
+//! window of `K`, rows whose remaining weights and optimizer state exceed `s · HBM` are
+//! empty, and a layer of rows past the bubble the bound allows ends the table. Every cell
+//! left out is one the full table leaves empty or drops against the bound, so the best
+//! cell, the plan rebuilt from it and the all-reduce bounds are the full table's, bit for
+//! bit. Chains (an edge from every layer to the next) get their stage metrics as running
+//! sums in the order the general longest-path code adds them, and each stage's per-replica
+//! costs are computed once for all positions.
 
 use super::model::{
     build_plan, chain_stage_metrics, is_chain, memory_reason, predecessors, stage_metrics, widths,
