@@ -54,7 +54,7 @@
 //! hold more than `s` HBMs of weights, gradients and optimizer state. Cells outside these
 //! bounds are cells the full table leaves empty or drops against the best time, so the plan
 //! is the one the full table gives. Chains (every layer feeding the next) take stage metrics
-//! from running sums. GPT-3 175B on 1024 devices: about 10 ms per design point
+//! from running sums. GPT-3 175B on 1024 devices: under 8 ms per design point
 //! (`BENCHMARKS.md`).
 
 mod brute;
