@@ -6,8 +6,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::path::Path;
 use tandem::arch::Tier;
 use tandem::placement::{
-    brute_force, evaluate_fixed, load_costs_file, parse_costs, place, BytesPerParam, FixedPlan,
-    FixedStage, LayerCost, LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
+    brute_force, evaluate_fixed, load_costs_file, parse_costs, place, place_faster_than,
+    BytesPerParam, FixedPlan, FixedStage, LayerCost, LayerCostGraph, PipelineSchedule,
+    PlacementProblem, Plan, RecomputeMode,
 };
 use tandem::workload::ActivationBytes;
 
@@ -125,6 +126,19 @@ fn uniform_chain_pp4_time_is_load_times_m_plus_3() {
     let searched = place(&fixed).unwrap();
     assert!(close(searched.time_per_batch_s, plan.time_per_batch_s));
     assert_eq!(searched.stages.len(), 4);
+}
+
+#[test]
+fn bound_below_the_only_allowed_stage_count_finds_nothing() {
+    // pp = 4 on 4 devices allows one plan; a bound just below its time leaves no table row
+    // for 4 stages, which must read as "no plan", not as a missing row.
+    let mut problem = uniform_problem(4, 8);
+    problem.constraints.pp = Some(4);
+    let plan = place(&problem).unwrap();
+    let below = place_faster_than(&problem, plan.time_per_batch_s * 0.9).unwrap();
+    assert!(below.is_none());
+    let above = place_faster_than(&problem, plan.time_per_batch_s * 1.001).unwrap();
+    assert_eq!(above, Some(plan));
 }
 
 #[test]
@@ -498,6 +512,77 @@ fn fixed_widths_are_respected_and_match_brute_force() {
         found.iter().all(|&f| f >= 5),
         "feasible cases (d = 1, d = 2): {found:?}"
     );
+}
+
+/// `random_problem` with every graph turned into a chain (an edge from each layer to the
+/// next) plus skip edges, the shape the search handles with range sums.
+fn random_chain_problem(seed: u64) -> PlacementProblem {
+    let mut problem = random_problem(seed);
+    let mut r = Rng(seed.rotate_left(17) | 1);
+    let n = problem.graphs[0].layers.len();
+    let mut edges: Vec<(usize, usize, u64)> =
+        (1..n).map(|j| (j - 1, j, r.below(64) << 20)).collect();
+    for j in 2..n {
+        if r.below(3) == 0 {
+            edges.push((r.below(j as u64 - 1) as usize, j, r.below(16) << 20));
+        }
+    }
+    for graph in &mut problem.graphs {
+        let t = u64::from(graph.tp);
+        graph.edges = edges
+            .iter()
+            .map(|&(a, b, bytes)| (a, b, bytes / t))
+            .collect();
+    }
+    match r.below(4) {
+        0 => problem.constraints.pp = Some(1 + r.below(3) as u32),
+        1 => problem.constraints.dp = Some(1 + r.below(2) as u32),
+        _ => {}
+    }
+    problem
+}
+
+#[test]
+fn dp_equals_brute_force_on_chains_with_skip_edges() {
+    // Counts of feasible cases with: several stages, stage replicas, GPipe, ZeRO-1, idle
+    // devices allowed, a fixed stage count, an exposed all-reduce (bound loop > 1 pass).
+    let mut coverage = [0usize; 7];
+    let mut feasible = 0;
+    for seed in 1..=160u64 {
+        let problem = random_chain_problem(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let (dp, brute) = (place(&problem), brute_force(&problem));
+        match (&dp, &brute) {
+            (Ok(a), Ok(b)) => {
+                assert!(
+                    (a.time_per_batch_s - b.time_per_batch_s).abs() <= 1e-9 * b.time_per_batch_s,
+                    "seed {seed}: dp {} vs brute {}",
+                    a.time_per_batch_s,
+                    b.time_per_batch_s
+                );
+                check_invariants(&problem, a);
+                if let Some(pp) = problem.constraints.pp {
+                    assert_eq!(a.pp, pp);
+                }
+                feasible += 1;
+                let flags = [
+                    a.pp > 1,
+                    a.stages.iter().any(|s| s.replicas > 1),
+                    problem.schedule == PipelineSchedule::GPipe,
+                    problem.zero1,
+                    problem.allow_idle_devices,
+                    problem.constraints.pp.is_some(),
+                    a.time_split.dp_comm_s > 0.0,
+                ];
+                for (c, f) in coverage.iter_mut().zip(flags) {
+                    *c += usize::from(f);
+                }
+            }
+            (Err(_), Err(_)) => {}
+            _ => panic!("seed {seed}: dp {dp:?} vs brute {brute:?}"),
+        }
+    }
+    assert!(feasible >= 60, "only {feasible} feasible cases");
+    assert!(coverage.iter().all(|&c| c >= 3), "coverage {coverage:?}");
 }
 
 const GOOD: &str = r#"{

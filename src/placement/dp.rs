@@ -5,23 +5,38 @@
 //! exposed all-reduce). Filling it from the end of the model means the first stage of the
 //! remainder is always the `s`-th from the end, which fixes its in-flight micro-batches (and so
 //! its memory) without knowing the total stage count; one table serves every `p`.
+//!
+//! Speed comes from storing only the cells that can still beat the best time so far
+//! ([`Shape`]): work lower bounds inside and outside each downset leave each (s, D) a narrow
+//! window of `K`, rows whose remaining weights and optimizer state exceed `s · HBM` are
+//! empty, and a layer of rows past the bubble the bound allows ends the table. Every cell
+//! left out is one the full table leaves empty or drops against the bound, so the best
+//! cell, the plan rebuilt from it and the all-reduce bounds are the full table's, bit for
+//! bit. Chains (an edge from every layer to the next) get their stage metrics as running
+//! sums in the order the general longest-path code adds them, and each stage's per-replica
+//! costs are computed once for all positions.
 
 use super::model::{
-    build_plan, memory_reason, predecessors, stage_metrics, widths, worst_stage, Ctx, PartStage,
-    StageMetrics,
+    build_plan, chain_stage_metrics, is_chain, memory_reason, predecessors, stage_metrics, widths,
+    worst_stage, Ctx, PartStage, StageMetrics,
 };
 use super::{Alternative, Infeasible, PlacementProblem, Plan};
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 
 /// Downsets beyond this many make the table too large; such graphs are reported infeasible.
 pub(crate) const MAX_DOWNSETS: usize = 4096;
 /// Largest pipeline (in tensor groups) searched for the closest infeasible plans.
 const MAX_ALTERNATIVE_UNITS: u32 = 128;
+/// Relative margin taken off the work lower bounds to absorb floating-point rounding.
+const WORK_MARGIN: f64 = 1e-9;
 
 /// A stage candidate: the layers between downset `from` (implicit) and downset `to`.
 struct Pair {
     to: usize,
     metrics: StageMetrics,
+    /// Lower bound on the stage's load (its forward and backward time, less the rounding margin).
+    work_s: f64,
     /// Fits in memory with the most favourable sharding and a single in-flight micro-batch;
     /// stages that never fit are kept only for the closest-infeasible-plan search.
     may_fit: bool,
@@ -33,8 +48,17 @@ pub(crate) struct Analysis {
     downsets: Vec<Vec<u64>>,
     /// Layers outside each downset.
     suffix_len: Vec<u32>,
+    /// Least weights, gradients and optimizer state, summed over the devices of one copy of
+    /// each stage, of any stages holding the layers outside each downset: `s` stages of at
+    /// most HBM each hold no more than `s · HBM`.
+    state_outside_bytes: Vec<u128>,
     /// Stages that can follow each downset.
     pairs: Vec<Vec<Pair>>,
+    /// Lower bounds on the summed stage loads of any partition of the layers inside / outside
+    /// each downset: forward plus backward critical path (a longest path crosses the stages in
+    /// order, so the stages' own critical paths add up to at least it).
+    work_inside_s: Vec<f64>,
+    work_outside_s: Vec<f64>,
 }
 
 fn contains(set: &[u64], v: usize) -> bool {
@@ -70,6 +94,12 @@ pub(crate) fn downsets(n: usize, preds: &[Vec<usize>], limit: usize) -> Option<V
     Some(all)
 }
 
+/// Forward plus backward time, slightly below the float sums so that rounding never makes
+/// a bound built from it exceed a load summed in another order.
+fn work_s(sm: &StageMetrics) -> f64 {
+    (sm.fwd_s + sm.bwd_s) * (1.0 - WORK_MARGIN)
+}
+
 impl Analysis {
     /// Enumerates downsets and the metrics of every stage between two of them.
     pub(crate) fn new(problem: &PlacementProblem, graph_index: usize) -> Result<Self, String> {
@@ -95,7 +125,31 @@ impl Analysis {
         let mut before = vec![false; n];
         let mut in_stage = vec![false; n];
         let mut pairs = Vec::with_capacity(downsets.len());
-        for from in &downsets {
+        let least_bytes = |sm: &StageMetrics| {
+            sm.params * u64::from(bpp.weights + bpp.grads)
+                + (sm.params * u64::from(bpp.optimizer)).div_ceil(max_shard)
+                + sm.act_one
+        };
+        let chain = is_chain(&preds);
+        if chain {
+            // Downset `i` is the first `i` layers (breadth first from the empty set).
+            let mut incoming = vec![Vec::new(); n];
+            for &(from, to, bytes) in &graph.edges {
+                incoming[to].push((from, bytes));
+            }
+            for first in 0..n {
+                let stages = chain_stage_metrics(problem, graph_index, &incoming, first);
+                let list = (first + 1..=n).zip(stages).map(|(to, metrics)| Pair {
+                    to,
+                    metrics,
+                    work_s: work_s(&metrics),
+                    may_fit: least_bytes(&metrics) <= problem.hbm_bytes,
+                });
+                pairs.push(list.collect());
+            }
+            pairs.push(Vec::new());
+        }
+        for from in downsets.iter().skip(pairs.len()) {
             let mut list = Vec::new();
             for (v, b) in before.iter_mut().enumerate() {
                 *b = contains(from, v);
@@ -110,21 +164,62 @@ impl Analysis {
                 }
                 let metrics =
                     stage_metrics(problem, graph_index, &preds, &in_stage, &before, &mut dist);
-                let least_bytes = metrics.params * u64::from(bpp.weights + bpp.grads)
-                    + (metrics.params * u64::from(bpp.optimizer)).div_ceil(max_shard)
-                    + metrics.act_one;
                 list.push(Pair {
                     to,
                     metrics,
-                    may_fit: least_bytes <= problem.hbm_bytes,
+                    work_s: work_s(&metrics),
+                    may_fit: least_bytes(&metrics) <= problem.hbm_bytes,
                 });
             }
             pairs.push(list);
         }
+        // Per-stage rounding up of sharded optimizer state only adds to the sum.
+        let state_outside_bytes = downsets
+            .iter()
+            .map(|set| {
+                let params: u128 = (0..n)
+                    .filter(|&v| !contains(set, v))
+                    .map(|v| u128::from(graph.layers[v].params))
+                    .sum();
+                params * u128::from(bpp.weights + bpp.grads)
+                    + (params * u128::from(bpp.optimizer)).div_ceil(u128::from(max_shard))
+            })
+            .collect();
+        let (work_inside_s, work_outside_s) = if chain {
+            // Downset `i` holds the stage 0..i and leaves the stage i..n.
+            let stage = |from: usize, to: usize| {
+                (from < to).then(|| work_s(&pairs[from][to - from - 1].metrics))
+            };
+            (0..=n)
+                .map(|i| (stage(0, i).unwrap_or(0.0), stage(i, n).unwrap_or(0.0)))
+                .unzip()
+        } else {
+            let nothing = vec![false; n];
+            let mut work = |set: &Vec<u64>, inside: bool| {
+                for (v, x) in in_stage.iter_mut().enumerate() {
+                    *x = contains(set, v) == inside;
+                }
+                work_s(&stage_metrics(
+                    problem,
+                    graph_index,
+                    &preds,
+                    &in_stage,
+                    &nothing,
+                    &mut dist,
+                ))
+            };
+            downsets
+                .iter()
+                .map(|set| (work(set, true), work(set, false)))
+                .unzip()
+        };
         Ok(Analysis {
             downsets,
             suffix_len,
+            state_outside_bytes,
             pairs,
+            work_inside_s,
+            work_outside_s,
         })
     }
 
@@ -155,29 +250,208 @@ struct Opt {
     e: f64,
 }
 
+/// What `k` replicas of a stage cost wherever the stage sits in the pipeline.
+#[derive(Clone, Copy, Default)]
+struct Replica {
+    /// The stage this entry belongs to ([`ReplicaCache::stamp`]); others are recomputed.
+    stamp: u32,
+    /// `load / k`.
+    value: f64,
+    /// Exposed all-reduce.
+    e: f64,
+    /// Weights, gradients and optimizer state per device.
+    state_bytes: u64,
+}
+
+/// The replica choices of the stage being extended, computed on first use and reused for
+/// every position (stages to go) the stage is tried at.
+#[derive(Default)]
+struct ReplicaCache {
+    stamp: u32,
+    entries: Vec<Replica>,
+}
+
+impl ReplicaCache {
+    fn reset(&mut self, units: u32) {
+        self.stamp = 0;
+        self.entries.clear();
+        self.entries.resize(units as usize + 1, Replica::default());
+    }
+
+    fn next_stage(&mut self) {
+        self.stamp += 1;
+    }
+
+    fn get(&mut self, ctx: &Ctx, sm: &StageMetrics, k: u32) -> Replica {
+        let entry = &mut self.entries[k as usize];
+        if entry.stamp != self.stamp {
+            let [weights, grads, optimizer] = ctx.state_bytes(sm, k);
+            *entry = Replica {
+                stamp: self.stamp,
+                value: ctx.load_s(sm, k) / f64::from(k),
+                e: ctx.dp_comm_s(sm, k),
+                state_bytes: weights + grads + optimizer,
+            };
+        }
+        *entry
+    }
+}
+
 /// Table storage reused across (t, d) and bound iterations.
 #[derive(Default)]
 struct Tables {
     value: Vec<f64>,
     e: Vec<f64>,
     opts: Vec<Opt>,
+    replicas: ReplicaCache,
 }
 
+/// The table's cells: per (stages to go `s`, downset `D`) the window of group counts `K` that
+/// can still lead to a plan faster than the bound, stored one window after another.
+///
+/// A plan through (s, D, K) has bottleneck `L ≥ work outside D / K` and, as the stages before
+/// D share the other `units − K` groups, `L ≥ work inside D / (units − K)`; with at least
+/// `c = m + s − 1` pipeline slots its time is at least `L · c`. Cells whose bound reaches the
+/// best time so far are left out: every value they could hold is one the full table drops
+/// anyway (its load already reaches the bound), so the result is the full table's.
 struct Shape {
     downsets: usize,
-    width: usize,
     s_max: u32,
+    /// First and last `K` of each (s, D) window; empty when `lo > hi`.
+    lo: Vec<u32>,
+    hi: Vec<u32>,
+    /// Index of each window's first cell.
+    offset: Vec<usize>,
+    cells: usize,
+    /// Per downset, the first and last `s ≥ 1` whose window is not empty.
+    s_span: Vec<(u32, u32)>,
 }
 
 impl Shape {
-    fn at(&self, s: u32, d: usize, k: u32) -> usize {
-        (s as usize * self.downsets + d) * self.width + k as usize
+    /// Cells for plans faster than `prune_s`, which must fit in memory when `fit` (the
+    /// closest-infeasible search does without).
+    fn new(an: &Analysis, ctx: &Ctx, s_max: u32, prune_s: f64, fit: bool) -> Self {
+        let downsets = an.downsets.len();
+        let rows = (s_max as usize + 1) * downsets;
+        let (mut lo, mut hi, mut offset) = (
+            Vec::with_capacity(rows),
+            Vec::with_capacity(rows),
+            Vec::with_capacity(rows),
+        );
+        let units = ctx.units;
+        let hbm_bytes = u128::from(ctx.problem.hbm_bytes);
+        let mut cells = 0;
+        let mut live_s_max = 0;
+        for s in 0..=s_max {
+            // Windows shrink as s grows (more pipeline slots): after an empty layer, all are.
+            if s > live_s_max + 1 {
+                break;
+            }
+            let c = ctx.m as f64 + f64::from(s.max(1) - 1);
+            for d in 0..downsets {
+                let (mut first, mut last) = (1, 0);
+                if s == 0 {
+                    if d == an.full() {
+                        (first, last) = (0, 0);
+                    }
+                } else if an.suffix_len[d] >= s {
+                    first = first_above(an.work_outside_s[d] * c, prune_s, s, units);
+                    // The stages before D need `units − K` groups with the same bound.
+                    let before = if d == an.empty() {
+                        0
+                    } else {
+                        first_above(an.work_inside_s[d] * c, prune_s, 1, units)
+                    };
+                    last = units.saturating_sub(before);
+                    if first <= last {
+                        live_s_max = s;
+                    }
+                    // Fewer stages than the state needs cannot fit (more may, so this does
+                    // not end the layers).
+                    if fit && u128::from(s) * hbm_bytes < an.state_outside_bytes[d] {
+                        (first, last) = (1, 0);
+                    }
+                }
+                lo.push(first);
+                hi.push(last);
+                offset.push(cells);
+                if first <= last {
+                    cells += (last - first + 1) as usize;
+                }
+            }
+        }
+        let s_max = live_s_max;
+        let mut s_span = vec![(1, 0); downsets];
+        for s in 1..=s_max {
+            for (d, span) in s_span.iter_mut().enumerate() {
+                let r = s as usize * downsets + d;
+                if lo[r] <= hi[r] {
+                    *span = if span.0 > span.1 { (s, s) } else { (span.0, s) };
+                }
+            }
+        }
+        Shape {
+            downsets,
+            s_max,
+            lo,
+            hi,
+            offset,
+            cells,
+            s_span,
+        }
+    }
+
+    fn row(&self, s: u32, d: usize) -> usize {
+        s as usize * self.downsets + d
+    }
+
+    /// The `K` window of (s, D), possibly empty (always beyond `s_max`).
+    fn window(&self, s: u32, d: usize) -> (u32, u32) {
+        if s > self.s_max {
+            return (1, 0);
+        }
+        let r = self.row(s, d);
+        (self.lo[r], self.hi[r])
+    }
+
+    /// Index of cell (s, D, K), `None` outside its window.
+    fn at(&self, s: u32, d: usize, k: u32) -> Option<usize> {
+        let (lo, hi) = self.window(s, d);
+        (lo <= k && k <= hi).then(|| self.offset[self.row(s, d)] + (k - lo) as usize)
     }
 }
 
-/// Fills `opts` with the ways to run stage `pair` as the `s`-th stage from the end when at most
-/// `k_max` tensor groups are left for it.
-fn options(ctx: &Ctx, obj: Objective, pair: &Pair, s: u32, k_max: u32, opts: &mut Vec<Opt>) {
+/// Smallest `k` in `from..=units` with `bound_s < prune_s · k`, `units + 1` when none: the
+/// fewest groups that share `bound_s` of work below `prune_s`.
+fn first_above(bound_s: f64, prune_s: f64, from: u32, units: u32) -> u32 {
+    // The quotient is within one of the answer; the exact comparison settles it.
+    let mut k = (bound_s / prune_s)
+        .min(f64::from(units))
+        .max(f64::from(from)) as u32;
+    while k > from && bound_s < prune_s * f64::from(k - 1) {
+        k -= 1;
+    }
+    while k <= units && bound_s >= prune_s * f64::from(k) {
+        k += 1;
+    }
+    k
+}
+
+/// Fills `opts` with the ways to run stage `pair` as the `s`-th stage from the end with `k` in
+/// `ks`; `k_all` is the number of tensor groups left for it, and every `k ≥ k_fit` is known
+/// to fit in memory. `replicas` holds this stage.
+#[allow(clippy::too_many_arguments)]
+fn options(
+    ctx: &Ctx,
+    obj: Objective,
+    pair: &Pair,
+    s: u32,
+    ks: RangeInclusive<u32>,
+    k_all: u32,
+    k_fit: u32,
+    replicas: &mut ReplicaCache,
+    opts: &mut Vec<Opt>,
+) {
     opts.clear();
     let hbm = ctx.problem.hbm_bytes;
     let sm = &pair.metrics;
@@ -185,26 +459,30 @@ fn options(ctx: &Ctx, obj: Objective, pair: &Pair, s: u32, k_max: u32, opts: &mu
     if matches!(obj, Objective::Time { .. }) && !pair.may_fit {
         return;
     }
-    for k in 1..=k_max {
+    for k in ks {
         match obj {
             Objective::Time { beta, best_s } => {
-                if ctx.memory(sm, k, s).total > hbm {
+                let r = replicas.get(ctx, sm, k);
+                // The same sum, in the same order, as `Ctx::memory`.
+                if k < k_fit && r.state_bytes + sm.act_one + ctx.stash_bytes(sm, k, s) > hbm {
                     continue;
                 }
-                let e = ctx.dp_comm_s(sm, k);
                 // The exposed all-reduce grows with k: no larger k can pass the bound.
-                if e >= beta {
+                if r.e >= beta {
                     break;
                 }
-                let value = ctx.load_s(sm, k) / f64::from(k);
-                if value * c_min >= best_s {
+                if r.value * c_min >= best_s {
                     continue;
                 }
-                opts.push(Opt { k, value, e });
+                opts.push(Opt {
+                    k,
+                    value: r.value,
+                    e: r.e,
+                });
             }
             // A hint, not an optimum: one replica, or as many as are left (least stash per
             // device), keeps this pass linear in the device count.
-            Objective::Memory if k == 1 || k == k_max => opts.push(Opt {
+            Objective::Memory if k == 1 || k == k_all => opts.push(Opt {
                 k,
                 value: ctx.memory(sm, k, s).total as f64,
                 e: 0.0,
@@ -214,62 +492,139 @@ fn options(ctx: &Ctx, obj: Objective, pair: &Pair, s: u32, k_max: u32, opts: &mu
     }
 }
 
+/// Whether `k` replicas of a stage fit in memory as the `s`-th stage from the end.
+fn fits(ctx: &Ctx, sm: &StageMetrics, k: u32, s: u32) -> bool {
+    ctx.memory(sm, k, s).total <= ctx.problem.hbm_bytes
+}
+
 fn better(v: f64, e: f64, than_v: f64, than_e: f64) -> bool {
     v < than_v || (v == than_v && e < than_e)
 }
 
-fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables) {
-    let size = (shape.s_max as usize + 1) * shape.downsets * shape.width;
-    t.value.clear();
-    t.value.resize(size, f64::INFINITY);
-    t.e.clear();
-    t.e.resize(size, f64::INFINITY);
-    let base = shape.at(0, an.full(), 0);
-    t.value[base] = 0.0;
-    t.e[base] = 0.0;
-    let units = ctx.units;
-    let prune_s = match obj {
+fn prune_s(obj: Objective) -> f64 {
+    match obj {
         Objective::Time { best_s, .. } => best_s,
         Objective::Memory => f64::INFINITY,
-    };
-    for s in 1..=shape.s_max {
-        let c_min = ctx.m as f64 + f64::from(s - 1);
-        let split = shape.at(s, 0, 0);
-        let (prev_v, cur_v) = t.value.split_at_mut(split);
-        let (prev_e, cur_e) = t.e.split_at_mut(split);
-        for d in 0..shape.downsets {
-            if an.suffix_len[d] < s {
+    }
+}
+
+/// Fills the table. Downsets go from the largest down, each stage after a downset is tried at
+/// every position `s` in turn (so its per-replica costs are computed once), and every cell
+/// sees its candidates in the same order as a row-by-row fill: stage, then `k`.
+fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables) {
+    let Tables {
+        value,
+        e: exposed,
+        opts,
+        replicas,
+    } = t;
+    value.clear();
+    value.resize(shape.cells, f64::INFINITY);
+    exposed.clear();
+    exposed.resize(shape.cells, f64::INFINITY);
+    let base = shape
+        .at(0, an.full(), 0)
+        .expect("the empty remainder is a cell");
+    value[base] = 0.0;
+    exposed[base] = 0.0;
+    replicas.reset(ctx.units);
+    let units = ctx.units;
+    let prune_s = prune_s(obj);
+    let time = matches!(obj, Objective::Time { .. });
+    for d in (0..shape.downsets).rev() {
+        let (s_first, s_last) = shape.s_span[d];
+        if s_first > s_last {
+            continue;
+        }
+        for pair in &an.pairs[d] {
+            if time && !pair.may_fit {
                 continue;
             }
-            let row = shape.at(s, d, 0) - split;
-            for pair in &an.pairs[d] {
+            // Positions whose remainder (s − 1 stages after this one) has cells.
+            let (rest_first, rest_last) = if pair.to == an.full() {
+                (0, 0)
+            } else {
+                let span = shape.s_span[pair.to];
+                (span.0.max(1), span.1)
+            };
+            replicas.next_stage();
+            // Fewest replicas that fit in memory, and that keep the stage's work below the
+            // bound: both only grow with s (more in flight, more pipeline slots).
+            let mut k_fit = 1;
+            let mut k_work = 0;
+            for s in s_first.max(rest_first + 1)..=s_last.min(rest_last + 1) {
                 let rest = s - 1;
-                if (rest == 0) != (pair.to == an.full()) || an.suffix_len[pair.to] < rest {
+                let (lo, hi) = shape.window(s, d);
+                let (clo, chi) = shape.window(rest, pair.to);
+                if lo > hi || clo > chi || hi <= clo {
                     continue;
                 }
-                options(ctx, obj, pair, s, units - rest, &mut t.opts);
-                let prev = shape.at(rest, pair.to, 0);
-                for opt in &t.opts {
-                    for k_total in opt.k + rest..=units {
-                        let pv = prev_v[prev + (k_total - opt.k) as usize];
-                        if pv == f64::INFINITY {
-                            continue;
-                        }
+                let c_min = ctx.m as f64 + f64::from(s - 1);
+                // K = k + K' must lie in this window with K' in the remainder's.
+                let k_to = hi - clo;
+                // The trackers are lower bounds for every later s too: test them as they
+                // stand before tightening them.
+                let k_from = lo.saturating_sub(chi).max(k_work).max(k_fit);
+                if k_from > k_to {
+                    continue;
+                }
+                let work_s = pair.work_s * c_min;
+                if k_work == 0 {
+                    k_work = first_above(work_s, prune_s, 1, k_to);
+                }
+                while k_work <= k_to && work_s >= prune_s * f64::from(k_work) {
+                    k_work += 1;
+                }
+                if time {
+                    while k_fit <= k_to && !fits(ctx, &pair.metrics, k_fit, s) {
+                        k_fit += 1;
+                    }
+                }
+                let k_from = k_from.max(k_work).max(k_fit);
+                if k_from > k_to {
+                    continue;
+                }
+                let ks = k_from..=k_to;
+                options(ctx, obj, pair, s, ks, units - rest, k_fit, replicas, opts);
+                // The remainder's row (fewer stages to go) lies before this one.
+                let row = shape.offset[shape.row(s, d)];
+                let prev = shape.offset[shape.row(rest, pair.to)]..;
+                let (done_v, todo_v) = value.split_at_mut(row);
+                let (done_e, todo_e) = exposed.split_at_mut(row);
+                let (prev_v, prev_e) = (&done_v[prev.clone()], &done_e[prev]);
+                for opt in opts.iter() {
+                    // K = opt.k + K' for K in first..=last.
+                    let (first, last) = (lo.max(opt.k + clo), hi.min(opt.k + chi));
+                    if first > last {
+                        continue;
+                    }
+                    let cur = (first - lo) as usize..=(last - lo) as usize;
+                    let from = (first - opt.k - clo) as usize..;
+                    let cur_cells = todo_v[cur.clone()].iter_mut().zip(&mut todo_e[cur]);
+                    let prev_cells = prev_v[from.clone()].iter().zip(&prev_e[from]);
+                    for ((cv, ce), (&pv, &pe)) in cur_cells.zip(prev_cells) {
+                        // An empty remainder (infinite value) fails this too.
                         let v = opt.value.max(pv);
                         if v * c_min >= prune_s {
                             continue;
                         }
-                        let e = opt.e.max(prev_e[prev + (k_total - opt.k) as usize]);
-                        let at = row + k_total as usize;
-                        if better(v, e, cur_v[at], cur_e[at]) {
-                            cur_v[at] = v;
-                            cur_e[at] = e;
+                        let e = opt.e.max(pe);
+                        if better(v, e, *cv, *ce) {
+                            *cv = v;
+                            *ce = e;
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// Value and exposed all-reduce of cell (s, D, K); infinite outside the table.
+fn cell(shape: &Shape, t: &Tables, s: u32, d: usize, k: u32) -> (f64, f64) {
+    shape
+        .at(s, d, k)
+        .map_or((f64::INFINITY, f64::INFINITY), |at| (t.value[at], t.e[at]))
 }
 
 /// Walks the filled table back from (p stages, all layers, K groups) to a partition.
@@ -286,20 +641,33 @@ fn reconstruct(
     let mut parts = Vec::with_capacity(p as usize);
     let (mut d, mut k_left) = (an.empty(), k_total);
     for s in (1..=p).rev() {
-        let (v, e) = (t.value[shape.at(s, d, k_left)], t.e[shape.at(s, d, k_left)]);
+        let (v, e) = cell(shape, t, s, d, k_left);
         let rest = s - 1;
         let mut found = None;
         'search: for pair in &an.pairs[d] {
             if (rest == 0) != (pair.to == an.full()) || an.suffix_len[pair.to] < rest {
                 continue;
             }
-            options(ctx, obj, pair, s, ctx.units - rest, &mut t.opts);
+            // Only replica counts that leave the remainder a cell of its window can match.
+            let (clo, chi) = shape.window(rest, pair.to);
+            if clo > chi || k_left <= clo {
+                continue;
+            }
+            t.replicas.next_stage();
+            options(
+                ctx,
+                obj,
+                pair,
+                s,
+                k_left.saturating_sub(chi).max(1)..=k_left - clo,
+                ctx.units - rest,
+                u32::MAX,
+                &mut t.replicas,
+                &mut t.opts,
+            );
             for opt in &t.opts {
-                if opt.k > k_left || k_left - opt.k < rest {
-                    continue;
-                }
-                let at = shape.at(rest, pair.to, k_left - opt.k);
-                if opt.value.max(t.value[at]) == v && opt.e.max(t.e[at]) == e {
+                let (pv, pe) = cell(shape, t, rest, pair.to, k_left - opt.k);
+                if opt.value.max(pv) == v && opt.e.max(pe) == e {
                     found = Some((pair, opt.k));
                     break 'search;
                 }
@@ -380,21 +748,16 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
         if problem.constraints.pp.is_some_and(|pp| pp > s_max) {
             continue;
         }
-        let shape = Shape {
-            downsets: an.downsets.len(),
-            width: ctx.units as usize + 1,
-            s_max,
-        };
         considered.push((ci, s_max));
         let mut beta = f64::INFINITY;
         loop {
             let obj = Objective::Time { beta, best_s };
+            let shape = Shape::new(an, ctx, s_max, best_s, true);
             solve(an, ctx, obj, &shape, &mut tables);
             let cells = finals(ctx, &shape);
             let mut improved = None;
             for &(p, k) in &cells {
-                let at = shape.at(p, an.empty(), k);
-                let (v, e) = (tables.value[at], tables.e[at]);
+                let (v, e) = cell(&shape, &tables, p, an.empty(), k);
                 let time_s = v * (ctx.m as f64 + f64::from(p - 1)) + e;
                 if time_s < best_s {
                     best_s = time_s;
@@ -414,9 +777,8 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
             let next_beta = cells
                 .iter()
                 .map(|&(p, k)| {
-                    let at = shape.at(p, an.empty(), k);
-                    let c = ctx.m as f64 + f64::from(p - 1);
-                    (tables.value[at] * c, tables.e[at])
+                    let (v, e) = cell(&shape, &tables, p, an.empty(), k);
+                    (v * (ctx.m as f64 + f64::from(p - 1)), e)
                 })
                 .filter(|&(bound, _)| bound < best_s)
                 .map(|(_, e)| e)
@@ -446,21 +808,17 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
     {
         let ctx = &ctxs[ci];
         let an = analyses[ctx.graph_index].as_ref().expect("considered");
-        let shape = Shape {
-            downsets: an.downsets.len(),
-            width: ctx.units as usize + 1,
-            s_max,
-        };
+        let shape = Shape::new(an, ctx, s_max, f64::INFINITY, false);
         solve(an, ctx, Objective::Memory, &shape, &mut tables);
-        let cell = finals(ctx, &shape)
+        let best_cell = finals(ctx, &shape)
             .into_iter()
-            .map(|(p, k)| (tables.value[shape.at(p, an.empty(), k)], p, k))
+            .map(|(p, k)| (cell(&shape, &tables, p, an.empty(), k).0, p, k))
             .filter(|c| c.0 < f64::INFINITY)
             .fold(None, |acc: Option<(f64, u32, u32)>, c| match acc {
                 Some(a) if a.0 <= c.0 => Some(a),
                 _ => Some(c),
             });
-        if let Some((_, p, k)) = cell {
+        if let Some((_, p, k)) = best_cell {
             let parts = reconstruct(an, ctx, Objective::Memory, &shape, &mut tables, p, k);
             let plan = build_plan(ctx, &parts);
             let (worst_stage, overshoot_bytes) = worst_stage(&plan, problem.hbm_bytes);

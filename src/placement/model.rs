@@ -2,8 +2,8 @@
 //! stage metrics, memory, pipeline sends, gradient synchronisation and the time per batch.
 
 use super::{
-    gib, tier_for_span, Alternative, FixedPlan, Infeasible, MemoryBreakdown, PipelineSchedule,
-    PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
+    gib, tier_for_span, Alternative, FixedPlan, Infeasible, LayerCost, MemoryBreakdown,
+    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
 };
 use crate::arch::Tier;
 
@@ -34,6 +34,26 @@ pub(crate) fn predecessors(n: usize, edges: &[(usize, usize, u64)]) -> Vec<Vec<u
     preds
 }
 
+/// Backward time of a layer with its recomputation.
+fn backward_s(layer: &LayerCost, mode: RecomputeMode) -> f64 {
+    layer.bwd_s
+        + match mode {
+            RecomputeMode::None => 0.0,
+            RecomputeMode::Selective => layer.selective_recompute_s,
+            RecomputeMode::Full => layer.fwd_s,
+        }
+}
+
+/// Activation bytes a layer keeps per stashed micro-batch.
+fn kept_bytes(layer: &LayerCost, mode: RecomputeMode) -> u64 {
+    let act = &layer.activation_bytes;
+    match mode {
+        RecomputeMode::None => act.none,
+        RecomputeMode::Selective => act.selective,
+        RecomputeMode::Full => act.full,
+    }
+}
+
 /// Metrics of the stage `in_stage`, given the layers of earlier stages `before`.
 /// `dist` is scratch space of at least `n` entries.
 pub(crate) fn stage_metrics(
@@ -55,15 +75,10 @@ pub(crate) fn stage_metrics(
             if !in_stage[v] {
                 continue;
             }
-            let own = if !backward {
-                layer.fwd_s
+            let own = if backward {
+                backward_s(layer, mode)
             } else {
-                layer.bwd_s
-                    + match mode {
-                        RecomputeMode::None => 0.0,
-                        RecomputeMode::Selective => layer.selective_recompute_s,
-                        RecomputeMode::Full => layer.fwd_s,
-                    }
+                layer.fwd_s
             };
             let start = preds[v]
                 .iter()
@@ -83,15 +98,9 @@ pub(crate) fn stage_metrics(
         if !in_stage[v] {
             continue;
         }
-        let act = &layer.activation_bytes;
         sm.params += layer.params;
-        let kept = match mode {
-            RecomputeMode::None => act.none,
-            RecomputeMode::Selective => act.selective,
-            RecomputeMode::Full => act.full,
-        };
-        sm.stash_per_micro_batch += kept;
-        largest_full_working_set = largest_full_working_set.max(act.none);
+        sm.stash_per_micro_batch += kept_bytes(layer, mode);
+        largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
     }
     sm.act_one = sm.stash_per_micro_batch
         + if mode == RecomputeMode::Full {
@@ -108,6 +117,61 @@ pub(crate) fn stage_metrics(
         }
     }
     sm
+}
+
+/// Whether every layer has an edge from the layer before it: then the downsets are the
+/// prefixes and every stage is a range of layers.
+pub(crate) fn is_chain(preds: &[Vec<usize>]) -> bool {
+    preds
+        .iter()
+        .enumerate()
+        .skip(1)
+        .all(|(v, p)| p.contains(&(v - 1)))
+}
+
+/// [`stage_metrics`] of the stages `first..end` of a chain ([`is_chain`]) for every `end`
+/// after `first`, extending the stage one layer at a time: a chain stage's critical path is
+/// its sum, accumulated in the same order, so the results are identical.
+/// `incoming[v]` lists the edges into layer `v` as (from, bytes).
+pub(crate) fn chain_stage_metrics(
+    problem: &PlacementProblem,
+    graph_index: usize,
+    incoming: &[Vec<(usize, u64)>],
+    first: usize,
+) -> Vec<StageMetrics> {
+    let graph = &problem.graphs[graph_index];
+    let mode = problem.recompute;
+    let mut outgoing_bytes = vec![0u64; graph.layers.len()];
+    for &(from, _, bytes) in &graph.edges {
+        outgoing_bytes[from] += bytes;
+    }
+    let mut sm = StageMetrics::default();
+    let mut largest_full_working_set = 0u64;
+    let mut all = Vec::with_capacity(graph.layers.len() - first);
+    for (v, layer) in graph.layers.iter().enumerate().skip(first) {
+        sm.fwd_s += layer.fwd_s;
+        sm.bwd_s += backward_s(layer, mode);
+        sm.params += layer.params;
+        sm.stash_per_micro_batch += kept_bytes(layer, mode);
+        largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
+        sm.act_one = sm.stash_per_micro_batch
+            + if mode == RecomputeMode::Full {
+                largest_full_working_set
+            } else {
+                0
+            };
+        for &(from, bytes) in &incoming[v] {
+            if from < first {
+                sm.in_bytes += bytes;
+            } else {
+                // Now inside the stage: no longer sent.
+                sm.out_bytes -= bytes;
+            }
+        }
+        sm.out_bytes += outgoing_bytes[v];
+        all.push(sm);
+    }
+    all
 }
 
 /// One choice of tensor width and data-parallel width, with what follows from it.
@@ -154,21 +218,37 @@ impl Ctx<'_> {
         }
     }
 
-    /// Memory of one device of a stage with `k` replicas.
-    pub fn memory(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> MemoryBreakdown {
+    /// Weights, gradients and optimizer state on one device of a stage with `k` replicas.
+    pub fn state_bytes(&self, sm: &StageMetrics, k: u32) -> [u64; 3] {
         let bpp = &self.problem.bytes_per_param;
         let shard = if self.problem.zero1 {
             u64::from(self.d) * u64::from(k)
         } else {
             1
         };
+        [
+            sm.params * u64::from(bpp.weights),
+            sm.params * u64::from(bpp.grads),
+            (sm.params * u64::from(bpp.optimizer)).div_ceil(shard),
+        ]
+    }
+
+    /// Stashed activations on one device of a stage with `k` replicas: the in-flight
+    /// micro-batches of its replica other than the one being processed.
+    pub fn stash_bytes(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> u64 {
         let per_replica = self.in_flight(stages_to_end).div_ceil(u64::from(k));
+        per_replica.saturating_sub(1) * sm.stash_per_micro_batch
+    }
+
+    /// Memory of one device of a stage with `k` replicas.
+    pub fn memory(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> MemoryBreakdown {
+        let [weights, grads, optimizer] = self.state_bytes(sm, k);
         let mut mem = MemoryBreakdown {
-            weights: sm.params * u64::from(bpp.weights),
-            grads: sm.params * u64::from(bpp.grads),
-            optimizer: (sm.params * u64::from(bpp.optimizer)).div_ceil(shard),
+            weights,
+            grads,
+            optimizer,
             activations: sm.act_one,
-            stash: per_replica.saturating_sub(1) * sm.stash_per_micro_batch,
+            stash: self.stash_bytes(sm, k, stages_to_end),
             total: 0,
         };
         mem.total = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.stash;
@@ -543,4 +623,104 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
         });
     }
     Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::Tier;
+    use crate::placement::{BytesPerParam, LayerCostGraph};
+    use crate::workload::ActivationBytes;
+
+    /// A chain of `n` layers with skip edges from `skip` layers back, uneven costs.
+    fn chain_problem(n: usize, skip: usize, mode: RecomputeMode) -> PlacementProblem {
+        let layers = (0..n)
+            .map(|i| LayerCost {
+                name: format!("l{i}"),
+                fwd_s: 0.1 + 0.37 * i as f64 % 1.3,
+                bwd_s: 0.3 + 0.71 * i as f64 % 0.9,
+                selective_recompute_s: 0.01 * i as f64,
+                params: 1000 + 17 * i as u64,
+                activation_bytes: ActivationBytes {
+                    none: 500 + (i as u64 * 97) % 400,
+                    selective: 200 + i as u64,
+                    full: 50,
+                },
+                output_bytes: 10,
+            })
+            .collect();
+        let mut edges: Vec<(usize, usize, u64)> =
+            (1..n).map(|j| (j - 1, j, 100 + j as u64)).collect();
+        edges.extend((skip..n).map(|j| (j - skip, j, 7 * j as u64)));
+        PlacementProblem {
+            graphs: vec![LayerCostGraph {
+                tp: 1,
+                layers,
+                edges,
+            }],
+            devices: 4,
+            hbm_bytes: 1 << 30,
+            global_batch: 8,
+            micro_batch: 1,
+            recompute: mode,
+            bytes_per_param: BytesPerParam::ADAM_MIXED,
+            zero1: false,
+            schedule: PipelineSchedule::OneFOneB,
+            tiers: vec![Tier {
+                name: "all".into(),
+                devices: 4,
+                bandwidth_bytes_per_s: 1e9,
+                latency_s: 1e-6,
+            }],
+            dp_overlap: false,
+            constraints: Default::default(),
+            allow_idle_devices: false,
+        }
+    }
+
+    #[test]
+    fn chain_metrics_equal_general_metrics_bit_for_bit() {
+        for mode in [
+            RecomputeMode::None,
+            RecomputeMode::Selective,
+            RecomputeMode::Full,
+        ] {
+            for skip in [2, 3] {
+                let n = 9;
+                let problem = chain_problem(n, skip, mode);
+                let edges = &problem.graphs[0].edges;
+                let preds = predecessors(n, edges);
+                assert!(is_chain(&preds));
+                let mut incoming = vec![Vec::new(); n];
+                for &(from, to, bytes) in edges {
+                    incoming[to].push((from, bytes));
+                }
+                let mut dist = vec![0.0; n];
+                for first in 0..n {
+                    let fast = chain_stage_metrics(&problem, 0, &incoming, first);
+                    assert_eq!(fast.len(), n - first);
+                    for (end, got) in (first + 1..=n).zip(fast) {
+                        let in_stage: Vec<bool> = (0..n).map(|v| v >= first && v < end).collect();
+                        let before: Vec<bool> = (0..n).map(|v| v < first).collect();
+                        let want =
+                            stage_metrics(&problem, 0, &preds, &in_stage, &before, &mut dist);
+                        // `==` on the f64 fields: the same sums in the same order.
+                        assert_eq!(got, want, "{mode:?} skip {skip}: stage {first}..{end}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn skip_edge_alone_is_not_a_chain() {
+        // 0 → 2 and 1 → 2: layer 1 has no edge from 0, so {1} is a downset and stages need
+        // not be ranges.
+        let preds = predecessors(3, &[(0, 2, 1), (1, 2, 1)]);
+        assert!(!is_chain(&preds));
+        assert!(is_chain(&predecessors(
+            3,
+            &[(0, 1, 1), (1, 2, 1), (0, 2, 1)]
+        )));
+    }
 }
