@@ -3,6 +3,7 @@
 mod area;
 mod calibrate;
 mod common;
+mod compare;
 mod inspect;
 mod merge;
 mod place;
@@ -36,6 +37,7 @@ enum Command {
     Validate(validate::Args),
     Search(search::Args),
     Merge(merge::Args),
+    Compare(compare::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -49,5 +51,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate(args) => validate::run(&args),
         Command::Search(args) => search::run(&args),
         Command::Merge(args) => merge::run(&args),
+        Command::Compare(args) => compare::run(&args),
     }
 }

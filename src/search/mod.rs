@@ -5,11 +5,16 @@
 //! [`layer_costs`] is its first half (per-layer schedules at one tensor width), shared by
 //! `tandem schedule`.
 
+mod compare;
 mod evaluate;
 mod finish;
 mod row;
 mod sweep;
 
+pub use compare::{
+    markdown_table, write_comparison, BaselinePlans, CompareRow, Comparison, FixedWidths,
+    COMPARE_CSV, COMPARE_MD, COMPARE_SVG,
+};
 pub use evaluate::{
     evaluate, layer_costs, recompute_name, throughput_bound, EvaluateError, Evaluation, LayerCosts,
     PlanOptions, UniqueLayerSchedule,

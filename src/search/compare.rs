@@ -1,0 +1,493 @@
+//! Baselines against co-design (DESIGN §8): per workload, each baseline chip with a fixed
+//! Megatron-style plan and with the searched plan, the decoupled search (hardware chosen first
+//! for one layer on one device, then planned) and the joint search, in one table.
+
+use super::{
+    evaluate, finish, layer_costs, run_sweep, EvaluateError, Evaluation, Objective, PlanOptions,
+    RunOptions, Shard, Sweep, SweepError, SweepRecord,
+};
+use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
+use crate::cost::CostModel;
+use crate::error::{parse_toml, read_input, InputError};
+use crate::placement::{Fixed, RecomputeMode};
+use crate::schedule::{ScheduleCache, SolverOptions};
+use crate::workload::Workload;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Fixed (t, p, d) per workload name, for one cluster size (`workloads/phaze-plans.toml`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaselinePlans {
+    pub devices: u32,
+    pub plans: BTreeMap<String, FixedWidths>,
+}
+
+/// One fixed plan: tensor, pipeline and data-parallel widths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedWidths {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+}
+
+impl BaselinePlans {
+    /// Reads and checks a plans file: every width positive, t·p·d within the devices.
+    pub fn load(path: &Path) -> Result<BaselinePlans, InputError> {
+        let plans: BaselinePlans = parse_toml(path, &read_input(path)?)?;
+        if plans.devices == 0 {
+            return Err(InputError::invalid(path, "devices", "must be positive"));
+        }
+        for (name, p) in &plans.plans {
+            if p.tp == 0 || p.pp == 0 || p.dp == 0 {
+                return Err(InputError::invalid(
+                    path,
+                    format!("plans.{name}"),
+                    "tp, pp and dp must be positive",
+                ));
+            }
+            let used = u64::from(p.tp) * u64::from(p.pp) * u64::from(p.dp);
+            if used > u64::from(plans.devices) {
+                return Err(InputError::invalid(
+                    path,
+                    format!("plans.{name}"),
+                    format!("t·p·d = {used} exceeds the {} devices", plans.devices),
+                ));
+            }
+        }
+        Ok(plans)
+    }
+}
+
+/// One row of a comparison table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareRow {
+    pub workload: String,
+    /// `<chip> fixed plan`, `<chip> searched plan`, `decoupled`, `co-design`.
+    pub row: String,
+    pub chip: String,
+    pub tensor_cores: u32,
+    pub tensor_rows: u32,
+    pub tensor_cols: u32,
+    pub vector_cores: u32,
+    pub glb_bytes: u64,
+    pub hbm_bytes: u64,
+    pub area_mm2: f64,
+    /// Whether the chip (with this HBM size) is a point of the co-design sweep.
+    pub in_space: bool,
+    pub tp: Option<u32>,
+    pub pp: Option<u32>,
+    pub dp: Option<u32>,
+    pub micro_batch: Option<u32>,
+    pub recompute: Option<String>,
+    pub time_per_batch_s: Option<f64>,
+    pub throughput_samples_per_s: Option<f64>,
+    pub mfu: Option<f64>,
+    pub energy_per_sample_j: Option<f64>,
+    /// Samples/s over the first row's (empty when either has no plan).
+    pub speedup: Option<f64>,
+    /// Why there is no plan, or what to know about the row.
+    pub note: String,
+}
+
+impl CompareRow {
+    fn new(workload: &str, row: String, arch: &ArchConfig, hbm_bytes: u64, in_space: bool) -> Self {
+        CompareRow {
+            workload: workload.to_string(),
+            row,
+            chip: arch.name.clone(),
+            tensor_cores: arch.tensor.count,
+            tensor_rows: arch.tensor.rows,
+            tensor_cols: arch.tensor.cols,
+            vector_cores: arch.vector.count,
+            glb_bytes: arch.glb.bytes,
+            hbm_bytes,
+            area_mm2: area_breakdown(arch).total_mm2,
+            in_space,
+            tp: None,
+            pp: None,
+            dp: None,
+            micro_batch: None,
+            recompute: None,
+            time_per_batch_s: None,
+            throughput_samples_per_s: None,
+            mfu: None,
+            energy_per_sample_j: None,
+            speedup: None,
+            note: String::new(),
+        }
+    }
+
+    fn with_outcome(mut self, outcome: Result<Evaluation, EvaluateError>) -> Self {
+        match outcome {
+            Ok(e) => {
+                self.tp = Some(e.plan.tp);
+                self.pp = Some(e.plan.pp);
+                self.dp = Some(e.plan.dp);
+                self.micro_batch = Some(e.plan.micro_batch);
+                self.recompute = Some(super::recompute_name(e.recompute).to_string());
+                self.time_per_batch_s = Some(e.plan.time_per_batch_s);
+                self.throughput_samples_per_s = Some(e.plan.throughput_samples_per_s);
+                self.mfu = Some(e.mfu);
+                self.energy_per_sample_j = Some(e.energy_per_sample_j);
+            }
+            Err(EvaluateError::Infeasible(why)) => {
+                self.note = format!("infeasible: {}", why.reasons.join("; ")).replace('\n', " ");
+            }
+            Err(other) => self.note = format!("error: {other}").replace('\n', " "),
+        }
+        self
+    }
+}
+
+/// What the comparison needs besides the workloads.
+#[derive(Debug)]
+pub struct Comparison {
+    pub space_path: PathBuf,
+    pub space: SearchSpace,
+    pub baselines: Vec<ArchConfig>,
+    pub plans: BaselinePlans,
+    pub devices: u32,
+    pub micro_batches: Vec<u32>,
+    pub recompute: Vec<RecomputeMode>,
+    /// HBM sizes of the co-design sweep and the decoupled chip.
+    pub hbm_bytes: Vec<u64>,
+    pub solver: SolverOptions,
+}
+
+impl Comparison {
+    fn options(&self, hbm_bytes: Option<u64>) -> PlanOptions {
+        PlanOptions {
+            hbm_bytes,
+            micro_batches: self.micro_batches.clone(),
+            recompute: self.recompute.clone(),
+            ..PlanOptions::searching(self.devices)
+        }
+    }
+
+    /// Row 1: the baseline with the workload's fixed plan (t, p, d held; micro-batch and
+    /// recompute searched; idle devices allowed when t·p·d is below the cluster).
+    pub fn fixed_plan_options(&self, fixed: FixedWidths) -> PlanOptions {
+        let used = u64::from(fixed.tp) * u64::from(fixed.pp) * u64::from(fixed.dp);
+        PlanOptions {
+            fixed: Fixed {
+                tp: Some(fixed.tp),
+                pp: Some(fixed.pp),
+                dp: Some(fixed.dp),
+            },
+            max_tp: fixed.tp,
+            allow_idle_devices: used < u64::from(self.devices),
+            ..self.options(None)
+        }
+    }
+
+    /// The configuration of the space with the lowest forward + backward latency of the
+    /// workload's most frequent layer on one device (t = 1, micro-batch 1; list schedules),
+    /// ties to the lowest index.
+    fn decoupled_choice(&self, workload: &Workload) -> Result<ArchConfig, EvaluateError> {
+        let heuristic = SolverOptions {
+            use_ilp: false,
+            ..self.solver
+        };
+        let latencies: Vec<(f64, usize)> = (0..self.space.len())
+            .into_par_iter()
+            .map(|i| {
+                let arch = self.space.get(i).ok_or_else(|| {
+                    InputError::invalid(&self.space_path, "configurations", "index out of range")
+                })?;
+                let cache = ScheduleCache::new(heuristic)?;
+                let costs = layer_costs(workload, &CostModel::new(&arch), &cache, 1, 1, false)?;
+                let layer = costs
+                    .unique
+                    .iter()
+                    .max_by_key(|u| u.count)
+                    .map_or(f64::INFINITY, |u| u.fwd.makespan_s + u.bwd.makespan_s);
+                Ok((layer, i))
+            })
+            .collect::<Result<_, EvaluateError>>()?;
+        let best = latencies
+            .into_iter()
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+            .map(|(_, i)| i)
+            .unwrap_or(0);
+        self.space.get(best).ok_or_else(|| {
+            InputError::invalid(&self.space_path, "configurations", "the space is empty").into()
+        })
+    }
+
+    /// The table of one workload; the co-design sweep runs into `sweep_dir`.
+    pub fn compare_workload(
+        &self,
+        workload: &Workload,
+        workload_path: &Path,
+        sweep_dir: &Path,
+    ) -> Result<Vec<CompareRow>, SweepError> {
+        let cache = ScheduleCache::new(self.solver)?;
+        let mut rows = Vec::new();
+        for chip in &self.baselines {
+            let in_space =
+                self.space.contains(chip) && self.hbm_bytes.contains(&chip.hbm.capacity_bytes);
+            let hbm = chip.hbm.capacity_bytes;
+            let fixed = CompareRow::new(
+                &workload.name,
+                format!("{} fixed plan", chip.name),
+                chip,
+                hbm,
+                in_space,
+            );
+            rows.push(match self.plans.plans.get(&workload.name) {
+                Some(&widths) => fixed.with_outcome(evaluate(
+                    workload,
+                    chip,
+                    &self.fixed_plan_options(widths),
+                    &cache,
+                )),
+                None => CompareRow {
+                    note: format!("no fixed plan for `{}` in the plans file", workload.name),
+                    ..fixed
+                },
+            });
+            let searched = CompareRow::new(
+                &workload.name,
+                format!("{} searched plan", chip.name),
+                chip,
+                hbm,
+                in_space,
+            );
+            rows.push(searched.with_outcome(evaluate(workload, chip, &self.options(None), &cache)));
+        }
+
+        let decoupled = self
+            .decoupled_choice(workload)
+            .map_err(|e| SweepError::Input(e.to_string()))?;
+        let best = self
+            .hbm_bytes
+            .iter()
+            .map(|&hbm| {
+                (
+                    hbm,
+                    evaluate(workload, &decoupled, &self.options(Some(hbm)), &cache),
+                )
+            })
+            .max_by(|a, b| {
+                let thr = |r: &Result<Evaluation, EvaluateError>| {
+                    r.as_ref()
+                        .map_or(f64::NEG_INFINITY, |e| e.plan.throughput_samples_per_s)
+                };
+                thr(&a.1).total_cmp(&thr(&b.1)).then(b.0.cmp(&a.0))
+            });
+        if let Some((hbm, outcome)) = best {
+            rows.push(
+                CompareRow::new(&workload.name, "decoupled".into(), &decoupled, hbm, true)
+                    .with_outcome(outcome),
+            );
+        }
+
+        let record = SweepRecord {
+            tandem_version: env!("CARGO_PKG_VERSION").to_string(),
+            workloads: vec![workload_path.to_path_buf()],
+            space: self.space_path.clone(),
+            devices: self.devices,
+            micro_batches: self.micro_batches.clone(),
+            recompute: self.recompute.clone(),
+            hbm_bytes: self.hbm_bytes.clone(),
+            objective: Objective::Throughput,
+            prune: true,
+            ilp_time_limit_s: self.solver.time_limit_s,
+            ilp_node_limit: self.solver.node_limit,
+            ilp_relative_gap: self.solver.relative_gap,
+        };
+        let sweep = Sweep::from_record(&record)?;
+        let resume = sweep_dir.join(super::RUN_TOML).exists();
+        let options = RunOptions {
+            out_dir: sweep_dir.to_path_buf(),
+            shard: Shard::WHOLE,
+            resume,
+            progress: false,
+        };
+        run_sweep(&sweep, &record, &options)?;
+        let best = finish(&sweep, sweep_dir)?;
+        match best.workloads.into_iter().next() {
+            Some(b) => {
+                let config = b.row.config.unwrap_or(0) as usize;
+                let arch = sweep.space.get(config).unwrap_or(decoupled);
+                rows.push(
+                    CompareRow::new(
+                        &workload.name,
+                        "co-design".into(),
+                        &arch,
+                        b.row.hbm_bytes,
+                        true,
+                    )
+                    .with_outcome(Ok(b.evaluation)),
+                );
+            }
+            None => {
+                let mut row =
+                    CompareRow::new(&workload.name, "co-design".into(), &decoupled, 0, true);
+                row.note = "no design point of the space fits".into();
+                rows.push(row);
+            }
+        }
+
+        let reference = rows.first().and_then(|r| r.throughput_samples_per_s);
+        for row in &mut rows {
+            row.speedup = reference
+                .zip(row.throughput_samples_per_s)
+                .map(|(base, thr)| thr / base);
+            if !row.in_space && row.note.is_empty() {
+                row.note = "outside the searched space".into();
+            }
+        }
+        Ok(rows)
+    }
+}
+
+pub const COMPARE_CSV: &str = "compare.csv";
+pub const COMPARE_MD: &str = "compare.md";
+pub const COMPARE_SVG: &str = "compare.svg";
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or("-".to_string(), |v| v.to_string())
+}
+
+/// One workload's rows as a Markdown table (also what the CLI prints).
+pub fn markdown_table(rows: &[CompareRow]) -> String {
+    let mut s = String::from(
+        "| row | chip | mm² | HBM GiB | t/p/d | b | recompute | s/batch | samples/s | MFU | J/sample | speed-up | note |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        s += &format!(
+            "| {} | {} | {:.1} | {:.0} | {}/{}/{} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.row,
+            r.chip,
+            r.area_mm2,
+            r.hbm_bytes as f64 / (1u64 << 30) as f64,
+            opt(r.tp),
+            opt(r.pp),
+            opt(r.dp),
+            opt(r.micro_batch),
+            r.recompute.as_deref().unwrap_or("-"),
+            r.time_per_batch_s.map_or("-".into(), |v| format!("{v:.4}")),
+            r.throughput_samples_per_s
+                .map_or("-".into(), |v| format!("{v:.2}")),
+            r.mfu.map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
+            r.energy_per_sample_j
+                .map_or("-".into(), |v| format!("{v:.3}")),
+            r.speedup.map_or("-".into(), |v| format!("{v:.2}×")),
+            r.note.replace('|', "/"),
+        );
+    }
+    s
+}
+
+/// Writes `compare.csv` (all rows), `compare.md` (one table per workload) and `compare.svg`
+/// (speed-up over each workload's first row, grouped by workload) into `out`.
+pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepError> {
+    use super::sweep::io_error;
+    std::fs::create_dir_all(out).map_err(|e| io_error(out, e))?;
+    let csv_path = out.join(COMPARE_CSV);
+    let mut writer = csv::Writer::from_path(&csv_path).map_err(|e| io_error(&csv_path, e))?;
+    for row in rows {
+        writer.serialize(row).map_err(|e| io_error(&csv_path, e))?;
+    }
+    writer.flush().map_err(|e| io_error(&csv_path, e))?;
+
+    let mut by_workload: Vec<(&str, Vec<CompareRow>)> = Vec::new();
+    for row in rows {
+        match by_workload.iter_mut().find(|(w, _)| *w == row.workload) {
+            Some((_, list)) => list.push(row.clone()),
+            None => by_workload.push((&row.workload, vec![row.clone()])),
+        }
+    }
+    let mut md = String::from("# Baselines against co-design\n\n");
+    for (workload, list) in &by_workload {
+        md += &format!("## {workload}\n\n{}\n", markdown_table(list));
+    }
+    let md_path = out.join(COMPARE_MD);
+    std::fs::write(&md_path, md).map_err(|e| io_error(&md_path, e))?;
+    render_bars(&by_workload, &out.join(COMPARE_SVG))
+}
+
+fn render_bars(groups: &[(&str, Vec<CompareRow>)], path: &Path) -> Result<(), SweepError> {
+    use plotters::prelude::*;
+    let fail = |e: String| super::sweep::io_error(path, e);
+    let kinds: Vec<String> = groups
+        .first()
+        .map(|(_, rows)| rows.iter().map(|r| r.row.clone()).collect())
+        .unwrap_or_default();
+    let top = groups
+        .iter()
+        .flat_map(|(_, rows)| rows.iter().filter_map(|r| r.speedup))
+        .fold(1.0, f64::max)
+        * 1.15;
+    let root = SVGBackend::new(path, (1100, 650)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "speed-up over each workload's first row",
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..groups.len().max(1) as f64, 0.0..top)
+        .map_err(|e| fail(e.to_string()))?;
+    let names: Vec<String> = groups.iter().map(|(w, _)| w.to_string()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(groups.len().max(1) * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 1e-6 && i < names.len() {
+                names[i].clone()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("speed-up (×)")
+        .draw()
+        .map_err(|e| fail(e.to_string()))?;
+    const PALETTE: [RGBColor; 6] = [
+        RGBColor(158, 158, 158),
+        RGBColor(66, 133, 244),
+        RGBColor(251, 188, 5),
+        RGBColor(155, 81, 224),
+        RGBColor(234, 67, 53),
+        RGBColor(52, 168, 83),
+    ];
+    let width = 0.8 / kinds.len().max(1) as f64;
+    for (k, kind) in kinds.iter().enumerate() {
+        let colour = PALETTE[k % PALETTE.len()];
+        let bars: Vec<Rectangle<(f64, f64)>> = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(g, (_, rows))| {
+                let speedup = rows.iter().find(|r| &r.row == kind)?.speedup?;
+                let x0 = g as f64 + 0.1 + k as f64 * width;
+                Some(Rectangle::new(
+                    [(x0, 0.0), (x0 + width * 0.9, speedup)],
+                    colour.filled(),
+                ))
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(|e| fail(e.to_string()))?
+            .label(kind.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| fail(e.to_string()))?;
+    root.present().map_err(|e| fail(e.to_string()))
+}
