@@ -1,0 +1,68 @@
+//! Sweep speed (issue 5): BERT-Large on 1024 devices over the 98-configuration
+//! `arch_specs/phaze-small.toml` × micro-batch {1, 2, 4, 8} × recompute {none, full} × HBM
+//! {32 GiB}: one iteration is the whole sweep (screen of every point, exact evaluation of the
+//! undominated ones, points.csv streamed, summaries written), with and without pruning.
+//!
+//! `cargo bench --bench search`
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::path::PathBuf;
+use tandem::placement::RecomputeMode;
+use tandem::schedule::SolverOptions;
+use tandem::search::{finish, run_sweep, Objective, RunOptions, Shard, Sweep, SweepRecord};
+
+fn record(prune: bool) -> SweepRecord {
+    let solver = SolverOptions::default();
+    SweepRecord {
+        tandem_version: "bench".into(),
+        workloads: vec![PathBuf::from("workloads/bert-large.toml")],
+        space: PathBuf::from("arch_specs/phaze-small.toml"),
+        devices: 1024,
+        micro_batches: vec![1, 2, 4, 8],
+        recompute: vec![RecomputeMode::None, RecomputeMode::Full],
+        hbm_bytes: vec![32 << 30],
+        objective: Objective::Throughput,
+        prune,
+        ilp_time_limit_s: solver.time_limit_s,
+        ilp_node_limit: solver.node_limit,
+        ilp_relative_gap: solver.relative_gap,
+    }
+}
+
+fn sweep_once(record: &SweepRecord, out: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(out);
+    let sweep = Sweep::from_record(record).expect("bundled inputs");
+    let options = RunOptions {
+        out_dir: out.to_path_buf(),
+        shard: Shard::WHOLE,
+        resume: false,
+        progress: false,
+    };
+    let stats = run_sweep(&sweep, record, &options).expect("sweep");
+    finish(&sweep, out).expect("summaries");
+    eprintln!(
+        "{} points: {} evaluated, {} pruned, {} infeasible; screen {:.2} s, whole {:.2} s",
+        stats.points,
+        stats.evaluated,
+        stats.pruned,
+        stats.infeasible,
+        stats.screen_time_s,
+        stats.sweep_time_s
+    );
+}
+
+fn sweeps(c: &mut Criterion) {
+    let out = std::env::temp_dir().join(format!("tandem-bench-search-{}", std::process::id()));
+    let mut group = c.benchmark_group("sweep bert-large x phaze-small, 1024 devices");
+    group.sample_size(10);
+    for prune in [true, false] {
+        let r = record(prune);
+        let name = if prune { "pruned" } else { "exhaustive" };
+        group.bench_function(name, |b| b.iter(|| sweep_once(&r, &out)));
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+criterion_group!(benches, sweeps);
+criterion_main!(benches);
