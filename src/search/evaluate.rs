@@ -6,7 +6,7 @@ use crate::arch::{ArchConfig, Tier};
 use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::placement::{
-    place, place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost,
+    place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost,
     LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
 };
 use crate::schedule::{lower_bound, Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
@@ -278,7 +278,8 @@ pub fn throughput_bound(
                 recompute,
             );
             problem.tiers = free_links.clone();
-            if let Ok(plan) = place(&problem) {
+            // A finite bound skips the hunt for near misses when no plan fits.
+            if let Ok(Some(plan)) = place_faster_than(&problem, f64::MAX) {
                 best = Some(best.map_or(plan.throughput_samples_per_s, |b: f64| {
                     b.max(plan.throughput_samples_per_s)
                 }));

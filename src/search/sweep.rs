@@ -122,6 +122,9 @@ pub struct Sweep {
     pub objective: Objective,
     pub prune: bool,
     pub solver: SolverOptions,
+    /// Per workload: hardware FLOPs per iteration without and with full recompute (the
+    /// peak-FLOP bound needs them for every point; building them walks the model).
+    hardware_flops: Vec<[f64; 2]>,
 }
 
 /// The sweep's inputs as written to `run.toml`: enough to run it again or merge its shards.
@@ -211,6 +214,20 @@ impl Sweep {
             objective: record.objective,
             prune: record.prune,
             solver,
+            hardware_flops: Vec::new(),
+        };
+        let sweep = Sweep {
+            hardware_flops: sweep
+                .workloads
+                .iter()
+                .map(|w| {
+                    [
+                        w.hardware_flops_per_iteration(false),
+                        w.hardware_flops_per_iteration(true),
+                    ]
+                })
+                .collect(),
+            ..sweep
         };
         sweep.validate()?;
         Ok(sweep)
@@ -258,15 +275,11 @@ impl Sweep {
         Ok(())
     }
 
-    /// Upper bound on the throughput of `workload` under `recompute` on any chip of peak
+    /// Upper bound on the throughput of workload `w` under `recompute` on any chip of peak
     /// `peak_flops` (see the module docs).
-    fn bound_samples_per_s(
-        &self,
-        workload: &Workload,
-        recompute: RecomputeMode,
-        peak_flops: f64,
-    ) -> f64 {
-        let flops = workload.hardware_flops_per_iteration(recompute == RecomputeMode::Full);
+    fn bound_samples_per_s(&self, w: usize, recompute: RecomputeMode, peak_flops: f64) -> f64 {
+        let workload = &self.workloads[w];
+        let flops = self.hardware_flops[w][usize::from(recompute == RecomputeMode::Full)];
         if flops <= 0.0 {
             return f64::INFINITY;
         }
@@ -277,14 +290,15 @@ impl Sweep {
     /// `(None, None)` when no plan fits in memory.
     fn screen_point(
         &self,
-        workload: &Workload,
+        w: usize,
         arch: &ArchConfig,
         hbm: u64,
         micro_batch: u32,
         recompute: RecomputeMode,
         heuristic: &ScheduleCache,
     ) -> (Option<f64>, Option<f64>) {
-        let peak = self.bound_samples_per_s(workload, recompute, arch.peak_tensor_flops());
+        let workload = &self.workloads[w];
+        let peak = self.bound_samples_per_s(w, recompute, arch.peak_tensor_flops());
         let options = self.plan_options(hbm, micro_batch, recompute);
         let bound = match throughput_bound(workload, arch, &options) {
             Ok(Some(planned)) => Some(planned.min(peak)),
@@ -292,9 +306,12 @@ impl Sweep {
             // Whatever stops the bound stops the evaluation too; it reports the reason.
             Err(_) => Some(peak),
         };
-        let achievable = evaluate(workload, arch, &options, heuristic)
-            .ok()
-            .map(|e| e.plan.throughput_samples_per_s);
+        // No plan fits: skip the search, whose infeasible case also hunts for near misses.
+        let achievable = bound.and_then(|_| {
+            evaluate(workload, arch, &options, heuristic)
+                .ok()
+                .map(|e| e.plan.throughput_samples_per_s)
+        });
         (bound, achievable)
     }
 
@@ -306,12 +323,12 @@ impl Sweep {
         })?;
         let area_mm2 = area_breakdown(arch).total_mm2;
         let mut out = Vec::with_capacity(self.points_per_config() as usize);
-        for workload in &self.workloads {
+        for w in 0..self.workloads.len() {
             for &hbm in &self.hbm_bytes {
                 for &micro_batch in &self.micro_batches {
                     for &recompute in &self.recompute {
                         let (bound, achievable) = self.screen_point(
-                            workload,
+                            w,
                             arch,
                             hbm,
                             micro_batch,
@@ -354,7 +371,17 @@ impl Sweep {
                         let pruned_by = hardware_beaten
                             .as_ref()
                             .and_then(|set| screen.point_beaten(self, w, id).map(|p| (p, set)));
-                        let mut row = match (pruned_by, bound.flatten()) {
+                        let mut row = match (pruned_by, bound) {
+                            // The screen proved that no plan fits: skip the near-miss hunt.
+                            (None, Some(None)) => DesignRow::point(
+                                &workload.name,
+                                arch,
+                                Some(micro_batch),
+                                Some(recompute),
+                                hbm,
+                                Status::Infeasible,
+                                NO_PLAN_FITS_SCREENED.to_string(),
+                            ),
                             (None, _) => self.evaluate_point(
                                 workload,
                                 arch,
@@ -364,7 +391,7 @@ impl Sweep {
                                 &cache,
                             ),
                             (Some((reason, set)), bound) => {
-                                let (status, reason) = match bound {
+                                let (status, reason) = match bound.flatten() {
                                     Some(_) => (Status::Pruned, format!("pruned: {reason}{set}")),
                                     None => (Status::Infeasible, NO_PLAN_FITS.to_string()),
                                 };
@@ -596,6 +623,9 @@ pub const SHARD_TOML: &str = "shard.toml";
 
 /// Reason recorded for the points of pruned hardware on which no plan fits in memory.
 const NO_PLAN_FITS: &str = "no plan fits in memory (found while bounding; the hardware is pruned)";
+
+/// Reason recorded for a point on which the screen found that no plan fits in memory.
+const NO_PLAN_FITS_SCREENED: &str = "no plan fits in memory: every t, p, d and stage split runs out of HBM (`tandem plan` on this point shows by how much)";
 
 /// Configurations evaluated together between two appends to `points.csv`.
 const CHUNK_PER_THREAD: usize = 4;
