@@ -87,7 +87,7 @@ pub struct CompareRow {
     pub throughput_samples_per_s: Option<f64>,
     pub mfu: Option<f64>,
     pub energy_per_sample_j: Option<f64>,
-    /// Samples/s over the first row's (empty when either has no plan).
+    /// Samples/s over the first row's (over the first row with a plan when row 1 has none).
     pub speedup: Option<f64>,
     /// Why there is no plan, or what to know about the row.
     pub note: String,
@@ -333,7 +333,12 @@ impl Comparison {
             }
         }
 
-        let reference = rows.first().and_then(|r| r.throughput_samples_per_s);
+        // Speed-ups are over row 1; when it has no plan, over the first row that has one.
+        let reference_row = rows.iter().position(|r| r.throughput_samples_per_s.is_some());
+        let reference = reference_row.and_then(|i| rows[i].throughput_samples_per_s);
+        if let Some(i) = reference_row.filter(|&i| i > 0) {
+            rows[i].note = "speed-up reference (row 1 has no plan)".into();
+        }
         for row in &mut rows {
             row.speedup = reference
                 .zip(row.throughput_samples_per_s)
