@@ -1,8 +1,10 @@
 //! Options and printing shared by several subcommands.
 
+use super::plan::Recompute;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
-use tandem::placement::Plan;
+use tandem::arch::SearchSpace;
+use tandem::placement::{Plan, RecomputeMode};
 use tandem::report::{bytes, seconds, table};
 use tandem::schedule::SolverOptions;
 use tandem::search::{recompute_name, Evaluation};
@@ -43,6 +45,46 @@ pub fn hbm_gib_to_bytes(gib: f64) -> Result<u64> {
         bail!("--hbm-gib: must be a positive number of GiB, got {gib}");
     }
     Ok((gib * GIB).round() as u64)
+}
+
+/// The axes a sweep adds to each configuration of a space: micro-batch, recompute, HBM.
+#[derive(Debug, clap::Args)]
+pub struct SweepAxes {
+    /// Micro-batch sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8])]
+    pub micro_batch: Vec<u32>,
+    /// Recompute modes, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Recompute::None, Recompute::Full])]
+    pub recompute: Vec<Recompute>,
+    /// HBM sizes per device in GiB, comma-separated (default: the space's base capacity).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "GIB",
+        allow_negative_numbers = true
+    )]
+    pub hbm_gib: Vec<f64>,
+}
+
+impl SweepAxes {
+    pub fn micro_batches(&self) -> Result<Vec<u32>> {
+        if self.micro_batch.is_empty() || self.micro_batch.contains(&0) {
+            bail!("--micro-batch: give positive micro-batch sizes");
+        }
+        Ok(self.micro_batch.clone())
+    }
+
+    pub fn recompute(&self) -> Vec<RecomputeMode> {
+        self.recompute.iter().map(|&r| r.into()).collect()
+    }
+
+    /// The HBM sizes in bytes; the space's own capacity when none is given.
+    pub fn hbm_bytes(&self, space: &SearchSpace) -> Result<Vec<u64>> {
+        if self.hbm_gib.is_empty() {
+            return Ok(vec![space.base_hbm_bytes()]);
+        }
+        self.hbm_gib.iter().map(|&g| hbm_gib_to_bytes(g)).collect()
+    }
 }
 
 /// How hard the per-layer scheduler works.

@@ -1,8 +1,7 @@
 //! `tandem compare`: baseline chips (fixed and searched plans), the decoupled search and
 //! co-design, per workload, in one table.
 
-use super::common::hbm_gib_to_bytes;
-use super::plan::Recompute;
+use super::common::SweepAxes;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,20 +31,8 @@ pub struct Args {
     /// Fixed (t, p, d) per workload for the baselines.
     #[arg(long, default_value = "workloads/phaze-plans.toml")]
     plans: PathBuf,
-    /// Micro-batch sizes searched, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8])]
-    micro_batch: Vec<u32>,
-    /// Recompute modes searched, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Recompute::None, Recompute::Full])]
-    recompute: Vec<Recompute>,
-    /// HBM sizes (GiB) of the co-design sweep and the decoupled chip (default: the space's).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "GIB",
-        allow_negative_numbers = true
-    )]
-    hbm_gib: Vec<f64>,
+    #[command(flatten)]
+    axes: SweepAxes,
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
@@ -64,18 +51,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             plans.devices
         );
     }
-    if args.micro_batch.is_empty() || args.micro_batch.contains(&0) {
-        anyhow::bail!("--micro-batch: give positive micro-batch sizes");
-    }
     let space = SearchSpace::load(&args.space)?;
-    let hbm_bytes = if args.hbm_gib.is_empty() {
-        vec![space.base_hbm_bytes()]
-    } else {
-        args.hbm_gib
-            .iter()
-            .map(|&g| hbm_gib_to_bytes(g))
-            .collect::<Result<_>>()?
-    };
+    let hbm_bytes = args.axes.hbm_bytes(&space)?;
     let baselines = args
         .baseline
         .iter()
@@ -87,8 +64,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         baselines,
         plans,
         devices,
-        micro_batches: args.micro_batch.clone(),
-        recompute: args.recompute.iter().map(|&r| r.into()).collect(),
+        micro_batches: args.axes.micro_batches()?,
+        recompute: args.axes.recompute(),
         hbm_bytes,
         solver: SolverOptions::default(),
     };

@@ -1,8 +1,7 @@
 //! `tandem search`: a design-space sweep (configurations × HBM × micro-batch × recompute) with
 //! the best plan per point, streamed to CSV, and its summaries.
 
-use super::common::hbm_gib_to_bytes;
-use super::plan::Recompute;
+use super::common::SweepAxes;
 use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -27,20 +26,8 @@ pub struct Args {
     /// Devices in the cluster.
     #[arg(long)]
     devices: u32,
-    /// Micro-batch sizes, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8])]
-    micro_batch: Vec<u32>,
-    /// Recompute modes, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Recompute::None, Recompute::Full])]
-    recompute: Vec<Recompute>,
-    /// HBM sizes per device in GiB, comma-separated (default: the space's base capacity).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "GIB",
-        allow_negative_numbers = true
-    )]
-    hbm_gib: Vec<f64>,
+    #[command(flatten)]
+    axes: SweepAxes,
     /// What the best point maximises.
     #[arg(long, value_enum, default_value_t = Objective::Throughput)]
     objective: Objective,
@@ -88,22 +75,15 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         Some(text) => Shard::parse(text).map_err(|e| anyhow::anyhow!("--shard: {e}"))?,
         None => Shard::WHOLE,
     };
-    let hbm_bytes = if args.hbm_gib.is_empty() {
-        let space = tandem::arch::SearchSpace::load(&args.space)?;
-        vec![space.base_hbm_bytes()]
-    } else {
-        args.hbm_gib
-            .iter()
-            .map(|&g| hbm_gib_to_bytes(g))
-            .collect::<Result<_>>()?
-    };
+    let space = tandem::arch::SearchSpace::load(&args.space)?;
+    let hbm_bytes = args.axes.hbm_bytes(&space)?;
     let record = SweepRecord {
         tandem_version: env!("CARGO_PKG_VERSION").to_string(),
         workloads: args.workload.clone(),
         space: args.space.clone(),
         devices: args.devices,
-        micro_batches: args.micro_batch.clone(),
-        recompute: args.recompute.iter().map(|&r| r.into()).collect(),
+        micro_batches: args.axes.micro_batches()?,
+        recompute: args.axes.recompute(),
         hbm_bytes,
         objective: args.objective,
         prune: !args.no_prune,

@@ -334,7 +334,9 @@ impl Comparison {
         }
 
         // Speed-ups are over row 1; when it has no plan, over the first row that has one.
-        let reference_row = rows.iter().position(|r| r.throughput_samples_per_s.is_some());
+        let reference_row = rows
+            .iter()
+            .position(|r| r.throughput_samples_per_s.is_some());
         let reference = reference_row.and_then(|i| rows[i].throughput_samples_per_s);
         if let Some(i) = reference_row.filter(|&i| i > 0) {
             rows[i].note = "speed-up reference (row 1 has no plan)".into();

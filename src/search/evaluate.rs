@@ -6,8 +6,8 @@ use crate::arch::{ArchConfig, Tier};
 use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::placement::{
-    place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost,
-    LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
+    place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost, LayerCostGraph,
+    PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
 };
 use crate::schedule::{lower_bound, Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
 use crate::workload::{OpGraph, OpKind, VectorOp, Workload};

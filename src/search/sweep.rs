@@ -327,14 +327,8 @@ impl Sweep {
             for &hbm in &self.hbm_bytes {
                 for &micro_batch in &self.micro_batches {
                     for &recompute in &self.recompute {
-                        let (bound, achievable) = self.screen_point(
-                            w,
-                            arch,
-                            hbm,
-                            micro_batch,
-                            recompute,
-                            &heuristic,
-                        );
+                        let (bound, achievable) =
+                            self.screen_point(w, arch, hbm, micro_batch, recompute, &heuristic);
                         out.push(Screened {
                             area_mm2,
                             bound,
