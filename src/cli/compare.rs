@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long, required = true)]
     baseline: Vec<PathBuf>,
     /// Fixed (t, p, d) per workload for the baselines.
-    #[arg(long, default_value = "workloads/phaze-plans.toml")]
+    #[arg(long, default_value = "workloads/plans/phaze.toml")]
     plans: PathBuf,
     #[command(flatten)]
     axes: SweepAxes,

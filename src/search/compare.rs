@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Fixed (t, p, d) per workload name, for one cluster size (`workloads/phaze-plans.toml`).
+/// Fixed (t, p, d) per workload name, for one cluster size (`workloads/plans/phaze.toml`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BaselinePlans {
