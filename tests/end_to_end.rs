@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    calibrate, gpt_block_latency, load_measurements, summarise, validate_runs, Target,
+    block_latency, calibrate, load_measurements, summarise, validate_runs, Target,
 };
 use tandem::cost::CostModel;
 use tandem::placement::{RecomputeMode, Stage};
@@ -451,30 +451,19 @@ fn h100_calibration_predicts_measured_blocks() {
     let mut checked = 0;
     for m in &measurements {
         let Target::Block {
-            backward,
             micro_batch,
             seq_len,
             hidden,
-            heads,
+            ..
         } = m.target
         else {
             continue;
         };
-        let (fwd_s, bwd_s) = gpt_block_latency(
-            &fitted,
-            &cache,
-            micro_batch,
-            seq_len,
-            hidden,
-            heads,
-            m.elem_bytes,
-        )
-        .expect("block schedules");
-        let predicted_s = if backward { bwd_s } else { fwd_s };
+        let predicted_s = block_latency(&fitted, &cache, m).expect("block schedules");
         let error = (predicted_s - m.measured_s) / m.measured_s;
         println!(
-            "block b{micro_batch} s{seq_len} h{hidden} {}: measured {:.3} ms, predicted {:.3} ms ({:+.1} %)",
-            if backward { "bwd" } else { "fwd" },
+            "{} b{micro_batch} s{seq_len} h{hidden}: measured {:.3} ms, predicted {:.3} ms ({:+.1} %)",
+            m.class,
             m.measured_s * 1e3,
             predicted_s * 1e3,
             100.0 * error

@@ -1,12 +1,13 @@
 //! End-to-end validation: published training runs re-planned with their (t, p, d) held fixed,
 //! and single GPT blocks, predicted from chip facts and kernel calibration only.
 
+use super::{Measurement, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::placement::{Fixed, RecomputeMode};
 use crate::schedule::ScheduleCache;
-use crate::search::{evaluate, layer_costs, EvaluateError, PlanOptions};
+use crate::search::{evaluate, layer_costs, recompute_from_name, EvaluateError, PlanOptions};
 use crate::workload::{Family, Model, Optimizer, Precision, Template, Workload};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -83,16 +84,13 @@ fn training(
 }
 
 fn recompute_mode(file: &Path, row: usize, text: &str) -> Result<RecomputeMode, InputError> {
-    match text {
-        "none" => Ok(RecomputeMode::None),
-        "selective" => Ok(RecomputeMode::Selective),
-        "full" => Ok(RecomputeMode::Full),
-        other => Err(InputError::invalid(
+    recompute_from_name(text).ok_or_else(|| {
+        InputError::invalid(
             file,
             format!("row {row}, recompute"),
-            format!("`{other}` is not one of none, selective, full"),
-        )),
-    }
+            format!("`{text}` is not one of none, selective, full"),
+        )
+    })
 }
 
 /// Every run of `runs_csv` planned on `arch` with its (t, p, d) and recompute mode held and
@@ -194,4 +192,30 @@ pub fn gpt_block_latency(
         .find(|u| u.signature.contains("block"))
         .ok_or_else(|| InputError::invalid(&workload.source, "layers", "no transformer block"))?;
     Ok((block.fwd.makespan_s, block.bwd.makespan_s))
+}
+
+/// The predicted latency of a measured GPT block (its forward or backward schedule); `None`
+/// for a measurement of something else or a block that cannot be scheduled.
+pub fn block_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
+    let Target::Block {
+        backward,
+        micro_batch,
+        seq_len,
+        hidden,
+        heads,
+    } = m.target
+    else {
+        return None;
+    };
+    let (fwd_s, bwd_s) = gpt_block_latency(
+        arch,
+        cache,
+        micro_batch,
+        seq_len,
+        hidden,
+        heads,
+        m.elem_bytes,
+    )
+    .ok()?;
+    Some(if backward { bwd_s } else { fwd_s })
 }

@@ -5,10 +5,10 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tandem::arch::{load_chip, ArchConfig};
+use tandem::arch::load_chip;
 use tandem::calibrate::{
-    gpt_block_latency, kernel_errors, load_measurements, summarise, summarise_errors,
-    validate_runs, ErrorSummary, KernelError, Measurement, RunError, Target,
+    block_latency, kernel_errors, load_measurements, summarise, summarise_errors, validate_runs,
+    ErrorSummary, KernelError, RunError,
 };
 use tandem::report::table;
 use tandem::schedule::{ScheduleCache, SolverOptions};
@@ -54,7 +54,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut kernel_rows: Vec<KernelError> = Vec::new();
     if let Some(dir) = &args.kernels {
         let measurements = load_measurements(dir)?;
-        kernel_rows = kernel_errors(&arch, &measurements, |m| predict_block(&arch, &cache, m));
+        kernel_rows = kernel_errors(&arch, &measurements, |m| block_latency(&arch, &cache, m));
         let s = summarise(&kernel_rows);
         println!("kernels ({}): predicted vs measured", dir.display());
         println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
@@ -131,31 +131,6 @@ fn run_row(r: &RunError) -> Vec<String> {
         format!("{:.1}", r.predicted_tflops_per_gpu),
         format!("{:+.1} %", 100.0 * r.signed_error),
     ]
-}
-
-/// A measured GPT block's predicted latency: the block's forward or backward schedule.
-fn predict_block(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
-    let Target::Block {
-        backward,
-        micro_batch,
-        seq_len,
-        hidden,
-        heads,
-    } = m.target
-    else {
-        return None;
-    };
-    let (fwd_s, bwd_s) = gpt_block_latency(
-        arch,
-        cache,
-        micro_batch,
-        seq_len,
-        hidden,
-        heads,
-        m.elem_bytes,
-    )
-    .ok()?;
-    Some(if backward { bwd_s } else { fwd_s })
 }
 
 fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {

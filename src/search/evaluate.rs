@@ -249,10 +249,10 @@ fn lower_bound_graph(
 /// latencies, so `evaluate` finds none either).
 pub fn throughput_bound(
     workload: &Workload,
-    arch: &ArchConfig,
+    cost: &CostModel,
     options: &PlanOptions,
 ) -> Result<Option<f64>, EvaluateError> {
-    let cost = CostModel::new(arch);
+    let arch = cost.arch();
     let free_links: Vec<Tier> = arch
         .interconnect
         .iter()
@@ -266,7 +266,7 @@ pub fn throughput_bound(
     for &micro_batch in &options.micro_batches {
         let graphs = tensor_widths(workload, options)
             .into_iter()
-            .map(|t| lower_bound_graph(workload, &cost, t, micro_batch, options.sequence_parallel))
+            .map(|t| lower_bound_graph(workload, cost, t, micro_batch, options.sequence_parallel))
             .collect::<Result<Vec<_>, _>>()?;
         for &recompute in &options.recompute {
             let mut problem = placement_problem(
@@ -366,7 +366,18 @@ pub fn evaluate(
     options: &PlanOptions,
     cache: &ScheduleCache,
 ) -> Result<Evaluation, EvaluateError> {
-    let cost = CostModel::new(arch);
+    evaluate_on(workload, &CostModel::new(arch), options, cache)
+}
+
+/// [`evaluate`] on a chip's cost model, so callers pricing many points of one chip (sweeps)
+/// share its operator memo.
+pub fn evaluate_on(
+    workload: &Workload,
+    cost: &CostModel,
+    options: &PlanOptions,
+    cache: &ScheduleCache,
+) -> Result<Evaluation, EvaluateError> {
+    let arch = cost.arch();
     let widths = tensor_widths(workload, options);
     let hbm_bytes = options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes);
     let mut best: Option<Evaluation> = None;
@@ -377,7 +388,7 @@ pub fn evaluate(
             .map(|&t| {
                 layer_costs(
                     workload,
-                    &cost,
+                    cost,
                     cache,
                     t,
                     micro_batch,
@@ -481,6 +492,17 @@ fn summarise(
         sequence_parallel,
         hbm_bytes,
     }
+}
+
+/// The mode a [`recompute_name`] names.
+pub fn recompute_from_name(name: &str) -> Option<RecomputeMode> {
+    [
+        RecomputeMode::None,
+        RecomputeMode::Selective,
+        RecomputeMode::Full,
+    ]
+    .into_iter()
+    .find(|&m| recompute_name(m) == name)
 }
 
 /// The lowercase name used on the command line and in CSV.

@@ -8,7 +8,6 @@ use super::{
     evaluate, DesignRow, Evaluation, Objective, PlanOptions, Shard, Status, Sweep, SweepError,
     SweepRecord,
 };
-use crate::placement::RecomputeMode;
 use crate::schedule::ScheduleCache;
 use plotters::prelude::*;
 use serde::Serialize;
@@ -171,12 +170,11 @@ fn reevaluate(
         .iter()
         .find(|w| w.name == row.workload)
         .ok_or_else(|| missing("a workload of the sweep"))?;
-    let recompute = match row.recompute.as_deref() {
-        Some("none") => RecomputeMode::None,
-        Some("selective") => RecomputeMode::Selective,
-        Some("full") => RecomputeMode::Full,
-        _ => return Err(missing("recompute")),
-    };
+    let recompute = row
+        .recompute
+        .as_deref()
+        .and_then(super::recompute_from_name)
+        .ok_or_else(|| missing("recompute"))?;
     let options = PlanOptions {
         hbm_bytes: Some(row.hbm_bytes),
         micro_batches: vec![row.micro_batch.ok_or_else(|| missing("micro_batch"))?],

@@ -16,8 +16,8 @@ pub use compare::{
     COMPARE_CSV, COMPARE_MD, COMPARE_SVG,
 };
 pub use evaluate::{
-    evaluate, layer_costs, recompute_name, throughput_bound, EvaluateError, Evaluation, LayerCosts,
-    PlanOptions, UniqueLayerSchedule,
+    evaluate, evaluate_on, layer_costs, recompute_from_name, recompute_name, throughput_bound,
+    EvaluateError, Evaluation, LayerCosts, PlanOptions, UniqueLayerSchedule,
 };
 pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{append_rows, DesignRow, Status};

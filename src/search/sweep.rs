@@ -28,8 +28,9 @@
 //! exactly (ILP schedules, full plan search). The screen depends on the inputs alone, so
 //! shards and resumed runs prune exactly as one run does.
 
-use super::{evaluate, throughput_bound, DesignRow, PlanOptions, Status};
+use super::{evaluate_on, throughput_bound, DesignRow, PlanOptions, Status};
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
+use crate::cost::CostModel;
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
@@ -204,6 +205,15 @@ impl Sweep {
             use_ilp: true,
         };
         solver.validate()?;
+        let hardware_flops = workloads
+            .iter()
+            .map(|w| {
+                [
+                    w.hardware_flops_per_iteration(false),
+                    w.hardware_flops_per_iteration(true),
+                ]
+            })
+            .collect();
         let sweep = Sweep {
             workloads,
             space: SearchSpace::load(&record.space).map_err(input)?,
@@ -214,20 +224,7 @@ impl Sweep {
             objective: record.objective,
             prune: record.prune,
             solver,
-            hardware_flops: Vec::new(),
-        };
-        let sweep = Sweep {
-            hardware_flops: sweep
-                .workloads
-                .iter()
-                .map(|w| {
-                    [
-                        w.hardware_flops_per_iteration(false),
-                        w.hardware_flops_per_iteration(true),
-                    ]
-                })
-                .collect(),
-            ..sweep
+            hardware_flops,
         };
         sweep.validate()?;
         Ok(sweep)
@@ -238,6 +235,20 @@ impl Sweep {
             * self.hbm_bytes.len()
             * self.micro_batches.len()
             * self.recompute.len()) as u64
+    }
+
+    /// Points of one hardware (configuration × HBM) and workload: every micro-batch × recompute.
+    fn points_per_hardware(&self) -> usize {
+        self.micro_batches.len() * self.recompute.len()
+    }
+
+    /// (configuration, workload, HBM index) of point `id`: [`Sweep::point_id`] undone.
+    fn point_hardware(&self, id: usize) -> (usize, usize, usize) {
+        let hardware = id / self.points_per_hardware();
+        let nh = self.hbm_bytes.len();
+        let (config_workload, h) = (hardware / nh, hardware % nh);
+        let nw = self.workloads.len();
+        (config_workload / nw, config_workload % nw, h)
     }
 
     /// Id of a design point (see the module docs).
@@ -291,16 +302,16 @@ impl Sweep {
     fn screen_point(
         &self,
         w: usize,
-        arch: &ArchConfig,
+        cost: &CostModel,
         hbm: u64,
         micro_batch: u32,
         recompute: RecomputeMode,
         heuristic: &ScheduleCache,
     ) -> (Option<f64>, Option<f64>) {
         let workload = &self.workloads[w];
-        let peak = self.bound_samples_per_s(w, recompute, arch.peak_tensor_flops());
+        let peak = self.bound_samples_per_s(w, recompute, cost.arch().peak_tensor_flops());
         let options = self.plan_options(hbm, micro_batch, recompute);
-        let bound = match throughput_bound(workload, arch, &options) {
+        let bound = match throughput_bound(workload, cost, &options) {
             Ok(Some(planned)) => Some(planned.min(peak)),
             Ok(None) => None,
             // Whatever stops the bound stops the evaluation too; it reports the reason.
@@ -308,7 +319,7 @@ impl Sweep {
         };
         // No plan fits: skip the search, whose infeasible case also hunts for near misses.
         let achievable = bound.and_then(|_| {
-            evaluate(workload, arch, &options, heuristic)
+            evaluate_on(workload, cost, &options, heuristic)
                 .ok()
                 .map(|e| e.plan.throughput_samples_per_s)
         });
@@ -317,6 +328,7 @@ impl Sweep {
 
     /// The screen of every point of configuration `config`, in point order.
     fn screen_config(&self, arch: &ArchConfig) -> Result<Vec<Screened>, SweepError> {
+        let cost = CostModel::new(arch);
         let heuristic = ScheduleCache::new(SolverOptions {
             use_ilp: false,
             ..self.solver
@@ -328,7 +340,7 @@ impl Sweep {
                 for &micro_batch in &self.micro_batches {
                     for &recompute in &self.recompute {
                         let (bound, achievable) =
-                            self.screen_point(w, arch, hbm, micro_batch, recompute, &heuristic);
+                            self.screen_point(w, &cost, hbm, micro_batch, recompute, &heuristic);
                         out.push(Screened {
                             area_mm2,
                             bound,
@@ -350,6 +362,7 @@ impl Sweep {
         screen: &Screen,
         done: &BTreeSet<u64>,
     ) -> Result<Vec<DesignRow>, SweepError> {
+        let cost = CostModel::new(arch);
         let cache = ScheduleCache::new(self.solver)?;
         let mut rows = Vec::new();
         for (w, workload) in self.workloads.iter().enumerate() {
@@ -378,7 +391,7 @@ impl Sweep {
                             ),
                             (None, _) => self.evaluate_point(
                                 workload,
-                                arch,
+                                &cost,
                                 hbm,
                                 micro_batch,
                                 recompute,
@@ -423,14 +436,15 @@ impl Sweep {
     fn evaluate_point(
         &self,
         workload: &Workload,
-        arch: &ArchConfig,
+        cost: &CostModel,
         hbm: u64,
         micro_batch: u32,
         recompute: RecomputeMode,
         cache: &ScheduleCache,
     ) -> DesignRow {
+        let arch = cost.arch();
         let options = self.plan_options(hbm, micro_batch, recompute);
-        match evaluate(workload, arch, &options, cache) {
+        match evaluate_on(workload, cost, &options, cache) {
             Ok(e) => DesignRow::evaluated(arch, &e),
             Err(err) => DesignRow::failed(
                 &workload.name,
@@ -520,17 +534,10 @@ fn best_up_to(entries: &[(f64, f64, u64)], area_mm2: f64) -> Option<(f64, f64, u
 
 impl Screen {
     fn new(sweep: &Sweep, points: Vec<Screened>) -> Screen {
-        let per_config = sweep.points_per_config() as usize;
-        let per_workload_points = per_config / sweep.workloads.len();
-        let per_hbm = per_workload_points / sweep.hbm_bytes.len();
         let mut per_workload = vec![Vec::new(); sweep.workloads.len()];
         let mut hardware: BTreeMap<(usize, usize), HardwareBest> = BTreeMap::new();
         for (id, p) in points.iter().enumerate() {
-            let (config, within) = (id / per_config, id % per_config);
-            let (w, h) = (
-                within / per_workload_points,
-                (within % per_workload_points) / per_hbm,
-            );
+            let (config, w, h) = sweep.point_hardware(id);
             let Some(thr) = p.achievable else {
                 continue;
             };
@@ -581,13 +588,11 @@ impl Screen {
         if sweep.workloads.len() == 1 {
             return Some(String::new());
         }
-        let per_config = sweep.points_per_config() as usize;
-        let per_workload_points = per_config / sweep.workloads.len();
-        let per_hbm = per_workload_points / sweep.hbm_bytes.len();
+        let per_hbm = sweep.points_per_hardware();
         let mut bounds = Vec::with_capacity(sweep.workloads.len());
         let mut area_mm2 = 0.0;
         for w in 0..sweep.workloads.len() {
-            let first = config * per_config + w * per_workload_points + h * per_hbm;
+            let first = sweep.point_id(config, w, h, 0, 0) as usize;
             let points = &self.points[first..first + per_hbm];
             area_mm2 = points[0].area_mm2;
             bounds.push(points.iter().filter_map(|p| p.bound).fold(0.0, f64::max));
