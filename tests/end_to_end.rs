@@ -150,7 +150,15 @@ fn searched_plans_place_every_layer_once_and_fit() {
         assert!((p.throughput_samples_per_s - expected).abs() <= 1e-9 * expected);
         assert!(e.mfu > 0.0 && e.mfu < 1.0, "{name}: MFU {}", e.mfu);
         let split = &p.time_split;
-        let sum = split.compute_s + split.bubble_s + split.pp_comm_s + split.dp_comm_s;
+        let sum = split.compute_s
+            + split.bubble_s
+            + split.pp_comm_s
+            + split.dp_comm_s
+            + split.optimizer_s;
+        assert!(
+            split.optimizer_s > 0.0,
+            "{name}: the optimizer step takes time"
+        );
         assert!((sum - p.time_per_batch_s).abs() <= 1e-9 * p.time_per_batch_s);
     }
 }
@@ -408,11 +416,12 @@ fn published_megatron_runs_with_their_plans_held() {
             100.0 * r.signed_error
         );
         assert_eq!(r.tp * r.pp * r.dp, r.gpus);
-        // Regression guard at today's accuracy (serial GPU kernels, backward vector traffic):
-        // every run within +6..+15 % (optimistic). The validation issue's target (mean 5 %,
-        // max 10 %) is not met yet; BENCHMARKS.md lists the known causes.
+        // Regression guard at today's accuracy (serial GPU kernels, backward vector traffic,
+        // bias and norm-weight gradients, optimizer step, collectives at the achieved link
+        // bandwidth): every run within +3..+12 % (optimistic). The validation issue's target
+        // (mean 5 %, max 10 %) is not met yet; BENCHMARKS.md lists the known causes.
         assert!(
-            (0.06..0.15).contains(&r.signed_error),
+            (0.03..0.12).contains(&r.signed_error),
             "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
             r.predicted_tflops_per_gpu,
@@ -420,7 +429,7 @@ fn published_megatron_runs_with_their_plans_held() {
         );
     }
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.12, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.08, "mean error {:.1} %", 100.0 * mean);
 }
 
 /// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM): the fit
@@ -508,4 +517,35 @@ fn a100_calibration_cross_validates() {
     let a100 = chip("a100");
     assert!((fit.efficiency.tensor_compute - a100.efficiency.tensor_compute).abs() < 0.02);
     assert!((fit.efficiency.hbm_bandwidth - a100.efficiency.hbm_bandwidth).abs() < 0.02);
+}
+
+/// The optimizer step is Adam over each layer's parameters on one device: fp32 weights,
+/// gradients and both moments read, weights and moments written (28 B per parameter) at the
+/// A100's calibrated HBM bandwidth (0.84 × 2039 GB/s), plus one vector-kernel overhead.
+#[test]
+fn optimizer_step_streams_adam_state_through_hbm() {
+    let gpt3 = workload("gpt3-175b");
+    let a100 = chip("a100");
+    let cost = CostModel::new(&a100);
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let costs = layer_costs(&gpt3, &cost, &cache, 8, 1, false).expect("layer costs");
+    let block = &costs.graph.layers[1];
+    // 12·h² weights (and biases and norms) sliced by t = 8: about 226 M parameters.
+    assert!(
+        (2.2e8..2.4e8).contains(&(block.params as f64)),
+        "{}",
+        block.params
+    );
+    let expected_s = block.params as f64 * 28.0 / (2039e9 * 0.84) + 14.3e-6;
+    assert!(
+        (block.optimizer_step_s - expected_s).abs() <= 1e-9 * expected_s,
+        "{} s vs {expected_s} s",
+        block.optimizer_step_s
+    );
+    // ≈ 3.7 ms per block and device.
+    assert!(
+        (3.5e-3..3.9e-3).contains(&block.optimizer_step_s),
+        "{}",
+        block.optimizer_step_s
+    );
 }

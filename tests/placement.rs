@@ -46,6 +46,7 @@ fn layer(name: &str, fwd_s: f64, bwd_s: f64, params: u64, act: u64) -> LayerCost
             full: act / 8,
         },
         output_bytes: 1 << 20,
+        optimizer_step_s: 0.0,
     }
 }
 
@@ -115,7 +116,7 @@ fn uniform_chain_pp4_time_is_load_times_m_plus_3() {
     assert!(close(plan.throughput_samples_per_s, 8.0 / (load * 11.0)));
     let split = plan.time_split;
     assert!(close(
-        split.compute_s + split.bubble_s + split.pp_comm_s + split.dp_comm_s,
+        split.compute_s + split.bubble_s + split.pp_comm_s + split.dp_comm_s + split.optimizer_s,
         plan.time_per_batch_s
     ));
     assert!(close(split.bubble_s, 3.0 * load));
@@ -353,6 +354,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
                     let scale = 1.0 / f64::from(t) + 0.1 * f64::from(t - 1);
                     let mut l = layer(&format!("l{i}"), f * scale, b * scale, p / u64::from(t), a);
                     l.selective_recompute_s = 0.3 * f * scale;
+                    l.optimizer_step_s = 0.05 * b * scale;
                     l
                 })
                 .collect(),

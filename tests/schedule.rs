@@ -389,6 +389,37 @@ fn link_runs_one_collective_at_a_time() {
     assert!(close(s.utilisation.tensor, 0.8));
 }
 
+/// Two independent GEMMs on 8 tensor cores: 8 µs on one core, 2 µs on all eight. Work alone
+/// (8 core-µs each over 8 cores) gives 2 µs, but at most 2 operators ever run at once, so a
+/// one-core run holds at least half the array: each costs min(2, 8 / 2) = 2 µs of the
+/// array's time, 4 µs in all — both all-core runs back to back, the optimum.
+#[test]
+fn lower_bound_caps_concurrency_at_the_graph_width() {
+    let problem = ScheduleProblem {
+        execution: KernelExecution::Concurrent,
+        ops: vec![
+            op("x", CoreType::Tensor, 8.0 * US, 2.0 * US),
+            op("y", CoreType::Tensor, 8.0 * US, 2.0 * US),
+        ],
+        edges: vec![],
+        cores: CoreCounts {
+            tensor: 8,
+            vector: 1,
+        },
+    };
+    assert!(close(lower_bound(&problem).unwrap(), 4.0 * US));
+    assert!(close(Brute::optimum(&problem), 4.0 * US));
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.makespan_s, 4.0 * US));
+    // A chain of the two is one wide: the same 4 µs, now also the critical path.
+    let chain = ScheduleProblem {
+        edges: vec![(0, 1)],
+        ..problem
+    };
+    assert!(close(lower_bound(&chain).unwrap(), 4.0 * US));
+}
+
 /// Critical path 2 + 3 = 5 µs vs vector work (2 + 6 + 6) / 2 = 7 µs.
 #[test]
 fn lower_bound_is_max_of_path_and_work() {

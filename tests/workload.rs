@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use tandem::workload::{
-    CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, Precision, Workload,
+    CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, Precision, VectorOp, Workload,
 };
 
 fn load(name: &str) -> Workload {
@@ -619,4 +619,75 @@ fn bad_inputs_name_file_field_and_reason() {
         &dag.replace("[2, 3, 65536]", "[3, 3, 65536]"),
     );
     assert_mentions(&e, &["layer_edge.json", "`edges[3]`", "i < j"]);
+}
+
+/// Megatron's backward sums the output gradient of every biased linear over the tokens and
+/// the LayerNorms' weight gradients over their input and output gradient: one column sum per
+/// bias (reading tokens × width) and per norm (reading both tensors), nothing waiting on them.
+#[test]
+fn gpt_block_backward_has_bias_and_norm_weight_gradients() {
+    let w = load("workloads/gpt3-175b.toml");
+    let (h, s, b, t) = (12_288u64, 2048u64, 2u64, 4u64);
+    let graph = w.layer_graph(t as u32, b as u32, false).expect("graph");
+    let bwd = &block(&graph).bwd;
+    let tokens = s * b;
+    let expected = [
+        ("qkv.bias_grad", tokens * 3 * h / t, 3 * h / t),
+        ("proj.bias_grad", tokens * h, h),
+        ("ffn_up.bias_grad", tokens * 4 * h / t, 4 * h / t),
+        ("ffn_down.bias_grad", tokens * h, h),
+        ("ln1.wgrad", 2 * tokens * h, h),
+        ("ln2.wgrad", 2 * tokens * h, h),
+    ];
+    for (name, elements, columns) in expected {
+        let i = op_index(bwd, name);
+        let op = &bwd.ops[i];
+        match op.kind {
+            OpKind::Vector {
+                elements: e,
+                row_len,
+                ..
+            } => {
+                assert_eq!((e, row_len), (elements, columns), "{name}");
+            }
+            _ => panic!("{name} is not a vector op"),
+        }
+        assert_eq!(
+            op.bytes_read,
+            2 * elements,
+            "{name}: reads its input once (fp16)"
+        );
+        assert_eq!(
+            op.bytes_written,
+            2 * columns,
+            "{name}: one value per column"
+        );
+        assert!(
+            bwd.edges.iter().all(|&(from, _)| from != i),
+            "{name} feeds nothing"
+        );
+    }
+    let column_sums = |graph: &OpGraph| {
+        graph
+            .ops
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.kind,
+                    OpKind::Vector {
+                        op: VectorOp::ColumnSum,
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    assert_eq!(column_sums(bwd), 6);
+    // LLaMA has no biases: only its two RMSNorms' weight gradients.
+    let llama = load("workloads/llama2-7b.toml");
+    let graph = llama.layer_graph(1, 1, false).expect("graph");
+    let llama_bwd = &block(&graph).bwd;
+    assert_eq!(column_sums(llama_bwd), 2);
+    op_index(llama_bwd, "ln1.wgrad");
+    op_index(llama_bwd, "ln2.wgrad");
 }

@@ -106,6 +106,8 @@ pub struct VectorOpOverheads {
     pub cross_entropy: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub update: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column_sum: Option<f64>,
 }
 
 impl VectorOpOverheads {
@@ -125,6 +127,7 @@ impl VectorOpOverheads {
             VectorOp::Embedding => self.embedding,
             VectorOp::CrossEntropy => self.cross_entropy,
             VectorOp::Update => self.update,
+            VectorOp::ColumnSum => self.column_sum,
         }
     }
 }
@@ -146,6 +149,7 @@ impl VectorOpOverheads {
             VectorOp::Embedding => &mut self.embedding,
             VectorOp::CrossEntropy => &mut self.cross_entropy,
             VectorOp::Update => &mut self.update,
+            VectorOp::ColumnSum => &mut self.column_sum,
         };
         *slot = overhead_s;
     }

@@ -193,12 +193,13 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
     );
     let split = &plan.time_split;
     println!(
-        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}, data-parallel sync {}",
+        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}, data-parallel sync {}, optimizer step {}",
         seconds(plan.time_per_batch_s),
         seconds(split.compute_s),
         seconds(split.bubble_s),
         seconds(split.pp_comm_s),
-        seconds(split.dp_comm_s)
+        seconds(split.dp_comm_s),
+        seconds(split.optimizer_s)
     );
     println!(
         "peak memory per device {} of {} HBM",

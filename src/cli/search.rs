@@ -113,7 +113,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     };
     let stats = run_sweep(&sweep, &record, &options)?;
     eprintln!(
-        "{} points: {} evaluated ({} ok, {} infeasible), {} pruned, {} already done; screen {:.1} s, whole sweep {:.1} s",
+        "{} points: {} evaluated ({} ok, {} infeasible), {} pruned, {} already done\n\
+         screen {:.1} s (work bounds {:.1} s; plan bounds and list-schedule plans {:.1} s for {} points, {} raising the staircase); exact points {:.1} s; whole sweep {:.1} s",
         stats.points,
         stats.evaluated,
         stats.ok,
@@ -121,6 +122,11 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         stats.pruned,
         stats.skipped,
         stats.screen_time_s,
+        stats.work_bound_time_s,
+        stats.plan_bound_time_s,
+        stats.plan_bounded,
+        stats.achievable_found,
+        stats.sweep_time_s - stats.screen_time_s,
         stats.sweep_time_s
     );
     let best = finish(&sweep, &args.out)?;

@@ -246,7 +246,13 @@ fn glb_block(
     let panel_bytes = |tiles: u64, edge: u64| (tiles * edge) as f64 * k as f64 * eb;
     let mut best = (1, 1);
     let mut best_rereads = f64::INFINITY;
-    for block_rows in 1..=tiles_m {
+    // Block widths only shrink as blocks grow taller, so among the heights with the same
+    // number of block rows (`ceil(tiles_m / block_rows)`) the shortest re-reads least and wins
+    // ties by coming first: trying only those (O(√tiles_m) of them) picks the same block.
+    let mut next_rows = Some(1);
+    while let Some(block_rows) = next_rows {
+        let row_blocks = tiles_m.div_ceil(block_rows);
+        next_rows = (row_blocks > 1).then(|| tiles_m.div_ceil(row_blocks - 1));
         let wave_cols = (wave_tiles / block_rows).min(tiles_n);
         let free_bytes = arch.glb.bytes as f64 - panel_bytes(block_rows, tile.m);
         let resident_cols = if free_bytes > 0.0 {
@@ -267,4 +273,79 @@ fn glb_block(
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{glb_block, GemmTile};
+    use crate::arch::ArchConfig;
+
+    /// Every block height, as the search before the O(√tiles) shortcut tried them.
+    fn glb_block_brute(
+        arch: &ArchConfig,
+        tile: GemmTile,
+        (m, n, k): (u64, u64, u64),
+        eb: f64,
+        wave_tiles: u64,
+    ) -> (u64, u64) {
+        let tiles_m = m.div_ceil(tile.m);
+        let tiles_n = n.div_ceil(tile.n);
+        let panel_bytes = |tiles: u64, edge: u64| (tiles * edge) as f64 * k as f64 * eb;
+        let mut best = (1, 1);
+        let mut best_rereads = f64::INFINITY;
+        for block_rows in 1..=tiles_m {
+            let wave_cols = (wave_tiles / block_rows).min(tiles_n);
+            let free_bytes = arch.glb.bytes as f64 - panel_bytes(block_rows, tile.m);
+            let resident_cols = if free_bytes > 0.0 {
+                ((free_bytes / panel_bytes(1, tile.n)).floor() as u64).min(tiles_n)
+            } else {
+                0
+            };
+            let block_cols = wave_cols.max(resident_cols);
+            if block_cols == 0 {
+                continue;
+            }
+            let rereads =
+                (tiles_n.div_ceil(block_cols) * m + tiles_m.div_ceil(block_rows) * n) as f64;
+            if rereads < best_rereads {
+                best_rereads = rereads;
+                best = (block_rows, block_cols);
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn glb_block_matches_trying_every_height() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("arch_specs/tpuv4.toml");
+        let text = std::fs::read_to_string(&path).expect("chip file");
+        let mut arch: ArchConfig = crate::error::parse_toml(&path, &text).expect("chip parses");
+        let mut checked = 0;
+        for glb_bytes in [1 << 16, 1 << 21, 1 << 27] {
+            arch.glb.bytes = glb_bytes;
+            for edge in [2, 16, 128] {
+                for (m, n, k) in [
+                    (1, 1, 1),
+                    (300, 70, 64),
+                    (2048, 12288, 4096),
+                    (16384, 3, 96),
+                ] {
+                    for wave_tiles in [1, 3, 8, 64, 4096] {
+                        let tile = GemmTile {
+                            m: edge,
+                            n: edge * 2,
+                            k_step: k.min(edge),
+                        };
+                        assert_eq!(
+                            glb_block(&arch, tile, (m, n, k), 2.0, wave_tiles),
+                            glb_block_brute(&arch, tile, (m, n, k), 2.0, wave_tiles),
+                            "glb {glb_bytes}, edge {edge}, {m}x{n}x{k}, wave {wave_tiles}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 180);
+    }
 }

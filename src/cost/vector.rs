@@ -82,6 +82,8 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
         VectorOp::CrossEntropy => 3.0 * vc.add + vc.exp + per_row(vc.exp + vc.div),
         // Adam: two moment updates, then w −= lr·m/(√v + ε).
         VectorOp::Update => 6.0 * vc.mul + 4.0 * vc.add + vc.sqrt + vc.div,
+        // One add per element into its column's running sum.
+        VectorOp::ColumnSum => vc.add,
     }
 }
 
@@ -106,6 +108,8 @@ fn traffic_per_element(op: VectorOp, pass: Pass) -> (f64, f64, f64, SecondRead) 
         VectorOp::Embedding => (2.0, 1.0, 0.0, SecondRead::None),
         // Adam: weights, gradients, two moments in; weights and moments out.
         VectorOp::Update => (4.0, 3.0, 0.0, SecondRead::None),
+        // Read once; one value per column out (nothing per element).
+        VectorOp::ColumnSum => (1.0, 0.0, 0.0, SecondRead::None),
     }
 }
 
@@ -129,6 +133,8 @@ fn backward_traffic_per_element(op: VectorOp) -> (f64, f64, f64, SecondRead) {
         VectorOp::Dropout => (1.0, 1.0, 1.0, SecondRead::None),
         // Scatter-add of the output gradient into the table rows.
         VectorOp::Embedding | VectorOp::Update => (1.0, 1.0, 0.0, SecondRead::None),
+        // Only ever a backward kernel (bias and norm-weight gradients): as in the forward.
+        VectorOp::ColumnSum => (1.0, 0.0, 0.0, SecondRead::None),
     }
 }
 

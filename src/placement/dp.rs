@@ -2,7 +2,7 @@
 //!
 //! `F[s][D][K]` is the best way to place the layers *not* in downset `D` into `s` stages that
 //! use exactly `K` tensor groups: the lexicographically smallest (largest `load / k`, largest
-//! exposed all-reduce). Filling it from the end of the model means the first stage of the
+//! exposed all-reduce and optimizer step). Filling it from the end of the model means the first stage of the
 //! remainder is always the `s`-th from the end, which fixes its in-flight micro-batches (and so
 //! its memory) without knowing the total stage count; one table serves every `p`.
 //!
@@ -235,7 +235,8 @@ impl Analysis {
 /// What the programme minimises.
 #[derive(Clone, Copy)]
 enum Objective {
-    /// Bottleneck `load / k`, then exposed all-reduce; stages must fit in memory and have an
+    /// Bottleneck `load / k`, then what follows the backward (exposed all-reduce and optimizer
+    /// step, "exposed" for short); stages must fit in memory and have an
     /// exposed all-reduce below `beta`; partial plans that cannot beat `best_s` are dropped.
     Time { beta: f64, best_s: f64 },
     /// Largest per-device memory (for the closest infeasible plans).
@@ -289,7 +290,7 @@ impl ReplicaCache {
             *entry = Replica {
                 stamp: self.stamp,
                 value: ctx.load_s(sm, k) / f64::from(k),
-                e: ctx.dp_comm_s(sm, k),
+                e: ctx.after_backward_s(sm, k),
                 state_bytes: weights + grads + optimizer,
             };
         }
@@ -467,7 +468,8 @@ fn options(
                 if k < k_fit && r.state_bytes + sm.act_one + ctx.stash_bytes(sm, k, s) > hbm {
                     continue;
                 }
-                // The exposed all-reduce grows with k: no larger k can pass the bound.
+                // The exposed all-reduce grows with k (the optimizer step does not change):
+                // no larger k can pass the bound.
                 if r.e >= beta {
                     break;
                 }

@@ -142,6 +142,10 @@ pub struct LayerCost {
     pub activation_bytes: ActivationBytes,
     /// Bytes of the layer's output per device.
     pub output_bytes: u64,
+    /// The optimizer step over the layer's parameters on one device, once per iteration after
+    /// the gradients are synchronised (ZeRO-1 divides it among the data-parallel copies).
+    #[serde(default)]
+    pub optimizer_step_s: f64,
 }
 
 /// The per-layer cost graph at one tensor width. Layers are in topological order and every
@@ -221,6 +225,8 @@ pub struct Stage {
     pub load_s: f64,
     /// Gradient synchronisation not hidden behind the backward pass.
     pub dp_comm_s: f64,
+    /// The optimizer step after it.
+    pub optimizer_s: f64,
     pub memory: MemoryBreakdown,
 }
 
@@ -233,8 +239,11 @@ pub struct TimeSplit {
     pub bubble_s: f64,
     /// `m ·` the bottleneck stage's pipeline sends (÷ its replicas).
     pub pp_comm_s: f64,
-    /// Exposed data-parallel gradient synchronisation.
+    /// Exposed data-parallel gradient synchronisation and the optimizer step of the stage
+    /// that finishes last.
     pub dp_comm_s: f64,
+    #[serde(default)]
+    pub optimizer_s: f64,
 }
 
 /// A complete parallel plan and its predicted cost.

@@ -19,6 +19,8 @@ pub(crate) struct StageMetrics {
     /// Gradient bytes sent backward on edges entering the stage from earlier stages.
     pub in_bytes: u64,
     pub params: u64,
+    /// Optimizer step of the stage's layers on one device (unsharded).
+    pub optimizer_s: f64,
     /// Activations of the micro-batch being processed.
     pub act_one: u64,
     /// Activations kept per other in-flight micro-batch.
@@ -99,6 +101,7 @@ pub(crate) fn stage_metrics(
             continue;
         }
         sm.params += layer.params;
+        sm.optimizer_s += layer.optimizer_step_s;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
         largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
     }
@@ -152,6 +155,7 @@ pub(crate) fn chain_stage_metrics(
         sm.fwd_s += layer.fwd_s;
         sm.bwd_s += backward_s(layer, mode);
         sm.params += layer.params;
+        sm.optimizer_s += layer.optimizer_step_s;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
         largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
         sm.act_one = sm.stash_per_micro_batch
@@ -253,6 +257,23 @@ impl Ctx<'_> {
         };
         mem.total = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.stash;
         mem
+    }
+
+    /// What follows a stage's last backward pass: the exposed gradient synchronisation, then
+    /// the optimizer step. ZeRO-1 shards the step over the `d` pipeline copies (not over `k`,
+    /// so that this never falls as `k` grows, which the search relies on; the shard over `k`
+    /// is left unclaimed).
+    pub fn after_backward_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        self.dp_comm_s(sm, k) + self.optimizer_s(sm)
+    }
+
+    /// The optimizer step of a stage on one device.
+    pub fn optimizer_s(&self, sm: &StageMetrics) -> f64 {
+        if self.problem.zero1 {
+            sm.optimizer_s / f64::from(self.d)
+        } else {
+            sm.optimizer_s
+        }
     }
 
     /// Exposed gradient synchronisation of a stage with `k` replicas.
@@ -450,19 +471,33 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             send_s,
             load_s,
             dp_comm_s: ctx.dp_comm_s(sm, k),
+            optimizer_s: ctx.optimizer_s(sm),
             memory: ctx.memory(sm, k, p - i as u32),
         });
     }
     let b = &stages[bottleneck];
     let per_mb = ctx.m as f64 / f64::from(b.replicas);
-    let dp_comm_s = stages.iter().map(|s| s.dp_comm_s).fold(0.0, f64::max);
+    // The stage that finishes last after its backward passes (first on ties), with the sum
+    // formed as the search forms it.
+    let (last, after_s) = parts
+        .iter()
+        .map(|part| ctx.after_backward_s(&part.metrics, part.replicas))
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |best, (i, s)| {
+            if s > best.1 {
+                (i, s)
+            } else {
+                best
+            }
+        });
     let time_split = TimeSplit {
         compute_s: per_mb * (b.fwd_s + b.bwd_s),
         bubble_s: f64::from(p - 1) * bottleneck_load,
         pp_comm_s: per_mb * b.send_s,
-        dp_comm_s,
+        dp_comm_s: stages[last].dp_comm_s,
+        optimizer_s: stages[last].optimizer_s,
     };
-    let time_per_batch_s = bottleneck_load * (ctx.m as f64 + f64::from(p - 1)) + dp_comm_s;
+    let time_per_batch_s = bottleneck_load * (ctx.m as f64 + f64::from(p - 1)) + after_s;
     Plan {
         tp: ctx.t,
         pp: p,
@@ -647,6 +682,7 @@ mod tests {
                     full: 50,
                 },
                 output_bytes: 10,
+                optimizer_step_s: 0.001 * i as f64,
             })
             .collect();
         let mut edges: Vec<(usize, usize, u64)> =

@@ -10,7 +10,7 @@ use crate::placement::{
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
 };
 use crate::schedule::{lower_bound, Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
-use crate::workload::{OpGraph, OpKind, VectorOp, Workload};
+use crate::workload::{Layer, OpGraph, OpKind, VectorOp, Workload};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -30,6 +30,8 @@ pub struct PlanOptions {
     pub fixed: Fixed,
     /// Largest tensor width searched when `fixed.tp` is not given.
     pub max_tp: u32,
+    /// Only these tensor widths (of those `fixed.tp` or `max_tp` allow); `None`: all of them.
+    pub only_widths: Option<Vec<u32>>,
     pub zero1: bool,
     pub dp_overlap: bool,
     pub allow_idle_devices: bool,
@@ -51,6 +53,7 @@ impl PlanOptions {
             schedule: PipelineSchedule::OneFOneB,
             fixed: Fixed::default(),
             max_tp: 8,
+            only_widths: None,
             zero1: false,
             dp_overlap: true,
             allow_idle_devices: false,
@@ -87,6 +90,8 @@ pub struct UniqueLayerSchedule {
     /// Extra backward time and energy under selective recompute: the attention core's forward.
     pub selective_recompute_s: f64,
     pub selective_recompute_energy_j: f64,
+    /// The optimizer step over one layer's parameters (once per iteration).
+    pub optimizer_step_s: f64,
 }
 
 /// Per-layer costs of a workload at one (t, micro-batch) on one chip: the placement input,
@@ -154,6 +159,7 @@ pub fn layer_costs(
                 let bwd = cache.get_or_compute(&format!("{key}|bwd"), hardware, &bwd_problem)?;
                 let (selective_recompute_s, selective_recompute_energy_j) =
                     attention_core(&layer.fwd, &fwd_problem);
+                let optimizer_step_s = optimizer_step_s(workload, cost, layer.params);
                 index_of.insert(&layer.signature, unique.len());
                 unique.push(UniqueLayerSchedule {
                     signature: layer.signature.clone(),
@@ -165,6 +171,7 @@ pub fn layer_costs(
                     bwd_problem,
                     selective_recompute_s,
                     selective_recompute_energy_j,
+                    optimizer_step_s,
                 });
                 unique.len() - 1
             }
@@ -178,6 +185,7 @@ pub fn layer_costs(
             params: layer.params,
             activation_bytes: layer.activation_bytes,
             output_bytes: layer.output_bytes,
+            optimizer_step_s: s.optimizer_step_s,
         });
         energy_j.push([
             s.fwd.energy_j,
@@ -196,6 +204,26 @@ pub fn layer_costs(
     })
 }
 
+/// The optimizer step over `params` parameters on all of the chip's vector cores.
+fn optimizer_step_s(workload: &Workload, cost: &CostModel, params: u64) -> f64 {
+    if params == 0 {
+        return 0.0;
+    }
+    let c = cost.op_cost(&workload.optimizer_step_op(params));
+    c.all_cores_s.min(c.one_core_s)
+}
+
+/// Forward, backward and selective-recompute lower bounds of one layer on `cost`'s chip.
+fn layer_bounds(layer: &Layer, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
+    let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
+    let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
+    Ok([
+        lower_bound(&fwd_problem)?,
+        lower_bound(&bwd_problem)?,
+        attention_core(&layer.fwd, &fwd_problem).0,
+    ])
+}
+
 /// The layer costs of `workload` at width `tp` with each unique layer's forward and backward
 /// latency replaced by its schedule lower bound (no list scheduling, no ILP): cheap, and no
 /// schedule is faster.
@@ -207,23 +235,19 @@ fn lower_bound_graph(
     sequence_parallel: bool,
 ) -> Result<LayerCostGraph, EvaluateError> {
     let graph = workload.layer_graph(tp, micro_batch, sequence_parallel)?;
-    let mut bounds: BTreeMap<&str, (f64, f64, f64)> = BTreeMap::new();
+    let mut bounds: BTreeMap<&str, [f64; 4]> = BTreeMap::new();
     let mut layers = Vec::with_capacity(graph.layers.len());
     for layer in &graph.layers {
-        let (fwd_s, bwd_s, selective_recompute_s) = match bounds.get(layer.signature.as_str()) {
-            Some(&b) => b,
-            None => {
-                let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
-                let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
-                let b = (
-                    lower_bound(&fwd_problem)?,
-                    lower_bound(&bwd_problem)?,
-                    attention_core(&layer.fwd, &fwd_problem).0,
-                );
-                bounds.insert(&layer.signature, b);
-                b
-            }
-        };
+        let [fwd_s, bwd_s, selective_recompute_s, optimizer_step_s] =
+            match bounds.get(layer.signature.as_str()) {
+                Some(&b) => b,
+                None => {
+                    let [f, b, s] = layer_bounds(layer, cost)?;
+                    let b = [f, b, s, optimizer_step_s(workload, cost, layer.params)];
+                    bounds.insert(&layer.signature, b);
+                    b
+                }
+            };
         layers.push(LayerCost {
             name: layer.name.clone(),
             fwd_s,
@@ -232,6 +256,7 @@ fn lower_bound_graph(
             params: layer.params,
             activation_bytes: layer.activation_bytes,
             output_bytes: layer.output_bytes,
+            optimizer_step_s,
         });
     }
     Ok(LayerCostGraph {
@@ -241,17 +266,84 @@ fn lower_bound_graph(
     })
 }
 
+/// The unique layers of a workload at one (tensor width, micro-batch), each with the number of
+/// layers sharing it: what [`LayerWork::busy_s`] prices on each chip of a sweep, built once.
+#[derive(Debug, Clone)]
+pub struct LayerWork {
+    pub tp: u32,
+    pub micro_batch: u32,
+    unique: Vec<(usize, Layer)>,
+}
+
+impl LayerWork {
+    /// Groups the layers of `workload` at width `tp` and `micro_batch` by signature.
+    pub fn new(workload: &Workload, tp: u32, micro_batch: u32) -> Result<LayerWork, InputError> {
+        let graph = workload.layer_graph(tp, micro_batch, false)?;
+        let mut unique: Vec<(usize, Layer)> = Vec::new();
+        for layer in graph.layers {
+            match unique
+                .iter_mut()
+                .find(|(_, u)| u.signature == layer.signature)
+            {
+                Some((count, _)) => *count += 1,
+                None => unique.push((1, layer)),
+            }
+        }
+        Ok(LayerWork {
+            tp,
+            micro_batch,
+            unique,
+        })
+    }
+
+    /// Device-seconds one micro-batch keeps its tensor group busy under each recompute mode
+    /// (in [`RecomputeMode`] order: none, selective, full): `t` devices times the summed
+    /// schedule lower bounds of every layer's forward, backward and recomputation.
+    pub fn busy_s(&self, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
+        let (mut fwd_bwd, mut fwd, mut selective) = (0.0, 0.0, 0.0);
+        for (count, layer) in &self.unique {
+            let [f, b, s] = layer_bounds(layer, cost)?;
+            let n = *count as f64;
+            fwd_bwd += n * (f + b);
+            fwd += n * f;
+            selective += n * s;
+        }
+        let t = f64::from(self.tp);
+        Ok([t * fwd_bwd, t * (fwd_bwd + selective), t * (fwd_bwd + fwd)])
+    }
+}
+
+/// What [`throughput_bound`] proves about the plans of a design point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PlanBound {
+    /// No plan fits in memory.
+    NoPlanFits,
+    /// No plan reaches the threshold asked about: every one runs at most this many samples/s,
+    /// which is strictly below it.
+    Below(f64),
+    /// The bound itself: no plan runs more samples/s.
+    AtMost(f64),
+}
+
+/// Relative slack on the plan-time bounds that [`throughput_bound`] and sweeps pass to the
+/// placement search, so that "no plan faster than the bound" proves a *strict* inequality.
+pub const BOUND_SLACK: f64 = 1e-9;
+
 /// An upper bound on the samples/s [`evaluate`] can find under `options`: the same plan search
 /// on per-layer schedule lower bounds, with communication between devices free (pipeline
 /// sends and the gradient all-reduce cost nothing; tensor-parallel collectives stay inside the
 /// layers' bounds). Time per batch never falls when a latency or a transfer shrinks to its
-/// bound, so no plan beats it. `None` when no plan fits in memory (memory does not depend on
-/// latencies, so `evaluate` finds none either).
+/// bound, so no plan beats it. Memory does not depend on latencies, so when no plan fits,
+/// `evaluate` finds none either.
+///
+/// With `threshold_samples_per_s > 0` only plans reaching it are searched for (much faster
+/// when few do); [`PlanBound::Below`] says none does.
 pub fn throughput_bound(
     workload: &Workload,
     cost: &CostModel,
     options: &PlanOptions,
-) -> Result<Option<f64>, EvaluateError> {
+    threshold_samples_per_s: f64,
+) -> Result<PlanBound, EvaluateError> {
     let arch = cost.arch();
     let free_links: Vec<Tier> = arch
         .interconnect
@@ -262,7 +354,15 @@ pub fn throughput_bound(
             ..t.clone()
         })
         .collect();
-    let mut best: Option<f64> = None;
+    let batch = workload.global_batch as f64;
+    // A finite bound also skips the hunt for near misses when no plan fits.
+    let threshold_s = if threshold_samples_per_s > 0.0 {
+        batch / threshold_samples_per_s * (1.0 + BOUND_SLACK)
+    } else {
+        f64::MAX
+    };
+    let mut best_s = threshold_s;
+    let mut found = false;
     for &micro_batch in &options.micro_batches {
         let graphs = tensor_widths(workload, options)
             .into_iter()
@@ -278,15 +378,19 @@ pub fn throughput_bound(
                 recompute,
             );
             problem.tiers = free_links.clone();
-            // A finite bound skips the hunt for near misses when no plan fits.
-            if let Ok(Some(plan)) = place_faster_than(&problem, f64::MAX) {
-                best = Some(best.map_or(plan.throughput_samples_per_s, |b: f64| {
-                    b.max(plan.throughput_samples_per_s)
-                }));
+            if let Ok(Some(plan)) = place_faster_than(&problem, best_s) {
+                best_s = plan.time_per_batch_s;
+                found = true;
             }
         }
     }
-    Ok(best)
+    Ok(if found {
+        PlanBound::AtMost(batch / best_s)
+    } else if threshold_samples_per_s > 0.0 {
+        PlanBound::Below(batch / threshold_s)
+    } else {
+        PlanBound::NoPlanFits
+    })
 }
 
 /// Time and energy of re-running the attention core (QKᵀ, softmax, dropout, ×V) that
@@ -349,12 +453,16 @@ pub struct Evaluation {
 }
 
 /// Tensor widths tried: the fixed one, or every width the workload accepts up to
-/// `max_tp` and the device count.
-fn tensor_widths(workload: &Workload, options: &PlanOptions) -> Vec<u32> {
-    match options.fixed.tp {
+/// `max_tp` and the device count, less those `only_widths` leaves out.
+pub fn tensor_widths(workload: &Workload, options: &PlanOptions) -> Vec<u32> {
+    let mut widths = match options.fixed.tp {
         Some(t) => vec![t],
         None => workload.valid_tp(options.max_tp.min(options.devices).max(1)),
+    };
+    if let Some(only) = &options.only_widths {
+        widths.retain(|t| only.contains(t));
     }
+    widths
 }
 
 /// The best plan for `workload` on `arch` under `options`, searching every micro-batch,
@@ -377,11 +485,40 @@ pub fn evaluate_on(
     options: &PlanOptions,
     cache: &ScheduleCache,
 ) -> Result<Evaluation, EvaluateError> {
+    let (best, infeasible) = search_plans(workload, cost, options, cache, f64::INFINITY)?;
+    best.ok_or_else(|| EvaluateError::Infeasible(merge_infeasible(infeasible)))
+}
+
+/// [`evaluate_on`] restricted to plans faster than `bound_s` per batch: `Ok(None)` when
+/// none is (which includes no plan fitting in memory). A finite bound prunes the plan search
+/// and skips the hunt for near misses.
+pub fn evaluate_faster_than(
+    workload: &Workload,
+    cost: &CostModel,
+    options: &PlanOptions,
+    cache: &ScheduleCache,
+    bound_s: f64,
+) -> Result<Option<Evaluation>, EvaluateError> {
+    Ok(search_plans(workload, cost, options, cache, bound_s)?.0)
+}
+
+/// Why no candidate had a plan, per (micro-batch, recompute) candidate.
+type Infeasibilities = Vec<(String, Infeasible)>;
+
+/// The best plan faster than `bound_s` over every candidate of `options`, and why the
+/// candidates without one have none (only searched for when `bound_s` is infinite).
+fn search_plans(
+    workload: &Workload,
+    cost: &CostModel,
+    options: &PlanOptions,
+    cache: &ScheduleCache,
+    bound_s: f64,
+) -> Result<(Option<Evaluation>, Infeasibilities), EvaluateError> {
     let arch = cost.arch();
     let widths = tensor_widths(workload, options);
     let hbm_bytes = options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes);
     let mut best: Option<Evaluation> = None;
-    let mut infeasible: Vec<(String, Infeasible)> = Vec::new();
+    let mut infeasible = Vec::new();
     for &micro_batch in &options.micro_batches {
         let per_width: Vec<LayerCosts> = widths
             .par_iter()
@@ -401,9 +538,7 @@ pub fn evaluate_on(
             let problem =
                 placement_problem(workload, arch, options, graphs, micro_batch, recompute);
             // Only plans faster than the best so far matter: the bound prunes the search.
-            let bound_s = best
-                .as_ref()
-                .map_or(f64::INFINITY, |b| b.plan.time_per_batch_s);
+            let bound_s = best.as_ref().map_or(bound_s, |b| b.plan.time_per_batch_s);
             match place_faster_than(&problem, bound_s) {
                 Ok(Some(plan)) => {
                     let costs = per_width
@@ -432,7 +567,20 @@ pub fn evaluate_on(
             }
         }
     }
-    best.ok_or_else(|| EvaluateError::Infeasible(merge_infeasible(infeasible)))
+    Ok((best, infeasible))
+}
+
+/// The chip's interconnect tiers at the bandwidth collectives achieve on them
+/// (`efficiency.link_bandwidth`, as the in-layer collectives of `cost::collective`), so the
+/// gradient all-reduce and pipeline sends are priced like tensor-parallel collectives.
+fn achieved_tiers(arch: &ArchConfig) -> Vec<Tier> {
+    arch.interconnect
+        .iter()
+        .map(|t| Tier {
+            bandwidth_bytes_per_s: t.bandwidth_bytes_per_s * arch.efficiency.link_bandwidth,
+            ..t.clone()
+        })
+        .collect()
 }
 
 /// The placement problem of `graphs` (one per tensor width) under `options` on `arch`.
@@ -459,7 +607,7 @@ fn placement_problem(
         },
         zero1: options.zero1,
         schedule: options.schedule,
-        tiers: arch.interconnect.clone(),
+        tiers: achieved_tiers(arch),
         dp_overlap: options.dp_overlap,
         constraints: options.fixed,
         allow_idle_devices: options.allow_idle_devices,

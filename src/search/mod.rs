@@ -9,6 +9,7 @@ mod compare;
 mod evaluate;
 mod finish;
 mod row;
+mod screen;
 mod sweep;
 
 pub use compare::{
@@ -16,8 +17,9 @@ pub use compare::{
     COMPARE_CSV, COMPARE_MD, COMPARE_SVG,
 };
 pub use evaluate::{
-    evaluate, evaluate_on, layer_costs, recompute_from_name, recompute_name, throughput_bound,
-    EvaluateError, Evaluation, LayerCosts, PlanOptions, UniqueLayerSchedule,
+    evaluate, evaluate_faster_than, evaluate_on, layer_costs, recompute_from_name, recompute_name,
+    tensor_widths, throughput_bound, EvaluateError, Evaluation, LayerCosts, LayerWork, PlanBound,
+    PlanOptions, UniqueLayerSchedule, BOUND_SLACK,
 };
 pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{append_rows, DesignRow, Status};

@@ -14,29 +14,32 @@
 //!
 //! # Sound pruning (screen, then exact)
 //!
-//! A first pass over the *whole* space (every shard makes the same one) prices every point
-//! twice without the ILP: an **upper bound** on its throughput (the plan search on per-layer
-//! schedule lower bounds with free communication, capped by the peak-FLOP bound
-//! `global batch · devices · peak FLOP/s / hardware FLOPs`) and an **achievable** throughput
-//! (the plan search on list schedules: a real schedule, so the exact point is at least as
-//! fast). A point is pruned when some point of no larger area is achievably strictly faster
-//! than its upper bound — it is then strictly dominated in throughput and area, so it is on no
-//! Pareto front and is the best under neither the throughput nor the throughput-per-area
-//! objective. With several workloads the hardware (configuration × HBM) must also be beaten
-//! on the mean over workloads by hardware of no larger area, so the best hardware for the set
-//! is never pruned. The energy objective disables pruning. Every other point is evaluated
-//! exactly (ILP schedules, full plan search). The screen depends on the inputs alone, so
-//! shards and resumed runs prune exactly as one run does.
+//! A first pass over the *whole* space (every shard makes the same one, see
+//! [`super::screen`]) gives every point a sound upper bound on its throughput and, for the
+//! points that might matter, an achievable throughput (a real plan on list schedules, so the
+//! exact point is at least as fast). A point is pruned when some point of no larger area is
+//! achievably strictly faster than its upper bound — it is then strictly dominated in
+//! throughput and area, so it is on no Pareto front and is the best under neither the
+//! throughput nor the throughput-per-area objective. With several workloads the hardware
+//! (configuration × HBM) must also be beaten on the mean over workloads by hardware of no
+//! larger area, so the best hardware for the set is never pruned. The energy objective
+//! disables pruning. Every other point is evaluated exactly (ILP schedules, full plan
+//! search). The screen depends on the inputs alone, so shards and resumed runs prune exactly
+//! as one run does.
 
-use super::{evaluate_on, throughput_bound, DesignRow, PlanOptions, Status};
-use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
+use super::screen::Screen;
+use super::{
+    evaluate_faster_than, evaluate_on, tensor_widths, throughput_bound, DesignRow, LayerWork,
+    PlanBound, PlanOptions, Status, BOUND_SLACK,
+};
+use crate::arch::{ArchConfig, SearchSpace};
 use crate::cost::CostModel;
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Write};
@@ -126,6 +129,9 @@ pub struct Sweep {
     /// Per workload: hardware FLOPs per iteration without and with full recompute (the
     /// peak-FLOP bound needs them for every point; building them walks the model).
     hardware_flops: Vec<[f64; 2]>,
+    /// Per workload and micro-batch: the unique layers at each tensor width, which the
+    /// screen's work bound prices on every configuration.
+    pub(super) layer_work: Vec<Vec<Vec<LayerWork>>>,
 }
 
 /// The sweep's inputs as written to `run.toml`: enough to run it again or merge its shards.
@@ -177,6 +183,13 @@ pub struct SweepStats {
     pub pruned: u64,
     /// Pass 1 (bounds and list-schedule plans over the whole space).
     pub screen_time_s: f64,
+    /// Of which: the work bound of every point.
+    pub work_bound_time_s: f64,
+    /// Of which: plan bounds and achievable plans, with the points they were searched for and
+    /// those whose achievable plan raised the staircase.
+    pub plan_bound_time_s: f64,
+    pub plan_bounded: u64,
+    pub achievable_found: u64,
     pub sweep_time_s: f64,
 }
 
@@ -214,7 +227,7 @@ impl Sweep {
                 ]
             })
             .collect();
-        let sweep = Sweep {
+        let mut sweep = Sweep {
             workloads,
             space: SearchSpace::load(&record.space).map_err(input)?,
             devices: record.devices,
@@ -225,12 +238,14 @@ impl Sweep {
             prune: record.prune,
             solver,
             hardware_flops,
+            layer_work: Vec::new(),
         };
         sweep.validate()?;
+        sweep.layer_work = super::screen::layer_work(&sweep);
         Ok(sweep)
     }
 
-    fn points_per_config(&self) -> u64 {
+    pub(super) fn points_per_config(&self) -> u64 {
         (self.workloads.len()
             * self.hbm_bytes.len()
             * self.micro_batches.len()
@@ -238,21 +253,31 @@ impl Sweep {
     }
 
     /// Points of one hardware (configuration × HBM) and workload: every micro-batch × recompute.
-    fn points_per_hardware(&self) -> usize {
+    pub(super) fn points_per_hardware(&self) -> usize {
         self.micro_batches.len() * self.recompute.len()
     }
 
-    /// (configuration, workload, HBM index) of point `id`: [`Sweep::point_id`] undone.
-    fn point_hardware(&self, id: usize) -> (usize, usize, usize) {
-        let hardware = id / self.points_per_hardware();
+    /// (configuration, workload, HBM index) of point `id`.
+    pub(super) fn point_hardware(&self, id: usize) -> (usize, usize, usize) {
+        let (config, w, h, _, _) = self.point_parts(id);
+        (config, w, h)
+    }
+
+    /// (configuration, workload, HBM, micro-batch, recompute indices) of point `id`:
+    /// [`Sweep::point_id`] undone.
+    pub(super) fn point_parts(&self, id: usize) -> (usize, usize, usize, usize, usize) {
+        let nr = self.recompute.len();
+        let (rest, r) = (id / nr, id % nr);
+        let nm = self.micro_batches.len();
+        let (hardware, m) = (rest / nm, rest % nm);
         let nh = self.hbm_bytes.len();
         let (config_workload, h) = (hardware / nh, hardware % nh);
         let nw = self.workloads.len();
-        (config_workload / nw, config_workload % nw, h)
+        (config_workload / nw, config_workload % nw, h, m, r)
     }
 
     /// Id of a design point (see the module docs).
-    fn point_id(&self, config: usize, w: usize, h: usize, m: usize, r: usize) -> u64 {
+    pub(super) fn point_id(&self, config: usize, w: usize, h: usize, m: usize, r: usize) -> u64 {
         let (nw, nh, nm, nr) = (
             self.workloads.len() as u64,
             self.hbm_bytes.len() as u64,
@@ -287,70 +312,19 @@ impl Sweep {
     }
 
     /// Upper bound on the throughput of workload `w` under `recompute` on any chip of peak
-    /// `peak_flops` (see the module docs).
-    fn bound_samples_per_s(&self, w: usize, recompute: RecomputeMode, peak_flops: f64) -> f64 {
+    /// `peak_flops`: `global batch · devices · peak FLOP/s / hardware FLOPs`.
+    pub(super) fn peak_flop_bound(
+        &self,
+        w: usize,
+        recompute: RecomputeMode,
+        peak_flops: f64,
+    ) -> f64 {
         let workload = &self.workloads[w];
         let flops = self.hardware_flops[w][usize::from(recompute == RecomputeMode::Full)];
         if flops <= 0.0 {
             return f64::INFINITY;
         }
         workload.global_batch as f64 * f64::from(self.devices) * peak_flops / flops
-    }
-
-    /// The sound upper bound and the achievable throughput of one point (see the module docs);
-    /// `(None, None)` when no plan fits in memory.
-    fn screen_point(
-        &self,
-        w: usize,
-        cost: &CostModel,
-        hbm: u64,
-        micro_batch: u32,
-        recompute: RecomputeMode,
-        heuristic: &ScheduleCache,
-    ) -> (Option<f64>, Option<f64>) {
-        let workload = &self.workloads[w];
-        let peak = self.bound_samples_per_s(w, recompute, cost.arch().peak_tensor_flops());
-        let options = self.plan_options(hbm, micro_batch, recompute);
-        let bound = match throughput_bound(workload, cost, &options) {
-            Ok(Some(planned)) => Some(planned.min(peak)),
-            Ok(None) => None,
-            // Whatever stops the bound stops the evaluation too; it reports the reason.
-            Err(_) => Some(peak),
-        };
-        // No plan fits: skip the search, whose infeasible case also hunts for near misses.
-        let achievable = bound.and_then(|_| {
-            evaluate_on(workload, cost, &options, heuristic)
-                .ok()
-                .map(|e| e.plan.throughput_samples_per_s)
-        });
-        (bound, achievable)
-    }
-
-    /// The screen of every point of configuration `config`, in point order.
-    fn screen_config(&self, arch: &ArchConfig) -> Result<Vec<Screened>, SweepError> {
-        let cost = CostModel::new(arch);
-        let heuristic = ScheduleCache::new(SolverOptions {
-            use_ilp: false,
-            ..self.solver
-        })?;
-        let area_mm2 = area_breakdown(arch).total_mm2;
-        let mut out = Vec::with_capacity(self.points_per_config() as usize);
-        for w in 0..self.workloads.len() {
-            for &hbm in &self.hbm_bytes {
-                for &micro_batch in &self.micro_batches {
-                    for &recompute in &self.recompute {
-                        let (bound, achievable) =
-                            self.screen_point(w, &cost, hbm, micro_batch, recompute, &heuristic);
-                        out.push(Screened {
-                            area_mm2,
-                            bound,
-                            achievable,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(out)
     }
 
     /// Evaluates the points of configuration `config` that are not in `done`; those the
@@ -374,7 +348,8 @@ impl Sweep {
                         if done.contains(&id) {
                             continue;
                         }
-                        let bound = screen.points.get(id as usize).map(|p| p.bound);
+                        let screened = screen.points.get(id as usize);
+                        let bound = screened.map(|p| p.bound);
                         let pruned_by = hardware_beaten
                             .as_ref()
                             .and_then(|set| screen.point_beaten(self, w, id).map(|p| (p, set)));
@@ -396,6 +371,7 @@ impl Sweep {
                                 micro_batch,
                                 recompute,
                                 &cache,
+                                screened.and_then(|p| p.achievable),
                             ),
                             (Some((reason, set)), bound) => {
                                 let (status, reason) = match bound.flatten() {
@@ -424,7 +400,12 @@ impl Sweep {
         Ok(rows)
     }
 
-    fn plan_options(&self, hbm: u64, micro_batch: u32, recompute: RecomputeMode) -> PlanOptions {
+    pub(super) fn plan_options(
+        &self,
+        hbm: u64,
+        micro_batch: u32,
+        recompute: RecomputeMode,
+    ) -> PlanOptions {
         PlanOptions {
             hbm_bytes: Some(hbm),
             micro_batches: vec![micro_batch],
@@ -433,6 +414,10 @@ impl Sweep {
         }
     }
 
+    /// The exact point. A plan on list schedules reaching `achievable` samples/s exists and
+    /// the ILP schedules are no slower, so the plan search only looks at plans at least that
+    /// fast (falling back to the full search should rounding leave none).
+    #[allow(clippy::too_many_arguments)]
     fn evaluate_point(
         &self,
         workload: &Workload,
@@ -441,9 +426,34 @@ impl Sweep {
         micro_batch: u32,
         recompute: RecomputeMode,
         cache: &ScheduleCache,
+        achievable: Option<f64>,
     ) -> DesignRow {
         let arch = cost.arch();
         let options = self.plan_options(hbm, micro_batch, recompute);
+        if let Some(a) = achievable {
+            // A width whose plan bound is below `a` cannot hold the best plan: skip its ILPs.
+            let widths = tensor_widths(workload, &options)
+                .into_iter()
+                .filter(|&t| {
+                    let one = PlanOptions {
+                        only_widths: Some(vec![t]),
+                        ..options.clone()
+                    };
+                    !matches!(
+                        throughput_bound(workload, cost, &one, a),
+                        Ok(PlanBound::Below(_) | PlanBound::NoPlanFits)
+                    )
+                })
+                .collect();
+            let narrowed = PlanOptions {
+                only_widths: Some(widths),
+                ..options.clone()
+            };
+            let bound_s = workload.global_batch as f64 / a * (1.0 + BOUND_SLACK);
+            if let Ok(Some(e)) = evaluate_faster_than(workload, cost, &narrowed, cache, bound_s) {
+                return DesignRow::evaluated(arch, &e);
+            }
+        }
         match evaluate_on(workload, cost, &options, cache) {
             Ok(e) => DesignRow::evaluated(arch, &e),
             Err(err) => DesignRow::failed(
@@ -457,153 +467,10 @@ impl Sweep {
         }
     }
 
-    fn config(&self, index: usize) -> Result<ArchConfig, SweepError> {
+    pub(super) fn config(&self, index: usize) -> Result<ArchConfig, SweepError> {
         self.space
             .get(index)
             .ok_or_else(|| SweepError::Input(format!("configuration {index} is outside the space")))
-    }
-
-    /// The screen of the whole space (pass 1), or an empty one when pruning is off.
-    fn screen(&self, progress: bool) -> Result<Screen, SweepError> {
-        if !self.prune || self.objective == Objective::Energy {
-            return Ok(Screen::default());
-        }
-        let bar = progress_bar(progress, self.space.len() as u64, "screening");
-        let per_config: Vec<Vec<Screened>> = (0..self.space.len())
-            .into_par_iter()
-            .map(|c| {
-                let rows = self.screen_config(&self.config(c)?);
-                bar.inc(1);
-                rows
-            })
-            .collect::<Result<_, SweepError>>()?;
-        bar.finish_and_clear();
-        Ok(Screen::new(
-            self,
-            per_config.into_iter().flatten().collect(),
-        ))
-    }
-}
-
-/// One point's screen: its area, sound upper bound and achievable throughput (samples/s).
-#[derive(Debug, Clone, Copy)]
-struct Screened {
-    area_mm2: f64,
-    /// `None`: no plan fits in memory.
-    bound: Option<f64>,
-    /// `None`: the list-schedule plan search found no plan.
-    achievable: Option<f64>,
-}
-
-/// Pass 1 over the whole space, indexed for "the best achievable at no larger area".
-#[derive(Debug, Default)]
-struct Screen {
-    /// By point id; empty when pruning is off.
-    points: Vec<Screened>,
-    /// Per workload: (area, running maximum of achievable samples/s up to this area, the point
-    /// reaching it), by area.
-    per_workload: Vec<Vec<(f64, f64, u64)>>,
-    /// Per hardware (configuration × HBM): (area, running maximum of the mean over workloads of
-    /// the best achievable, the configuration reaching it), by area. Several workloads only.
-    per_hardware: Vec<(f64, f64, u64)>,
-}
-
-/// Per hardware (configuration, HBM index): its area and each workload's best achievable
-/// samples/s (`None` until one is found).
-type HardwareBest = (f64, Vec<Option<f64>>);
-
-/// Sorts (area, value, id) by area and replaces each value by the maximum so far (strictly
-/// larger values move the witness).
-fn running_max(mut entries: Vec<(f64, f64, u64)>) -> Vec<(f64, f64, u64)> {
-    entries.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
-    let mut best = (f64::NEG_INFINITY, 0);
-    for e in &mut entries {
-        if e.1 > best.0 {
-            best = (e.1, e.2);
-        }
-        (e.1, e.2) = best;
-    }
-    entries
-}
-
-/// The running maximum at the largest area ≤ `area_mm2`.
-fn best_up_to(entries: &[(f64, f64, u64)], area_mm2: f64) -> Option<(f64, f64, u64)> {
-    let n = entries.partition_point(|e| e.0 <= area_mm2);
-    n.checked_sub(1).map(|i| entries[i])
-}
-
-impl Screen {
-    fn new(sweep: &Sweep, points: Vec<Screened>) -> Screen {
-        let mut per_workload = vec![Vec::new(); sweep.workloads.len()];
-        let mut hardware: BTreeMap<(usize, usize), HardwareBest> = BTreeMap::new();
-        for (id, p) in points.iter().enumerate() {
-            let (config, w, h) = sweep.point_hardware(id);
-            let Some(thr) = p.achievable else {
-                continue;
-            };
-            per_workload[w].push((p.area_mm2, thr, id as u64));
-            let slots = &mut hardware
-                .entry((config, h))
-                .or_insert_with(|| (p.area_mm2, vec![None; sweep.workloads.len()]))
-                .1;
-            slots[w] = Some(slots[w].map_or(thr, |s: f64| s.max(thr)));
-        }
-        let per_hardware = hardware
-            .into_iter()
-            .filter_map(|((config, _), (area, best))| {
-                let best: Vec<f64> = best.into_iter().collect::<Option<_>>()?;
-                Some((
-                    area,
-                    best.iter().sum::<f64>() / best.len() as f64,
-                    config as u64,
-                ))
-            })
-            .collect();
-        Screen {
-            points,
-            per_workload: per_workload.into_iter().map(running_max).collect(),
-            per_hardware: running_max(per_hardware),
-        }
-    }
-
-    /// Why point `id` of workload `w` is dominated, or `None` if it might matter.
-    fn point_beaten(&self, sweep: &Sweep, w: usize, id: u64) -> Option<String> {
-        let p = self.points.get(id as usize)?;
-        let bound = p.bound.unwrap_or(0.0);
-        let (area, thr, by) = best_up_to(&self.per_workload[w], p.area_mm2)?;
-        (thr > bound).then(|| {
-            format!(
-                "{}: at most {bound:.4e} samples/s < {thr:.4e} reachable by point {by} at {area:.1} mm²",
-                sweep.workloads[w].name
-            )
-        })
-    }
-
-    /// With several workloads: why hardware (`config`, HBM index `h`) is not the best for the
-    /// set (an empty string with one workload), or `None` if it might be.
-    fn hardware_beaten(&self, sweep: &Sweep, config: usize, h: usize) -> Option<String> {
-        if self.points.is_empty() {
-            return None;
-        }
-        if sweep.workloads.len() == 1 {
-            return Some(String::new());
-        }
-        let per_hbm = sweep.points_per_hardware();
-        let mut bounds = Vec::with_capacity(sweep.workloads.len());
-        let mut area_mm2 = 0.0;
-        for w in 0..sweep.workloads.len() {
-            let first = sweep.point_id(config, w, h, 0, 0) as usize;
-            let points = &self.points[first..first + per_hbm];
-            area_mm2 = points[0].area_mm2;
-            bounds.push(points.iter().filter_map(|p| p.bound).fold(0.0, f64::max));
-        }
-        let mean_bound = bounds.iter().sum::<f64>() / bounds.len() as f64;
-        let (area, mean, by) = best_up_to(&self.per_hardware, area_mm2)?;
-        (mean > mean_bound).then(|| {
-            format!(
-                "; mean over workloads at most {mean_bound:.4e} < {mean:.4e} reachable by configuration {by} at {area:.1} mm²"
-            )
-        })
     }
 }
 
@@ -683,9 +550,18 @@ pub fn run_sweep(
         configurations: owned.len(),
         points: owned.len() as u64 * per_config,
         screen_time_s,
+        work_bound_time_s: screen.stats.work_bound_time_s,
+        plan_bound_time_s: screen.stats.plan_bound_time_s,
+        plan_bounded: screen.stats.plan_bounded,
+        achievable_found: screen.stats.achievable_found,
         ..SweepStats::default()
     };
-    let bar = progress_bar(options.progress, owned.len() as u64, "evaluating");
+    let bar = progress_bar(
+        options.progress,
+        owned.len() as u64,
+        "evaluating",
+        "configurations",
+    );
     let chunk = rayon::current_num_threads().max(1) * CHUNK_PER_THREAD;
     let mut file = OpenOptions::new()
         .create(true)
@@ -729,15 +605,15 @@ pub fn run_sweep(
     Ok(stats)
 }
 
-fn progress_bar(show: bool, len: u64, what: &str) -> indicatif::ProgressBar {
+pub(super) fn progress_bar(show: bool, len: u64, what: &str, unit: &str) -> indicatif::ProgressBar {
     if !show {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg} {bar:40} {pos}/{len} configurations  {per_sec}  ETA {eta}",
-        )
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{msg}} {{bar:40}} {{pos}}/{{len}} {unit}  {{per_sec}}  ETA {{eta}}"
+        ))
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar.set_message(what.to_string());

@@ -49,6 +49,9 @@ pub enum VectorOp {
     CrossEntropy,
     /// Optimizer / generic update: a few fused multiply-adds per element.
     Update,
+    /// Sums over tokens, one value per column (`row_len` columns): the gradients of biases and
+    /// of norm weights, a separate kernel after the weight-gradient GEMM or the norm's backward.
+    ColumnSum,
 }
 
 /// Whether a vector kernel is a forward primitive or its backward, which reads the incoming

@@ -288,6 +288,23 @@ impl Workload {
         }
     }
 
+    /// The optimizer step over `params` parameters: Adam reads the fp32 weights, gradients and
+    /// both moments and writes back the weights and moments (28 B per parameter, as Megatron's
+    /// fused Adam on fp32 main parameters and gradients); SGD reads weights and gradients and
+    /// writes the weights.
+    pub fn optimizer_step_op(&self, params: u64) -> Op {
+        match self.optimizer {
+            Optimizer::Adam => ops::vector("optimizer_step", VectorOp::Update, params, 1, 4),
+            Optimizer::Sgd => ops::vector(
+                "optimizer_step",
+                VectorOp::Add,
+                params,
+                1,
+                self.precision.bytes(),
+            ),
+        }
+    }
+
     /// Tokens per sample.
     pub fn tokens_per_sample(&self) -> u64 {
         self.seq_len

@@ -20,7 +20,11 @@ pub(crate) fn mul(factors: &[u64]) -> u64 {
 /// Floating-point operations per element of a vector primitive (a multiply-add counts 2).
 fn flops_per_element(op: VectorOp) -> f64 {
     match op {
-        VectorOp::Add | VectorOp::Mul | VectorOp::Relu | VectorOp::Embedding => 1.0,
+        VectorOp::Add
+        | VectorOp::Mul
+        | VectorOp::Relu
+        | VectorOp::Embedding
+        | VectorOp::ColumnSum => 1.0,
         VectorOp::Dropout => 2.0,
         VectorOp::Rotary => 3.0,
         VectorOp::Silu | VectorOp::RmsNorm | VectorOp::Update => 4.0,
@@ -53,9 +57,11 @@ pub(crate) fn gemm(name: &str, batch: u64, m: u64, n: u64, k: u64, elem_bytes: u
 /// A vector primitive over `elements` values in rows of `row_len`.
 pub(crate) fn vector(name: &str, op: VectorOp, elements: u64, row_len: u64, elem_bytes: u32) -> Op {
     let e = u64::from(elem_bytes);
-    // The loss writes one fp32 value per row; everything else writes a tensor like its input.
+    // The loss writes one fp32 value per row, column sums one value per column; everything
+    // else writes a tensor like its input.
     let bytes_written = match op {
         VectorOp::CrossEntropy => mul(&[elements / row_len.max(1), 4]),
+        VectorOp::ColumnSum => mul(&[row_len, e]),
         _ => mul(&[elements, e]),
     };
     Op {
@@ -118,6 +124,20 @@ pub(crate) fn vector_backward(fwd: &Op) -> Op {
         op.bytes_read = mul(&[inputs + 1, elements, e]);
         op.bytes_written = mul(&[inputs, elements, e]);
     }
+    op
+}
+
+/// A backward column sum over `elements` values in rows of `row_len` (the columns): a bias
+/// gradient reads the output gradient; a norm's weight gradients read the output gradient and
+/// the saved input (`elements` counts both).
+pub(crate) fn column_sum(name: &str, elements: u64, row_len: u64, elem_bytes: u32) -> Op {
+    let mut op = vector(name, VectorOp::ColumnSum, elements, row_len, elem_bytes);
+    op.kind = OpKind::Vector {
+        op: VectorOp::ColumnSum,
+        elements,
+        row_len,
+        pass: Pass::Backward,
+    };
     op
 }
 
@@ -235,6 +255,20 @@ pub(crate) fn standard_backward(fwd: &Op, weight_operand: bool) -> (Vec<(Op, Fee
                 (gemm_grad_b(fwd, "grad_b"), Feeds::All),
             ],
             Vec::new(),
+        ),
+        OpKind::Vector {
+            op: VectorOp::LayerNorm | VectorOp::RmsNorm,
+            elements,
+            row_len,
+            ..
+        } => (
+            vec![(vector_backward(fwd), Feeds::All)],
+            vec![column_sum(
+                &format!("{}.wgrad", fwd.name),
+                2 * elements,
+                row_len,
+                fwd.elem_bytes,
+            )],
         ),
         OpKind::Vector { .. } => (vec![(vector_backward(fwd), Feeds::All)], Vec::new()),
         OpKind::Collective { .. } => (vec![(collective_backward(fwd), Feeds::All)], Vec::new()),

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, VectorOp};
+use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, VectorOp};
 use super::ops::{
-    build_graphs, collective, gemm, gemm_grad_a, gemm_grad_b, mul, vector, Feeds, Node,
+    build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector, Feeds, Node,
 };
 use super::{Family, Model, Optimizer, Precision, Workload};
 use crate::error::InputError;
@@ -212,6 +212,22 @@ impl Builder {
     }
     fn op(&mut self, op: Op, preds: &[usize], weight_operand: bool) -> usize {
         self.push(Node::op(op, preds.to_vec(), weight_operand))
+    }
+    /// A GEMM by a weight; with `bias`, its backward also sums the output gradient over the
+    /// tokens (Megatron's linear layers: `grad_output.sum(0)`, a kernel of its own).
+    fn linear(&mut self, op: Op, preds: &[usize], bias: bool) -> usize {
+        let bias_grad = match op.kind {
+            OpKind::Gemm { batch, m, n, .. } if bias => Some(column_sum(
+                &format!("{}.bias_grad", op.name),
+                batch * m * n,
+                n,
+                op.elem_bytes,
+            )),
+            _ => None,
+        };
+        let node = self.op(op, preds, true);
+        self.nodes[node].leaf.extend(bias_grad);
+        node
     }
     /// Megatron's `f` before a column-parallel GEMM: identity forward and all-reduce backward;
     /// under sequence parallelism an all-gather forward (reduce-scatter backward).
@@ -490,10 +506,10 @@ impl Template {
 
         let ln1 = bld.op(vector("ln1", self.norm(), local, h, e), &[], false);
         let x = bld.enter_parallel("tp_attn_in", ln1, shape);
-        let qkv = bld.op(
+        let qkv = bld.linear(
             gemm("qkv", 1, tokens, self.qkv_width() / tp, h, e),
             &[x],
-            true,
+            self.has_bias(),
         );
         let qk_in = if self.family == Family::Llama {
             let rotary = vector("rotary", VectorOp::Rotary, tokens * (h + kvd) / tp, d, e);
@@ -526,7 +542,11 @@ impl Template {
             preds: vec![probs, qkv],
             leaf: Vec::new(),
         });
-        let proj = bld.op(gemm("proj", 1, tokens, h, h / tp, e), &[av], true);
+        let proj = bld.linear(
+            gemm("proj", 1, tokens, h, h / tp, e),
+            &[av],
+            self.has_bias(),
+        );
         let y = bld.leave_parallel("tp_attn_out", proj, shape);
         let y = if self.has_dropout() {
             bld.op(
@@ -542,8 +562,8 @@ impl Template {
         let x = bld.enter_parallel("tp_mlp_in", ln2, shape);
         let act = match self.family {
             Family::Llama => {
-                let gate = bld.op(gemm("ffn_gate", 1, tokens, f, h, e), &[x], true);
-                let up = bld.op(gemm("ffn_up", 1, tokens, f, h, e), &[x], true);
+                let gate = bld.linear(gemm("ffn_gate", 1, tokens, f, h, e), &[x], self.has_bias());
+                let up = bld.linear(gemm("ffn_up", 1, tokens, f, h, e), &[x], self.has_bias());
                 let silu = bld.op(
                     vector("silu", VectorOp::Silu, tokens * f, 1, e),
                     &[gate],
@@ -556,7 +576,7 @@ impl Template {
                 )
             }
             family => {
-                let up = bld.op(gemm("ffn_up", 1, tokens, f, h, e), &[x], true);
+                let up = bld.linear(gemm("ffn_up", 1, tokens, f, h, e), &[x], self.has_bias());
                 let op = if family == Family::Opt {
                     VectorOp::Relu
                 } else {
@@ -570,7 +590,11 @@ impl Template {
                 bld.op(vector(name, op, tokens * f, 1, e), &[up], false)
             }
         };
-        let down = bld.op(gemm("ffn_down", 1, tokens, h, f, e), &[act], true);
+        let down = bld.linear(
+            gemm("ffn_down", 1, tokens, h, f, e),
+            &[act],
+            self.has_bias(),
+        );
         let y = bld.leave_parallel("tp_mlp_out", down, shape);
         let y = if self.has_dropout() {
             bld.op(
@@ -632,7 +656,11 @@ impl Template {
         let local = local_tokens * h;
         let x = if self.family == Family::Bert {
             // Masked-LM transform: a replicated dense layer, GeLU and layernorm.
-            let dense = bld.op(gemm("mlm_dense", 1, local_tokens, h, h, e), &[], true);
+            let dense = bld.linear(
+                gemm("mlm_dense", 1, local_tokens, h, h, e),
+                &[],
+                self.has_bias(),
+            );
             let gelu = bld.op(
                 vector("mlm_gelu", VectorOp::Gelu, local, 1, e),
                 &[dense],

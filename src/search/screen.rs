@@ -1,0 +1,483 @@
+//! The sweep's screen (pass 1): which design points are provably dominated, found without the
+//! ILP and, for most points, without a plan search.
+//!
+//! Three bounds of increasing cost, a branch and bound between them:
+//!
+//! 1. **Work bound** (every point, no plan search): each micro-batch keeps `t` devices busy
+//!    for at least the summed schedule lower bounds of every layer (forward, backward,
+//!    recomputation), and the `devices` share that work, so samples/s ≤ `devices · b /
+//!    min_t (t · Σ bounds)`, also capped by the peak-FLOP bound. It ignores memory, bubbles
+//!    and communication, and depends on neither HBM size nor plan.
+//! 2. **Plan bound**: the plan search on per-layer lower bounds with free communication
+//!    ([`throughput_bound`]); it also finds points where no plan fits in memory.
+//! 3. **Achievable**: the plan search on list schedules, a real schedule, so the exact point
+//!    is at least as fast.
+//!
+//! Points are visited in order of falling work bound. Per workload, a staircase holds the
+//! best achievable throughput at each area so far. A point whose bound is below the staircase
+//! at its area is pruned (strictly dominated: some point of no larger area is faster). Any
+//! other point gets its plan bound, searched only for plans that beat the staircase; if it
+//! still might matter, its achievable throughput (again only above the staircase) raises the
+//! staircase. Points are taken in batches of fixed size, evaluated in parallel, and the
+//! staircase is updated between batches in visiting order, so the result does not depend on
+//! the thread count.
+//!
+//! With several workloads the hardware (configuration × HBM) must also be beaten on the mean
+//! over workloads, so the screen also fills in, for every hardware that has an achievable
+//! throughput for some workload, one for each other workload (at its highest-bound point).
+
+use super::sweep::{progress_bar, Sweep, SweepError};
+use super::{evaluate_faster_than, throughput_bound, LayerWork, PlanBound, PlanOptions};
+use crate::arch::area_breakdown;
+use crate::cost::CostModel;
+use crate::placement::RecomputeMode;
+use crate::schedule::{ScheduleCache, SolverOptions};
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Points priced between two staircase updates. Fixed (not the thread count) so that every
+/// machine prunes the same points.
+const BATCH: usize = 16;
+
+/// One point's screen: its area, upper bound and achievable throughput (samples/s).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Screened {
+    pub area_mm2: f64,
+    /// `None`: no plan fits in memory.
+    pub bound: Option<f64>,
+    /// `None`: not searched, or no plan beat the staircase when it was.
+    pub achievable: Option<f64>,
+}
+
+/// Time and work per stage of the screen.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct ScreenStats {
+    pub work_bound_time_s: f64,
+    pub plan_bound_time_s: f64,
+    /// Points whose plan bound was searched.
+    pub plan_bounded: u64,
+    /// Points with an achievable throughput above the staircase when searched.
+    pub achievable_found: u64,
+}
+
+/// Pass 1 over the whole space, indexed for "the best achievable at no larger area".
+#[derive(Debug, Default)]
+pub(super) struct Screen {
+    /// By point id; empty when pruning is off.
+    pub points: Vec<Screened>,
+    /// Per workload: (area, running maximum of achievable samples/s up to this area, the point
+    /// reaching it), by area.
+    per_workload: Vec<Vec<(f64, f64, u64)>>,
+    /// Per hardware (configuration × HBM): (area, running maximum of the mean over workloads of
+    /// the best achievable, the configuration reaching it), by area. Several workloads only.
+    per_hardware: Vec<(f64, f64, u64)>,
+    pub stats: ScreenStats,
+}
+
+/// Per hardware (configuration, HBM index): its area and each workload's best achievable
+/// samples/s (`None` until one is found).
+type HardwareBest = (f64, Vec<Option<f64>>);
+
+/// The best achievable throughput at each area found so far, kept as a staircase: areas
+/// rising, values strictly rising (keys are the areas' bits, ordered as the positive areas).
+#[derive(Debug, Default)]
+struct Staircase(BTreeMap<u64, f64>);
+
+impl Staircase {
+    /// The best value at an area ≤ `area_mm2`, 0 when none.
+    fn up_to(&self, area_mm2: f64) -> f64 {
+        self.0
+            .range(..=area_mm2.to_bits())
+            .next_back()
+            .map_or(0.0, |(_, &v)| v)
+    }
+
+    fn insert(&mut self, area_mm2: f64, value: f64) {
+        if self.up_to(area_mm2) >= value {
+            return;
+        }
+        let key = area_mm2.to_bits();
+        let beaten: Vec<u64> = self
+            .0
+            .range(key..)
+            .take_while(|(_, &v)| v <= value)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in beaten {
+            self.0.remove(&k);
+        }
+        self.0.insert(key, value);
+    }
+}
+
+/// Sorts (area, value, id) by area and replaces each value by the maximum so far (strictly
+/// larger values move the witness).
+fn running_max(mut entries: Vec<(f64, f64, u64)>) -> Vec<(f64, f64, u64)> {
+    entries.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
+    let mut best = (f64::NEG_INFINITY, 0);
+    for e in &mut entries {
+        if e.1 > best.0 {
+            best = (e.1, e.2);
+        }
+        (e.1, e.2) = best;
+    }
+    entries
+}
+
+/// The running maximum at the largest area ≤ `area_mm2`.
+fn best_up_to(entries: &[(f64, f64, u64)], area_mm2: f64) -> Option<(f64, f64, u64)> {
+    let n = entries.partition_point(|e| e.0 <= area_mm2);
+    n.checked_sub(1).map(|i| entries[i])
+}
+
+/// Per workload and micro-batch, the unique layers at every tensor width the sweep searches
+/// (widths whose layer graph cannot be built are left out; evaluation reports them).
+pub(super) fn layer_work(sweep: &Sweep) -> Vec<Vec<Vec<LayerWork>>> {
+    sweep
+        .workloads
+        .iter()
+        .map(|workload| {
+            let widths = workload.valid_tp(PlanOptions::searching(sweep.devices).max_tp);
+            let widths: Vec<u32> = widths.into_iter().filter(|&t| t <= sweep.devices).collect();
+            sweep
+                .micro_batches
+                .iter()
+                .map(|&b| {
+                    widths
+                        .iter()
+                        .filter_map(|&t| LayerWork::new(workload, t, b).ok())
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn recompute_index(mode: RecomputeMode) -> usize {
+    match mode {
+        RecomputeMode::None => 0,
+        RecomputeMode::Selective => 1,
+        RecomputeMode::Full => 2,
+    }
+}
+
+impl Sweep {
+    /// Stage 1 for every point of configuration `config`, in point order.
+    fn work_bounds(&self, config: usize) -> Result<Vec<Screened>, SweepError> {
+        let arch = self.config(config)?;
+        let cost = CostModel::new(&arch);
+        let area_mm2 = area_breakdown(&arch).total_mm2;
+        let peak_flops = arch.peak_tensor_flops();
+        let mut out = Vec::with_capacity(self.points_per_config() as usize);
+        for (w, per_micro_batch) in self.layer_work.iter().enumerate() {
+            // Per micro-batch and recompute mode: the least busy device-seconds over widths.
+            let mut busy = Vec::with_capacity(per_micro_batch.len());
+            for widths in per_micro_batch {
+                let mut least = [f64::INFINITY; 3];
+                for work in widths {
+                    let b = work.busy_s(&cost)?;
+                    for (l, b) in least.iter_mut().zip(b) {
+                        *l = l.min(b);
+                    }
+                }
+                busy.push(least);
+            }
+            for _ in &self.hbm_bytes {
+                for (m, &micro_batch) in self.micro_batches.iter().enumerate() {
+                    for &recompute in &self.recompute {
+                        let peak = self.peak_flop_bound(w, recompute, peak_flops);
+                        let busy_s = busy[m][recompute_index(recompute)];
+                        let work = f64::from(self.devices) * f64::from(micro_batch) / busy_s;
+                        out.push(Screened {
+                            area_mm2,
+                            bound: Some(if busy_s > 0.0 { work.min(peak) } else { peak }),
+                            achievable: None,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stages 2 and 3 for point `id`, searching only for plans above `staircase` samples/s
+    /// (0: every plan). Returns its bound and achievable throughput.
+    fn refine_point(
+        &self,
+        id: usize,
+        work_bound: f64,
+        staircase: f64,
+    ) -> Result<(Option<f64>, Option<f64>), SweepError> {
+        let (config, w, h, m, r) = self.point_parts(id);
+        let workload = &self.workloads[w];
+        let arch = self.config(config)?;
+        let cost = CostModel::new(&arch);
+        let options =
+            self.plan_options(self.hbm_bytes[h], self.micro_batches[m], self.recompute[r]);
+        let bound = match throughput_bound(workload, &cost, &options, staircase) {
+            Ok(PlanBound::NoPlanFits) => return Ok((None, None)),
+            Ok(PlanBound::Below(b)) => return Ok((Some(b.min(work_bound)), None)),
+            Ok(PlanBound::AtMost(b)) => b.min(work_bound),
+            // Whatever stops the bound stops the evaluation too; it reports the reason.
+            Err(_) => work_bound,
+        };
+        if bound < staircase {
+            return Ok((Some(bound), None));
+        }
+        let achievable = self.achievable(workload, &cost, &options, staircase)?;
+        Ok((Some(bound), achievable))
+    }
+
+    /// Samples/s of the best list-schedule plan above `staircase` samples/s (0: any plan).
+    fn achievable(
+        &self,
+        workload: &crate::workload::Workload,
+        cost: &CostModel,
+        options: &PlanOptions,
+        staircase: f64,
+    ) -> Result<Option<f64>, SweepError> {
+        let heuristic = ScheduleCache::new(SolverOptions {
+            use_ilp: false,
+            ..self.solver
+        })?;
+        // A finite bound also skips the hunt for near misses when no plan fits.
+        let bound_s = if staircase > 0.0 {
+            workload.global_batch as f64 / staircase
+        } else {
+            f64::MAX
+        };
+        Ok(
+            evaluate_faster_than(workload, cost, options, &heuristic, bound_s)
+                .ok()
+                .flatten()
+                .map(|e| e.plan.throughput_samples_per_s),
+        )
+    }
+
+    /// The screen of the whole space (pass 1), or an empty one when pruning is off.
+    pub(super) fn screen(&self, progress: bool) -> Result<Screen, SweepError> {
+        if !self.prune || self.objective == super::Objective::Energy {
+            return Ok(Screen::default());
+        }
+        let mut stats = ScreenStats::default();
+        let started = Instant::now();
+        let bar = progress_bar(
+            progress,
+            self.space.len() as u64,
+            "work bounds",
+            "configurations",
+        );
+        let per_config: Vec<Vec<Screened>> = (0..self.space.len())
+            .into_par_iter()
+            .map(|c| {
+                let rows = self.work_bounds(c);
+                bar.inc(1);
+                rows
+            })
+            .collect::<Result<_, SweepError>>()?;
+        bar.finish_and_clear();
+        let mut points: Vec<Screened> = per_config.into_iter().flatten().collect();
+        stats.work_bound_time_s = started.elapsed().as_secs_f64();
+
+        let started = Instant::now();
+        // Highest bound first; among equal bounds (the HBM sizes of one point) the largest HBM,
+        // which fits most plans.
+        let mut order: Vec<usize> = (0..points.len()).collect();
+        let bound_of = |p: &Screened| p.bound.unwrap_or(0.0);
+        order.sort_by(|&a, &b| {
+            bound_of(&points[b])
+                .total_cmp(&bound_of(&points[a]))
+                .then_with(|| {
+                    let hbm = |id| self.hbm_bytes[self.point_parts(id).2];
+                    hbm(b).cmp(&hbm(a))
+                })
+                .then(a.cmp(&b))
+        });
+        let mut stairs: Vec<Staircase> = (0..self.workloads.len())
+            .map(|_| Staircase::default())
+            .collect();
+        let bar = progress_bar(progress, order.len() as u64, "plan bounds", "points");
+        let mut next = 0;
+        loop {
+            let mut batch = Vec::with_capacity(BATCH);
+            while batch.len() < BATCH && next < order.len() {
+                let id = order[next];
+                next += 1;
+                let p = points[id];
+                let staircase = stairs[self.point_parts(id).1].up_to(p.area_mm2);
+                if staircase <= bound_of(&p) {
+                    batch.push((id, bound_of(&p), staircase));
+                }
+            }
+            bar.set_position(next as u64);
+            if batch.is_empty() {
+                break;
+            }
+            let refined: Vec<(Option<f64>, Option<f64>)> = batch
+                .par_iter()
+                .map(|&(id, work, staircase)| self.refine_point(id, work, staircase))
+                .collect::<Result<_, SweepError>>()?;
+            for (&(id, _, _), (bound, achievable)) in batch.iter().zip(refined) {
+                stats.plan_bounded += 1;
+                let p = &mut points[id];
+                p.bound = bound;
+                p.achievable = achievable;
+                if let Some(a) = achievable {
+                    stairs[self.point_parts(id).1].insert(p.area_mm2, a);
+                }
+                stats.achievable_found += u64::from(achievable.is_some());
+            }
+        }
+        bar.finish_and_clear();
+        if self.workloads.len() > 1 {
+            self.fill_hardware(&mut points)?;
+        }
+        stats.plan_bound_time_s = started.elapsed().as_secs_f64();
+        let mut screen = Screen::new(self, points);
+        screen.stats = stats;
+        Ok(screen)
+    }
+
+    /// Several workloads: for every hardware with an achievable throughput for some workload,
+    /// searches one for each workload that has none (at its highest-bound point), so the
+    /// hardware can witness the mean-over-workloads rule.
+    fn fill_hardware(&self, points: &mut [Screened]) -> Result<(), SweepError> {
+        let per_hardware = self.points_per_hardware();
+        let hardware_count = self.space.len() * self.hbm_bytes.len();
+        let mut missing = Vec::new();
+        for hw in 0..hardware_count {
+            let (config, h) = (hw / self.hbm_bytes.len(), hw % self.hbm_bytes.len());
+            let first = |w| self.point_id(config, w, h, 0, 0) as usize;
+            let range = |w| first(w)..first(w) + per_hardware;
+            let has = |w| points[range(w)].iter().any(|p| p.achievable.is_some());
+            if !(0..self.workloads.len()).any(has) {
+                continue;
+            }
+            for w in (0..self.workloads.len()).filter(|&w| !has(w)) {
+                let best = range(w)
+                    .filter(|&id| points[id].bound.is_some())
+                    .max_by(|&a, &b| {
+                        let bound = |id: usize| points[id].bound.unwrap_or(0.0);
+                        bound(a).total_cmp(&bound(b)).then(b.cmp(&a))
+                    });
+                missing.extend(best);
+            }
+        }
+        let found: Vec<Option<f64>> = missing
+            .par_iter()
+            .map(|&id| {
+                let (config, w, h, m, r) = self.point_parts(id);
+                let arch = self.config(config)?;
+                let cost = CostModel::new(&arch);
+                let options =
+                    self.plan_options(self.hbm_bytes[h], self.micro_batches[m], self.recompute[r]);
+                self.achievable(&self.workloads[w], &cost, &options, 0.0)
+            })
+            .collect::<Result<_, SweepError>>()?;
+        for (id, achievable) in missing.into_iter().zip(found) {
+            points[id].achievable = achievable;
+        }
+        Ok(())
+    }
+}
+
+impl Screen {
+    fn new(sweep: &Sweep, points: Vec<Screened>) -> Screen {
+        let mut per_workload = vec![Vec::new(); sweep.workloads.len()];
+        let mut hardware: BTreeMap<(usize, usize), HardwareBest> = BTreeMap::new();
+        for (id, p) in points.iter().enumerate() {
+            let (config, w, h) = sweep.point_hardware(id);
+            let Some(thr) = p.achievable else {
+                continue;
+            };
+            per_workload[w].push((p.area_mm2, thr, id as u64));
+            let slots = &mut hardware
+                .entry((config, h))
+                .or_insert_with(|| (p.area_mm2, vec![None; sweep.workloads.len()]))
+                .1;
+            slots[w] = Some(slots[w].map_or(thr, |s: f64| s.max(thr)));
+        }
+        let per_hardware = hardware
+            .into_iter()
+            .filter_map(|((config, _), (area, best))| {
+                let best: Vec<f64> = best.into_iter().collect::<Option<_>>()?;
+                Some((
+                    area,
+                    best.iter().sum::<f64>() / best.len() as f64,
+                    config as u64,
+                ))
+            })
+            .collect();
+        Screen {
+            points,
+            per_workload: per_workload.into_iter().map(running_max).collect(),
+            per_hardware: running_max(per_hardware),
+            stats: ScreenStats::default(),
+        }
+    }
+
+    /// Why point `id` of workload `w` is dominated, or `None` if it might matter.
+    pub(super) fn point_beaten(&self, sweep: &Sweep, w: usize, id: u64) -> Option<String> {
+        let p = self.points.get(id as usize)?;
+        let bound = p.bound.unwrap_or(0.0);
+        let (area, thr, by) = best_up_to(&self.per_workload[w], p.area_mm2)?;
+        (thr > bound).then(|| {
+            format!(
+                "{}: at most {bound:.4e} samples/s < {thr:.4e} reachable by point {by} at {area:.1} mm²",
+                sweep.workloads[w].name
+            )
+        })
+    }
+
+    /// With several workloads: why hardware (`config`, HBM index `h`) is not the best for the
+    /// set (an empty string with one workload), or `None` if it might be.
+    pub(super) fn hardware_beaten(&self, sweep: &Sweep, config: usize, h: usize) -> Option<String> {
+        if self.points.is_empty() {
+            return None;
+        }
+        if sweep.workloads.len() == 1 {
+            return Some(String::new());
+        }
+        let per_hbm = sweep.points_per_hardware();
+        let mut bounds = Vec::with_capacity(sweep.workloads.len());
+        let mut area_mm2 = 0.0;
+        for w in 0..sweep.workloads.len() {
+            let first = sweep.point_id(config, w, h, 0, 0) as usize;
+            let points = &self.points[first..first + per_hbm];
+            area_mm2 = points[0].area_mm2;
+            bounds.push(points.iter().filter_map(|p| p.bound).fold(0.0, f64::max));
+        }
+        let mean_bound = bounds.iter().sum::<f64>() / bounds.len() as f64;
+        let (area, mean, by) = best_up_to(&self.per_hardware, area_mm2)?;
+        (mean > mean_bound).then(|| {
+            format!(
+                "; mean over workloads at most {mean_bound:.4e} < {mean:.4e} reachable by configuration {by} at {area:.1} mm²"
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Staircase;
+
+    #[test]
+    fn staircase_keeps_the_best_at_no_larger_area() {
+        let mut s = Staircase::default();
+        assert_eq!(s.up_to(10.0), 0.0);
+        s.insert(10.0, 5.0);
+        s.insert(20.0, 4.0); // dominated by (10, 5): not kept
+        assert_eq!(s.up_to(25.0), 5.0);
+        s.insert(30.0, 8.0);
+        s.insert(5.0, 6.0); // dominates (10, 5)
+        assert_eq!(s.0.len(), 2);
+        assert_eq!(s.up_to(4.9), 0.0);
+        assert_eq!(s.up_to(5.0), 6.0);
+        assert_eq!(s.up_to(29.0), 6.0);
+        assert_eq!(s.up_to(30.0), 8.0);
+        s.insert(30.0, 9.0);
+        assert_eq!(s.up_to(1e9), 9.0);
+        assert_eq!(s.0.len(), 2);
+    }
+}
