@@ -751,6 +751,18 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
             continue;
         }
         considered.push((ci, s_max));
+        // Every plan's exposed part is at least its slowest optimizer step, so at least the
+        // average over its `p` stages of all layers' optimizer steps (less rounding).
+        let optimizer_s = problem.graphs[ctx.graph_index]
+            .layers
+            .iter()
+            .map(|l| l.optimizer_step_s)
+            .sum::<f64>();
+        let optimizer_s = if problem.zero1 {
+            optimizer_s / f64::from(ctx.d)
+        } else {
+            optimizer_s
+        } * (1.0 - WORK_MARGIN);
         let mut beta = f64::INFINITY;
         loop {
             let obj = Objective::Time { beta, best_s };
@@ -774,13 +786,15 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
                     parts,
                 });
             }
-            // A plan beating the best must have a smaller exposed all-reduce than every cell
-            // that could still win on load alone: tighten the bound to the largest such one.
+            // A plan beating the best must have a smaller exposed part than every cell that
+            // could still win on load plus its least optimizer step: tighten the bound to the
+            // largest such one.
             let next_beta = cells
                 .iter()
                 .map(|&(p, k)| {
                     let (v, e) = cell(&shape, &tables, p, an.empty(), k);
-                    (v * (ctx.m as f64 + f64::from(p - 1)), e)
+                    let c = ctx.m as f64 + f64::from(p - 1);
+                    (v * c + optimizer_s / f64::from(p), e)
                 })
                 .filter(|&(bound, _)| bound < best_s)
                 .map(|(_, e)| e)

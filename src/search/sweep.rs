@@ -327,17 +327,16 @@ impl Sweep {
         workload.global_batch as f64 * f64::from(self.devices) * peak_flops / flops
     }
 
-    /// Evaluates the points of configuration `config` that are not in `done`; those the
-    /// screen proves dominated are recorded as pruned.
+    /// The rows of configuration `config` not in `done`: those the screen decides (pruned,
+    /// or no plan fits) and the points left to evaluate exactly on its chip.
     fn config_rows(
         &self,
         config: usize,
-        arch: &ArchConfig,
         screen: &Screen,
         done: &BTreeSet<u64>,
-    ) -> Result<Vec<DesignRow>, SweepError> {
-        let cost = CostModel::new(arch);
-        let cache = ScheduleCache::new(self.solver)?;
+    ) -> Result<ChipRows, SweepError> {
+        let arch = self.config(config)?;
+        let arch = &arch;
         let mut rows = Vec::new();
         for (w, workload) in self.workloads.iter().enumerate() {
             for (h, &hbm) in self.hbm_bytes.iter().enumerate() {
@@ -364,15 +363,18 @@ impl Sweep {
                                 Status::Infeasible,
                                 NO_PLAN_FITS_SCREENED.to_string(),
                             ),
-                            (None, _) => self.evaluate_point(
-                                workload,
-                                &cost,
-                                hbm,
-                                micro_batch,
-                                recompute,
-                                &cache,
-                                screened.and_then(|p| p.achievable),
-                            ),
+                            (None, _) => {
+                                rows.push(PendingRow::Exact(ExactPoint {
+                                    id,
+                                    workload: w,
+                                    hbm,
+                                    micro_batch,
+                                    recompute,
+                                    achievable: screened.and_then(|p| p.achievable),
+                                    bound: bound.map(|b| b.unwrap_or(0.0)),
+                                }));
+                                continue;
+                            }
                             (Some((reason, set)), bound) => {
                                 let (status, reason) = match bound.flatten() {
                                     Some(_) => (Status::Pruned, format!("pruned: {reason}{set}")),
@@ -392,12 +394,34 @@ impl Sweep {
                         row.point = Some(id);
                         row.config = Some(config as u64);
                         row.bound_samples_per_s = bound.map(|b| b.unwrap_or(0.0));
-                        rows.push(row);
+                        rows.push(PendingRow::Decided(Box::new(row)));
                     }
                 }
             }
         }
-        Ok(rows)
+        Ok(ChipRows {
+            config,
+            cost: CostModel::new(arch),
+            cache: ScheduleCache::new(self.solver)?,
+            rows,
+        })
+    }
+
+    /// The exact row of a point `config_rows` left to evaluate.
+    fn exact_row(&self, chip: &ChipRows, point: &ExactPoint) -> DesignRow {
+        let mut row = self.evaluate_point(
+            &self.workloads[point.workload],
+            &chip.cost,
+            point.hbm,
+            point.micro_batch,
+            point.recompute,
+            &chip.cache,
+            point.achievable,
+        );
+        row.point = Some(point.id);
+        row.config = Some(chip.config as u64);
+        row.bound_samples_per_s = point.bound;
+        row
     }
 
     pub(super) fn plan_options(
@@ -474,6 +498,32 @@ impl Sweep {
     }
 }
 
+/// One configuration's rows between the screen and the exact evaluation; the exact points of
+/// a chunk of configurations are evaluated in parallel, sharing their chip's memo.
+struct ChipRows {
+    config: usize,
+    cost: CostModel,
+    /// Layer schedules of this chip, shared by its exact points.
+    cache: ScheduleCache,
+    rows: Vec<PendingRow>,
+}
+
+enum PendingRow {
+    Decided(Box<DesignRow>),
+    Exact(ExactPoint),
+}
+
+/// A design point to evaluate exactly, with what the screen knows of it.
+struct ExactPoint {
+    id: u64,
+    workload: usize,
+    hbm: u64,
+    micro_batch: u32,
+    recompute: RecomputeMode,
+    achievable: Option<f64>,
+    bound: Option<f64>,
+}
+
 /// Where a sweep writes, and how it reports progress.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -494,7 +544,7 @@ const NO_PLAN_FITS: &str = "no plan fits in memory (found while bounding; the ha
 const NO_PLAN_FITS_SCREENED: &str = "no plan fits in memory: every t, p, d and stage split runs out of HBM (`tandem plan` on this point shows by how much)";
 
 /// Configurations evaluated together between two appends to `points.csv`.
-const CHUNK_PER_THREAD: usize = 4;
+const CHUNK_PER_THREAD: usize = 16;
 
 /// Runs the sweep's shard into `options.out_dir` (`points.csv` streamed; the summaries are
 /// written by [`super::finish`]).
@@ -574,18 +624,33 @@ pub fn run_sweep(
         .len()
         > 0;
     for configs in owned.chunks(chunk) {
-        let rows: Vec<Vec<DesignRow>> = configs
+        let chips: Vec<ChipRows> = configs
             .par_iter()
-            .map(|&c| {
+            .filter(|&&c| {
                 let first = c as u64 * per_config;
-                if (first..first + per_config).all(|id| done.contains(&id)) {
-                    return Ok(Vec::new());
-                }
-                let arch = sweep.config(c)?;
-                sweep.config_rows(c, &arch, &screen, &done)
+                !(first..first + per_config).all(|id| done.contains(&id))
             })
+            .map(|&c| sweep.config_rows(c, &screen, &done))
             .collect::<Result<_, SweepError>>()?;
-        let mut rows: Vec<DesignRow> = rows.into_iter().flatten().collect();
+        let exact: Vec<(&ChipRows, &ExactPoint)> = chips
+            .iter()
+            .flat_map(|chip| {
+                chip.rows.iter().filter_map(move |r| match r {
+                    PendingRow::Exact(point) => Some((chip, point)),
+                    PendingRow::Decided(_) => None,
+                })
+            })
+            .collect();
+        let mut rows: Vec<DesignRow> = exact
+            .par_iter()
+            .map(|&(chip, point)| sweep.exact_row(chip, point))
+            .collect();
+        rows.extend(chips.into_iter().flat_map(|chip| {
+            chip.rows.into_iter().filter_map(|r| match r {
+                PendingRow::Decided(row) => Some(*row),
+                PendingRow::Exact(_) => None,
+            })
+        }));
         rows.sort_by_key(|r| r.point);
         for row in &rows {
             match row.status {
