@@ -69,9 +69,9 @@ impl Search<'_> {
                 return;
             }
             load = load.max(ctx.load_s(sm, k) / f64::from(k));
-            exposed = exposed.max(ctx.after_backward_s(sm, k));
+            exposed = exposed.max(ctx.dp_comm_s(sm, k));
         }
-        let time_s = load * (ctx.m as f64 + f64::from(p - 1)) + exposed;
+        let time_s = load * (ctx.m as f64 + f64::from(p - 1)) + exposed + ctx.optimizer_s(p);
         if self.best.as_ref().is_none_or(|b| time_s < b.0) {
             let n = ctx.problem.graphs[ctx.graph_index].layers.len();
             let parts = self

@@ -2,7 +2,7 @@
 //!
 //! `F[s][D][K]` is the best way to place the layers *not* in downset `D` into `s` stages that
 //! use exactly `K` tensor groups: the lexicographically smallest (largest `load / k`, largest
-//! exposed all-reduce and optimizer step). Filling it from the end of the model means the first stage of the
+//! exposed all-reduce). Filling it from the end of the model means the first stage of the
 //! remainder is always the `s`-th from the end, which fixes its in-flight micro-batches (and so
 //! its memory) without knowing the total stage count; one table serves every `p`.
 //!
@@ -235,8 +235,7 @@ impl Analysis {
 /// What the programme minimises.
 #[derive(Clone, Copy)]
 enum Objective {
-    /// Bottleneck `load / k`, then what follows the backward (exposed all-reduce and optimizer
-    /// step, "exposed" for short); stages must fit in memory and have an
+    /// Bottleneck `load / k`, then exposed all-reduce; stages must fit in memory and have an
     /// exposed all-reduce below `beta`; partial plans that cannot beat `best_s` are dropped.
     Time { beta: f64, best_s: f64 },
     /// Largest per-device memory (for the closest infeasible plans).
@@ -290,7 +289,7 @@ impl ReplicaCache {
             *entry = Replica {
                 stamp: self.stamp,
                 value: ctx.load_s(sm, k) / f64::from(k),
-                e: ctx.after_backward_s(sm, k),
+                e: ctx.dp_comm_s(sm, k),
                 state_bytes: weights + grads + optimizer,
             };
         }
@@ -468,8 +467,7 @@ fn options(
                 if k < k_fit && r.state_bytes + sm.act_one + ctx.stash_bytes(sm, k, s) > hbm {
                     continue;
                 }
-                // The exposed all-reduce grows with k (the optimizer step does not change):
-                // no larger k can pass the bound.
+                // The exposed all-reduce grows with k: no larger k can pass the bound.
                 if r.e >= beta {
                     break;
                 }
@@ -751,18 +749,6 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
             continue;
         }
         considered.push((ci, s_max));
-        // Every plan's exposed part is at least its slowest optimizer step, so at least the
-        // average over its `p` stages of all layers' optimizer steps (less rounding).
-        let optimizer_s = problem.graphs[ctx.graph_index]
-            .layers
-            .iter()
-            .map(|l| l.optimizer_step_s)
-            .sum::<f64>();
-        let optimizer_s = if problem.zero1 {
-            optimizer_s / f64::from(ctx.d)
-        } else {
-            optimizer_s
-        } * (1.0 - WORK_MARGIN);
         let mut beta = f64::INFINITY;
         loop {
             let obj = Objective::Time { beta, best_s };
@@ -772,7 +758,7 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
             let mut improved = None;
             for &(p, k) in &cells {
                 let (v, e) = cell(&shape, &tables, p, an.empty(), k);
-                let time_s = v * (ctx.m as f64 + f64::from(p - 1)) + e;
+                let time_s = v * (ctx.m as f64 + f64::from(p - 1)) + e + ctx.optimizer_s(p);
                 if time_s < best_s {
                     best_s = time_s;
                     improved = Some((p, k));
@@ -786,15 +772,15 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
                     parts,
                 });
             }
-            // A plan beating the best must have a smaller exposed part than every cell that
-            // could still win on load plus its least optimizer step: tighten the bound to the
-            // largest such one.
+            // A plan beating the best must have a smaller exposed all-reduce than every cell
+            // that could still win on load (and its optimizer step) alone: tighten the bound to
+            // the largest such one.
             let next_beta = cells
                 .iter()
                 .map(|&(p, k)| {
                     let (v, e) = cell(&shape, &tables, p, an.empty(), k);
                     let c = ctx.m as f64 + f64::from(p - 1);
-                    (v * c + optimizer_s / f64::from(p), e)
+                    (v * c + ctx.optimizer_s(p), e)
                 })
                 .filter(|&(bound, _)| bound < best_s)
                 .map(|(_, e)| e)

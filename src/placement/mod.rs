@@ -225,7 +225,7 @@ pub struct Stage {
     pub load_s: f64,
     /// Gradient synchronisation not hidden behind the backward pass.
     pub dp_comm_s: f64,
-    /// The optimizer step after it.
+    /// Its own optimizer step (the plan charges the stages' average, see `TimeSplit`).
     pub optimizer_s: f64,
     pub memory: MemoryBreakdown,
 }
@@ -239,9 +239,9 @@ pub struct TimeSplit {
     pub bubble_s: f64,
     /// `m ·` the bottleneck stage's pipeline sends (÷ its replicas).
     pub pp_comm_s: f64,
-    /// Exposed data-parallel gradient synchronisation and the optimizer step of the stage
-    /// that finishes last.
+    /// Exposed data-parallel gradient synchronisation (the slowest stage's).
     pub dp_comm_s: f64,
+    /// The optimizer step: all layers' steps over the stage count (the stages update at once).
     #[serde(default)]
     pub optimizer_s: f64,
 }

@@ -259,20 +259,29 @@ impl Ctx<'_> {
         mem
     }
 
-    /// What follows a stage's last backward pass: the exposed gradient synchronisation, then
-    /// the optimizer step. ZeRO-1 shards the step over the `d` pipeline copies (not over `k`,
-    /// so that this never falls as `k` grows, which the search relies on; the shard over `k`
-    /// is left unclaimed).
-    pub fn after_backward_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        self.dp_comm_s(sm, k) + self.optimizer_s(sm)
+    /// The optimizer step of a stage on one device (ZeRO-1 shards it over the `d` copies).
+    pub fn stage_optimizer_s(&self, sm: &StageMetrics) -> f64 {
+        self.zero1_share(sm.optimizer_s)
     }
 
-    /// The optimizer step of a stage on one device.
-    pub fn optimizer_s(&self, sm: &StageMetrics) -> f64 {
+    /// The optimizer step a plan of `p` stages ends with: the stages update their own layers
+    /// at the same time, charged as a `p`-th of all layers' steps (exact for stages of equal
+    /// size). It does not depend on the partition, so the search's lexicographic (load,
+    /// exposed all-reduce) tables stay as they are and the plan's time adds it per `p`.
+    pub fn optimizer_s(&self, p: u32) -> f64 {
+        let total: f64 = self.problem.graphs[self.graph_index]
+            .layers
+            .iter()
+            .map(|l| l.optimizer_step_s)
+            .sum();
+        self.zero1_share(total) / f64::from(p.max(1))
+    }
+
+    fn zero1_share(&self, seconds: f64) -> f64 {
         if self.problem.zero1 {
-            sm.optimizer_s / f64::from(self.d)
+            seconds / f64::from(self.d)
         } else {
-            sm.optimizer_s
+            seconds
         }
     }
 
@@ -471,33 +480,23 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             send_s,
             load_s,
             dp_comm_s: ctx.dp_comm_s(sm, k),
-            optimizer_s: ctx.optimizer_s(sm),
+            optimizer_s: ctx.stage_optimizer_s(sm),
             memory: ctx.memory(sm, k, p - i as u32),
         });
     }
     let b = &stages[bottleneck];
     let per_mb = ctx.m as f64 / f64::from(b.replicas);
-    // The stage that finishes last after its backward passes (first on ties), with the sum
-    // formed as the search forms it.
-    let (last, after_s) = parts
-        .iter()
-        .map(|part| ctx.after_backward_s(&part.metrics, part.replicas))
-        .enumerate()
-        .fold((0, f64::NEG_INFINITY), |best, (i, s)| {
-            if s > best.1 {
-                (i, s)
-            } else {
-                best
-            }
-        });
+    let dp_comm_s = stages.iter().map(|s| s.dp_comm_s).fold(0.0, f64::max);
+    let optimizer_s = ctx.optimizer_s(p);
     let time_split = TimeSplit {
         compute_s: per_mb * (b.fwd_s + b.bwd_s),
         bubble_s: f64::from(p - 1) * bottleneck_load,
         pp_comm_s: per_mb * b.send_s,
-        dp_comm_s: stages[last].dp_comm_s,
-        optimizer_s: stages[last].optimizer_s,
+        dp_comm_s,
+        optimizer_s,
     };
-    let time_per_batch_s = bottleneck_load * (ctx.m as f64 + f64::from(p - 1)) + after_s;
+    let time_per_batch_s =
+        bottleneck_load * (ctx.m as f64 + f64::from(p - 1)) + dp_comm_s + optimizer_s;
     Plan {
         tp: ctx.t,
         pp: p,
