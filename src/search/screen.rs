@@ -32,6 +32,7 @@ use crate::arch::area_breakdown;
 use crate::cost::CostModel;
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, SolverOptions};
+use crate::workload::Workload;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -232,7 +233,7 @@ impl Sweep {
     /// Samples/s of the best list-schedule plan above `staircase` samples/s (0: any plan).
     fn achievable(
         &self,
-        workload: &crate::workload::Workload,
+        workload: &Workload,
         cost: &CostModel,
         options: &PlanOptions,
         staircase: f64,
