@@ -237,22 +237,37 @@ fn cost_with_tile(
 fn glb_block(
     arch: &ArchConfig,
     tile: GemmTile,
+    dims: (u64, u64, u64),
+    eb: f64,
+    wave_tiles: u64,
+) -> (u64, u64) {
+    let tiles_m = dims.0.div_ceil(tile.m);
+    // Block widths only shrink as blocks grow taller, so among the heights with the same
+    // number of block rows (`ceil(tiles_m / block_rows)`) the shortest re-reads least and wins
+    // ties by coming first: trying only those (O(√tiles_m) of them) picks the same block.
+    let heights = std::iter::successors(Some(1), |&block_rows| {
+        let row_blocks = tiles_m.div_ceil(block_rows);
+        (row_blocks > 1).then(|| tiles_m.div_ceil(row_blocks - 1))
+    });
+    best_block(arch, tile, dims, eb, wave_tiles, heights)
+}
+
+/// The block of least HBM re-reads among the block heights `heights` (ascending; the first
+/// wins ties).
+fn best_block(
+    arch: &ArchConfig,
+    tile: GemmTile,
     (m, n, k): (u64, u64, u64),
     eb: f64,
     wave_tiles: u64,
+    heights: impl Iterator<Item = u64>,
 ) -> (u64, u64) {
     let tiles_m = m.div_ceil(tile.m);
     let tiles_n = n.div_ceil(tile.n);
     let panel_bytes = |tiles: u64, edge: u64| (tiles * edge) as f64 * k as f64 * eb;
     let mut best = (1, 1);
     let mut best_rereads = f64::INFINITY;
-    // Block widths only shrink as blocks grow taller, so among the heights with the same
-    // number of block rows (`ceil(tiles_m / block_rows)`) the shortest re-reads least and wins
-    // ties by coming first: trying only those (O(√tiles_m) of them) picks the same block.
-    let mut next_rows = Some(1);
-    while let Some(block_rows) = next_rows {
-        let row_blocks = tiles_m.div_ceil(block_rows);
-        next_rows = (row_blocks > 1).then(|| tiles_m.div_ceil(row_blocks - 1));
+    for block_rows in heights {
         let wave_cols = (wave_tiles / block_rows).min(tiles_n);
         let free_bytes = arch.glb.bytes as f64 - panel_bytes(block_rows, tile.m);
         let resident_cols = if free_bytes > 0.0 {
@@ -277,43 +292,8 @@ fn glb_block(
 
 #[cfg(test)]
 mod tests {
-    use super::{glb_block, GemmTile};
+    use super::{best_block, glb_block, GemmTile};
     use crate::arch::ArchConfig;
-
-    /// Every block height, as the search before the O(√tiles) shortcut tried them.
-    fn glb_block_brute(
-        arch: &ArchConfig,
-        tile: GemmTile,
-        (m, n, k): (u64, u64, u64),
-        eb: f64,
-        wave_tiles: u64,
-    ) -> (u64, u64) {
-        let tiles_m = m.div_ceil(tile.m);
-        let tiles_n = n.div_ceil(tile.n);
-        let panel_bytes = |tiles: u64, edge: u64| (tiles * edge) as f64 * k as f64 * eb;
-        let mut best = (1, 1);
-        let mut best_rereads = f64::INFINITY;
-        for block_rows in 1..=tiles_m {
-            let wave_cols = (wave_tiles / block_rows).min(tiles_n);
-            let free_bytes = arch.glb.bytes as f64 - panel_bytes(block_rows, tile.m);
-            let resident_cols = if free_bytes > 0.0 {
-                ((free_bytes / panel_bytes(1, tile.n)).floor() as u64).min(tiles_n)
-            } else {
-                0
-            };
-            let block_cols = wave_cols.max(resident_cols);
-            if block_cols == 0 {
-                continue;
-            }
-            let rereads =
-                (tiles_n.div_ceil(block_cols) * m + tiles_m.div_ceil(block_rows) * n) as f64;
-            if rereads < best_rereads {
-                best_rereads = rereads;
-                best = (block_rows, block_cols);
-            }
-        }
-        best
-    }
 
     #[test]
     fn glb_block_matches_trying_every_height() {
@@ -336,9 +316,10 @@ mod tests {
                             n: edge * 2,
                             k_step: k.min(edge),
                         };
+                        let every_height = 1..=u64::div_ceil(m, tile.m);
                         assert_eq!(
                             glb_block(&arch, tile, (m, n, k), 2.0, wave_tiles),
-                            glb_block_brute(&arch, tile, (m, n, k), 2.0, wave_tiles),
+                            best_block(&arch, tile, (m, n, k), 2.0, wave_tiles, every_height),
                             "glb {glb_bytes}, edge {edge}, {m}x{n}x{k}, wave {wave_tiles}"
                         );
                         checked += 1;

@@ -2,8 +2,8 @@
 //! stage metrics, memory, pipeline sends, gradient synchronisation and the time per batch.
 
 use super::{
-    gib, tier_for_span, Alternative, FixedPlan, Infeasible, LayerCost, MemoryBreakdown,
-    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
+    gib, tier_for_span, Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph,
+    MemoryBreakdown, PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
 };
 use crate::arch::Tier;
 
@@ -178,6 +178,10 @@ pub(crate) fn chain_stage_metrics(
     all
 }
 
+fn optimizer_total_s(graph: &LayerCostGraph) -> f64 {
+    graph.layers.iter().map(|l| l.optimizer_step_s).sum()
+}
+
 /// One choice of tensor width and data-parallel width, with what follows from it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ctx<'a> {
@@ -189,6 +193,8 @@ pub(crate) struct Ctx<'a> {
     pub m: u64,
     /// Tensor groups (of `t` devices) in each pipeline copy's block.
     pub units: u32,
+    /// All layers' optimizer steps on one device (before any ZeRO-1 sharding).
+    pub optimizer_total_s: f64,
 }
 
 impl Ctx<'_> {
@@ -269,12 +275,7 @@ impl Ctx<'_> {
     /// size). It does not depend on the partition, so the search's lexicographic (load,
     /// exposed all-reduce) tables stay as they are and the plan's time adds it per `p`.
     pub fn optimizer_s(&self, p: u32) -> f64 {
-        let total: f64 = self.problem.graphs[self.graph_index]
-            .layers
-            .iter()
-            .map(|l| l.optimizer_step_s)
-            .sum();
-        self.zero1_share(total) / f64::from(p.max(1))
+        self.zero1_share(self.optimizer_total_s) / f64::from(p.max(1))
     }
 
     fn zero1_share(&self, seconds: f64) -> f64 {
@@ -428,6 +429,7 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
                 d,
                 m: problem.global_batch / per_step,
                 units: problem.devices / (t * d),
+                optimizer_total_s: optimizer_total_s(g),
             });
         }
         if !not_divisible.is_empty() {
@@ -622,6 +624,7 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
         d,
         m: problem.global_batch / per_step,
         units: problem.devices / (t * d),
+        optimizer_total_s: optimizer_total_s(graph),
     };
     let preds = predecessors(n, &graph.edges);
     let mut dist = vec![0.0; n];

@@ -210,12 +210,10 @@ impl Sweep {
         work_bound: f64,
         staircase: f64,
     ) -> Result<(Option<f64>, Option<f64>), SweepError> {
-        let (config, w, h, m, r) = self.point_parts(id);
+        let (config, w, _) = self.point_hardware(id);
         let workload = &self.workloads[w];
-        let arch = self.config(config)?;
-        let cost = CostModel::new(&arch);
-        let options =
-            self.plan_options(self.hbm_bytes[h], self.micro_batches[m], self.recompute[r]);
+        let cost = CostModel::new(&self.config(config)?);
+        let options = self.point_options(id);
         let bound = match throughput_bound(workload, &cost, &options, staircase) {
             Ok(PlanBound::NoPlanFits) => return Ok((None, None)),
             Ok(PlanBound::Below(b)) => return Ok((Some(b.min(work_bound)), None)),
@@ -290,7 +288,7 @@ impl Sweep {
             bound_of(&points[b])
                 .total_cmp(&bound_of(&points[a]))
                 .then_with(|| {
-                    let hbm = |id| self.hbm_bytes[self.point_parts(id).2];
+                    let hbm = |id| self.hbm_bytes[self.point_hardware(id).2];
                     hbm(b).cmp(&hbm(a))
                 })
                 .then(a.cmp(&b))
@@ -306,7 +304,7 @@ impl Sweep {
                 let id = order[next];
                 next += 1;
                 let p = points[id];
-                let staircase = stairs[self.point_parts(id).1].up_to(p.area_mm2);
+                let staircase = stairs[self.point_hardware(id).1].up_to(p.area_mm2);
                 if staircase <= bound_of(&p) {
                     batch.push((id, bound_of(&p), staircase));
                 }
@@ -325,7 +323,7 @@ impl Sweep {
                 p.bound = bound;
                 p.achievable = achievable;
                 if let Some(a) = achievable {
-                    stairs[self.point_parts(id).1].insert(p.area_mm2, a);
+                    stairs[self.point_hardware(id).1].insert(p.area_mm2, a);
                 }
                 stats.achievable_found += u64::from(achievable.is_some());
             }
@@ -368,12 +366,9 @@ impl Sweep {
         let found: Vec<Option<f64>> = missing
             .par_iter()
             .map(|&id| {
-                let (config, w, h, m, r) = self.point_parts(id);
-                let arch = self.config(config)?;
-                let cost = CostModel::new(&arch);
-                let options =
-                    self.plan_options(self.hbm_bytes[h], self.micro_batches[m], self.recompute[r]);
-                self.achievable(&self.workloads[w], &cost, &options, 0.0)
+                let (config, w, _) = self.point_hardware(id);
+                let cost = CostModel::new(&self.config(config)?);
+                self.achievable(&self.workloads[w], &cost, &self.point_options(id), 0.0)
             })
             .collect::<Result<_, SweepError>>()?;
         for (id, achievable) in missing.into_iter().zip(found) {

@@ -408,22 +408,6 @@ impl Sweep {
     }
 
     /// The exact row of a point `config_rows` left to evaluate.
-    fn exact_row(&self, chip: &ChipRows, point: &ExactPoint) -> DesignRow {
-        let mut row = self.evaluate_point(
-            &self.workloads[point.workload],
-            &chip.cost,
-            point.hbm,
-            point.micro_batch,
-            point.recompute,
-            &chip.cache,
-            point.achievable,
-        );
-        row.point = Some(point.id);
-        row.config = Some(chip.config as u64);
-        row.bound_samples_per_s = point.bound;
-        row
-    }
-
     pub(super) fn plan_options(
         &self,
         hbm: u64,
@@ -438,24 +422,17 @@ impl Sweep {
         }
     }
 
-    /// The exact point. A plan on list schedules reaching `achievable` samples/s exists and
-    /// the ILP schedules are no slower, so the plan search only looks at plans at least that
-    /// fast (falling back to the full search should rounding leave none).
-    #[allow(clippy::too_many_arguments)]
-    fn evaluate_point(
-        &self,
-        workload: &Workload,
-        cost: &CostModel,
-        hbm: u64,
-        micro_batch: u32,
-        recompute: RecomputeMode,
-        cache: &ScheduleCache,
-        achievable: Option<f64>,
-    ) -> DesignRow {
+    /// The exact row of a point `config_rows` left to evaluate. A plan on list schedules
+    /// reaching the screen's achievable samples/s exists and the ILP schedules are no slower,
+    /// so the plan search only looks at plans at least that fast, and skips the tensor widths
+    /// whose plan bound is below it (falling back to the full search should rounding leave
+    /// none).
+    fn exact_row(&self, chip: &ChipRows, point: &ExactPoint) -> DesignRow {
+        let workload = &self.workloads[point.workload];
+        let (cost, cache) = (&chip.cost, &chip.cache);
         let arch = cost.arch();
-        let options = self.plan_options(hbm, micro_batch, recompute);
-        if let Some(a) = achievable {
-            // A width whose plan bound is below `a` cannot hold the best plan: skip its ILPs.
+        let options = self.plan_options(point.hbm, point.micro_batch, point.recompute);
+        let narrowed = point.achievable.and_then(|a| {
             let widths = tensor_widths(workload, &options)
                 .into_iter()
                 .filter(|&t| {
@@ -474,21 +451,32 @@ impl Sweep {
                 ..options.clone()
             };
             let bound_s = workload.global_batch as f64 / a * (1.0 + BOUND_SLACK);
-            if let Ok(Some(e)) = evaluate_faster_than(workload, cost, &narrowed, cache, bound_s) {
-                return DesignRow::evaluated(arch, &e);
-            }
-        }
-        match evaluate_on(workload, cost, &options, cache) {
-            Ok(e) => DesignRow::evaluated(arch, &e),
-            Err(err) => DesignRow::failed(
-                &workload.name,
-                arch,
-                Some(micro_batch),
-                Some(recompute),
-                hbm,
-                &err,
-            ),
-        }
+            evaluate_faster_than(workload, cost, &narrowed, cache, bound_s)
+                .ok()
+                .flatten()
+        });
+        let mut row =
+            match narrowed.map_or_else(|| evaluate_on(workload, cost, &options, cache), Ok) {
+                Ok(e) => DesignRow::evaluated(arch, &e),
+                Err(err) => DesignRow::failed(
+                    &workload.name,
+                    arch,
+                    Some(point.micro_batch),
+                    Some(point.recompute),
+                    point.hbm,
+                    &err,
+                ),
+            };
+        row.point = Some(point.id);
+        row.config = Some(chip.config as u64);
+        row.bound_samples_per_s = point.bound;
+        row
+    }
+
+    /// The plan options of point `id`.
+    pub(super) fn point_options(&self, id: usize) -> PlanOptions {
+        let (_, _, h, m, r) = self.point_parts(id);
+        self.plan_options(self.hbm_bytes[h], self.micro_batches[m], self.recompute[r])
     }
 
     pub(super) fn config(&self, index: usize) -> Result<ArchConfig, SweepError> {
