@@ -67,12 +67,11 @@ pub(super) struct ScreenStats {
 pub(super) struct Screen {
     /// By point id; empty when pruning is off.
     pub points: Vec<Screened>,
-    /// Per workload: (area, running maximum of achievable samples/s up to this area, the point
-    /// reaching it), by area.
-    per_workload: Vec<Vec<(f64, f64, u64)>>,
-    /// Per hardware (configuration × HBM): (area, running maximum of the mean over workloads of
-    /// the best achievable, the configuration reaching it), by area. Several workloads only.
-    per_hardware: Vec<(f64, f64, u64)>,
+    /// Per workload: the best achievable samples/s at each area (witness: the point).
+    per_workload: Vec<Staircase>,
+    /// The best mean over workloads of the hardware's (configuration × HBM) best achievable
+    /// samples/s at each area (witness: the configuration). Several workloads only.
+    per_hardware: Staircase,
     pub stats: ScreenStats,
 }
 
@@ -80,21 +79,29 @@ pub(super) struct Screen {
 /// samples/s (`None` until one is found).
 type HardwareBest = (f64, Vec<Option<f64>>);
 
-/// The best achievable throughput at each area found so far, kept as a staircase: areas
-/// rising, values strictly rising (keys are the areas' bits, ordered as the positive areas).
+/// The best value at each area, kept as a staircase: areas rising, values strictly rising
+/// (keys are the areas' bits, ordered as the positive areas), each with the id that reached
+/// it first.
 #[derive(Debug, Default)]
-struct Staircase(BTreeMap<u64, f64>);
+struct Staircase(BTreeMap<u64, (f64, u64)>);
 
 impl Staircase {
-    /// The best value at an area ≤ `area_mm2`, 0 when none.
-    fn up_to(&self, area_mm2: f64) -> f64 {
+    /// (area, value, witness) of the best value at an area ≤ `area_mm2`.
+    fn best_up_to(&self, area_mm2: f64) -> Option<(f64, f64, u64)> {
         self.0
             .range(..=area_mm2.to_bits())
             .next_back()
-            .map_or(0.0, |(_, &v)| v)
+            .map(|(&k, &(v, id))| (f64::from_bits(k), v, id))
     }
 
-    fn insert(&mut self, area_mm2: f64, value: f64) {
+    /// The best value at an area ≤ `area_mm2`, 0 when none.
+    fn up_to(&self, area_mm2: f64) -> f64 {
+        self.best_up_to(area_mm2).map_or(0.0, |e| e.1)
+    }
+
+    /// Records `value` reached by `id` at `area_mm2`; kept only when strictly better than
+    /// what no larger area already reaches.
+    fn insert(&mut self, area_mm2: f64, value: f64, id: u64) {
         if self.up_to(area_mm2) >= value {
             return;
         }
@@ -102,34 +109,25 @@ impl Staircase {
         let beaten: Vec<u64> = self
             .0
             .range(key..)
-            .take_while(|(_, &v)| v <= value)
+            .take_while(|(_, &(v, _))| v <= value)
             .map(|(&k, _)| k)
             .collect();
         for k in beaten {
             self.0.remove(&k);
         }
-        self.0.insert(key, value);
+        self.0.insert(key, (value, id));
     }
-}
 
-/// Sorts (area, value, id) by area and replaces each value by the maximum so far (strictly
-/// larger values move the witness).
-fn running_max(mut entries: Vec<(f64, f64, u64)>) -> Vec<(f64, f64, u64)> {
-    entries.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
-    let mut best = (f64::NEG_INFINITY, 0);
-    for e in &mut entries {
-        if e.1 > best.0 {
-            best = (e.1, e.2);
+    /// The staircase of (area, value, id) entries; among equal values the smallest area,
+    /// then the smallest id, is the witness.
+    fn of(mut entries: Vec<(f64, f64, u64)>) -> Staircase {
+        entries.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
+        let mut stairs = Staircase::default();
+        for (area, value, id) in entries {
+            stairs.insert(area, value, id);
         }
-        (e.1, e.2) = best;
+        stairs
     }
-    entries
-}
-
-/// The running maximum at the largest area ≤ `area_mm2`.
-fn best_up_to(entries: &[(f64, f64, u64)], area_mm2: f64) -> Option<(f64, f64, u64)> {
-    let n = entries.partition_point(|e| e.0 <= area_mm2);
-    n.checked_sub(1).map(|i| entries[i])
 }
 
 /// Per workload and micro-batch, the unique layers at every tensor width the sweep searches
@@ -323,7 +321,7 @@ impl Sweep {
                 p.bound = bound;
                 p.achievable = achievable;
                 if let Some(a) = achievable {
-                    stairs[self.point_hardware(id).1].insert(p.area_mm2, a);
+                    stairs[self.point_hardware(id).1].insert(p.area_mm2, a, id as u64);
                 }
                 stats.achievable_found += u64::from(achievable.is_some());
             }
@@ -407,8 +405,8 @@ impl Screen {
             .collect();
         Screen {
             points,
-            per_workload: per_workload.into_iter().map(running_max).collect(),
-            per_hardware: running_max(per_hardware),
+            per_workload: per_workload.into_iter().map(Staircase::of).collect(),
+            per_hardware: Staircase::of(per_hardware),
             stats: ScreenStats::default(),
         }
     }
@@ -417,7 +415,7 @@ impl Screen {
     pub(super) fn point_beaten(&self, sweep: &Sweep, w: usize, id: u64) -> Option<String> {
         let p = self.points.get(id as usize)?;
         let bound = p.bound.unwrap_or(0.0);
-        let (area, thr, by) = best_up_to(&self.per_workload[w], p.area_mm2)?;
+        let (area, thr, by) = self.per_workload[w].best_up_to(p.area_mm2)?;
         (thr > bound).then(|| {
             format!(
                 "{}: at most {bound:.4e} samples/s < {thr:.4e} reachable by point {by} at {area:.1} mm²",
@@ -445,7 +443,7 @@ impl Screen {
             bounds.push(points.iter().filter_map(|p| p.bound).fold(0.0, f64::max));
         }
         let mean_bound = bounds.iter().sum::<f64>() / bounds.len() as f64;
-        let (area, mean, by) = best_up_to(&self.per_hardware, area_mm2)?;
+        let (area, mean, by) = self.per_hardware.best_up_to(area_mm2)?;
         (mean > mean_bound).then(|| {
             format!(
                 "; mean over workloads at most {mean_bound:.4e} < {mean:.4e} reachable by configuration {by} at {area:.1} mm²"
@@ -462,18 +460,28 @@ mod tests {
     fn staircase_keeps_the_best_at_no_larger_area() {
         let mut s = Staircase::default();
         assert_eq!(s.up_to(10.0), 0.0);
-        s.insert(10.0, 5.0);
-        s.insert(20.0, 4.0); // dominated by (10, 5): not kept
-        assert_eq!(s.up_to(25.0), 5.0);
-        s.insert(30.0, 8.0);
-        s.insert(5.0, 6.0); // dominates (10, 5)
+        s.insert(10.0, 5.0, 1);
+        s.insert(20.0, 4.0, 2); // dominated by (10, 5): not kept
+        assert_eq!(s.best_up_to(25.0), Some((10.0, 5.0, 1)));
+        s.insert(30.0, 8.0, 3);
+        s.insert(5.0, 6.0, 4); // dominates (10, 5)
         assert_eq!(s.0.len(), 2);
-        assert_eq!(s.up_to(4.9), 0.0);
-        assert_eq!(s.up_to(5.0), 6.0);
-        assert_eq!(s.up_to(29.0), 6.0);
+        assert_eq!(s.best_up_to(4.9), None);
+        assert_eq!(s.best_up_to(5.0), Some((5.0, 6.0, 4)));
+        assert_eq!(s.best_up_to(29.0), Some((5.0, 6.0, 4)));
         assert_eq!(s.up_to(30.0), 8.0);
-        s.insert(30.0, 9.0);
-        assert_eq!(s.up_to(1e9), 9.0);
+        s.insert(30.0, 8.0, 5); // a tie keeps the first witness
+        s.insert(30.0, 9.0, 6);
+        assert_eq!(s.best_up_to(1e9), Some((30.0, 9.0, 6)));
         assert_eq!(s.0.len(), 2);
+        // Built from entries in any order: the smallest area, then id, witnesses a value.
+        let built = Staircase::of(vec![
+            (7.0, 2.0, 9),
+            (3.0, 2.0, 8),
+            (3.0, 2.0, 1),
+            (9.0, 5.0, 0),
+        ]);
+        assert_eq!(built.best_up_to(8.0), Some((3.0, 2.0, 1)));
+        assert_eq!(built.best_up_to(9.0), Some((9.0, 5.0, 0)));
     }
 }
