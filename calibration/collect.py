@@ -26,7 +26,7 @@ import torch.nn.functional as F
 COLUMNS = [
     "gpu", "sm_clock_mhz", "mem_clock_mhz", "driver", "cuda", "torch", "dtype", "kernel",
     "batch", "m", "n", "k", "elements", "row_len", "group", "median_s", "min_s", "max_s",
-    "repeats",
+    "repeats", "burst",
 ]
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -54,8 +54,11 @@ def environment(dtype):
     }
 
 
-def time_cuda(fn, warmup, repeats):
-    """Median, min and max seconds of `fn()` over `repeats` runs after `warmup` runs."""
+def time_cuda(fn, warmup, repeats, burst):
+    """Median, min and max seconds per call of `fn()` over `repeats` samples after `warmup`
+    calls. A sample times `burst` calls launched back to back between two CUDA events, so each
+    launch overlaps the previous kernel as in a training step; `burst` = 1 times isolated calls,
+    which adds the host's launch latency to every kernel."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -64,28 +67,31 @@ def time_cuda(fn, warmup, repeats):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(burst):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
+        times.append(start.elapsed_time(end) * 1e-3 / burst)
     return statistics.median(times), min(times), max(times)
 
 
 class Writer:
-    def __init__(self, path, env, warmup, repeats):
+    def __init__(self, path, env, warmup, repeats, burst):
         self.file = open(path, "w", newline="")
         self.csv = csv.DictWriter(self.file, fieldnames=COLUMNS)
         self.csv.writeheader()
         self.env = env
         self.warmup = warmup
         self.repeats = repeats
+        self.burst = burst
 
     def time(self, kernel, fn, batch=1, m=0, n=0, k=0, elements=0, row_len=0, group=1):
-        median_s, min_s, max_s = time_cuda(fn, self.warmup, self.repeats)
+        median_s, min_s, max_s = time_cuda(fn, self.warmup, self.repeats, self.burst)
         row = dict(self.env)
         row.update(kernel=kernel, batch=batch, m=m, n=n, k=k, elements=elements,
                    row_len=row_len, group=group, median_s=f"{median_s:.9e}",
-                   min_s=f"{min_s:.9e}", max_s=f"{max_s:.9e}", repeats=self.repeats)
+                   min_s=f"{min_s:.9e}", max_s=f"{max_s:.9e}", repeats=self.repeats,
+                   burst=self.burst)
         self.csv.writerow(row)
         self.file.flush()
         print(f"{kernel:>12} b={batch} m={m} n={n} k={k} elems={elements} row={row_len}: "
@@ -106,7 +112,40 @@ def gemm_shapes(quick):
     return shapes
 
 
-def run_kernels(w, dtype, quick):
+# Megatron-LM runs of ../shared/reference/published_runs.csv: (hidden, heads, tensor-parallel).
+PUBLISHED_SLICES = [(2304, 24, 1), (3072, 32, 2), (4096, 32, 4), (6144, 48, 8), (8192, 64, 8)]
+
+
+def linear_gemms(tokens, hidden, tp):
+    """(m, n, k) of the forward, input-gradient and weight-gradient GEMMs of one tensor-parallel
+    GPT block's linears (QKV, projection, FFN up, FFN down) on one device."""
+    linears = [(hidden, 3 * hidden // tp), (hidden // tp, hidden),
+               (hidden, 4 * hidden // tp), (4 * hidden // tp, hidden)]
+    out = []
+    for fan_in, fan_out in linears:
+        out += [(tokens, fan_out, fan_in), (tokens, fan_in, fan_out), (fan_out, fan_in, tokens)]
+    return out
+
+
+def run_gemm_layouts(w, dtype, quick):
+    """Every GEMM of the published runs' block slices in the three layouts a training step uses:
+    `gemm` (A·B), `gemm_nt` (A·Bᵀ, nn.Linear forward) and `gemm_tn` (Aᵀ·B, weight gradient)."""
+    dev = "cuda"
+    slices = PUBLISHED_SLICES[:2] if quick else PUBLISHED_SLICES
+    shapes = sorted({s for hidden, _, tp in slices for tokens in ([2048] if quick else [2048, 8192])
+                     for s in linear_gemms(tokens, hidden, tp)})
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device=dev, dtype=dtype)
+        b = torch.randn(k, n, device=dev, dtype=dtype)
+        at = a.t().contiguous()
+        bt = b.t().contiguous()
+        w.time("gemm", lambda: torch.matmul(a, b), m=m, n=n, k=k)
+        w.time("gemm_nt", lambda: torch.matmul(a, bt.t()), m=m, n=n, k=k)
+        w.time("gemm_tn", lambda: torch.matmul(at.t(), b), m=m, n=n, k=k)
+        del a, b, at, bt
+
+
+def run_gemms(w, dtype, quick):
     dev = "cuda"
     for m, n, k in gemm_shapes(quick):
         if m * k + k * n + m * n > 3 * 2**30:
@@ -116,6 +155,9 @@ def run_kernels(w, dtype, quick):
         w.time("gemm", lambda: torch.matmul(a, b), m=m, n=n, k=k)
         del a, b
 
+
+def run_vector(w, dtype, quick):
+    dev = "cuda"
     rows = [4096] if quick else [4096, 16384]
     widths = [128, 1024, 4096] if quick else [32, 128, 512, 1024, 2048, 4096, 8192, 16384]
     for rcount in rows:
@@ -138,6 +180,9 @@ def run_kernels(w, dtype, quick):
             w.time("mul", lambda: x * g, elements=count, row_len=1)
         del x, g
 
+
+def run_attention(w, dtype, quick):
+    dev = "cuda"
     # Attention core per head group: (b*a) batched QK^T over head dim, softmax, x V.
     for seq, heads, head_dim in ([(1024, 16, 64)] if quick else
                                  [(1024, 16, 64), (2048, 32, 128), (4096, 32, 128)]):
@@ -155,58 +200,118 @@ def run_kernels(w, dtype, quick):
 
 class Block(torch.nn.Module):
     """A GPT block as tandem's `gpt` family builds it: pre-LayerNorm, attention with dropout on
-    the probabilities, GeLU MLP, dropout before each residual add."""
+    the probabilities, GeLU MLP, dropout before each residual add. With `tp` > 1 it is one
+    device's slice of a Megatron-LM tensor-parallel block (heads and FFN split `tp` ways,
+    column- then row-parallel linears) without the all-reduces, which one GPU cannot time."""
 
-    def __init__(self, hidden, heads, dtype):
+    def __init__(self, hidden, heads, dtype, tp=1):
         super().__init__()
-        self.heads = heads
+        self.heads = heads // tp
+        self.head_dim = hidden // heads
         self.ln1 = torch.nn.LayerNorm(hidden)
-        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
-        self.proj = torch.nn.Linear(hidden, hidden)
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden // tp)
+        self.proj = torch.nn.Linear(hidden // tp, hidden)
         self.ln2 = torch.nn.LayerNorm(hidden)
-        self.up = torch.nn.Linear(hidden, 4 * hidden)
-        self.down = torch.nn.Linear(4 * hidden, hidden)
+        self.up = torch.nn.Linear(hidden, 4 * hidden // tp)
+        self.down = torch.nn.Linear(4 * hidden // tp, hidden)
         # Megatron-LM's attention and hidden dropout, as tandem's block has them.
         self.drop = torch.nn.Dropout(0.1)
         self.to(device="cuda", dtype=dtype)
 
     def forward(self, x):
-        s, b, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(s, b * self.heads, 3, h // self.heads).unbind(2)
+        s, b, _ = x.shape
+        d = self.head_dim
+        q, k, v = self.qkv(self.ln1(x)).view(s, b * self.heads, 3, d).unbind(2)
         q, k, v = (t.transpose(0, 1) for t in (q, k, v))
         scores = torch.baddbmm(
             torch.empty(q.shape[0], s, s, device=x.device, dtype=x.dtype),
-            q, k.transpose(1, 2), beta=0.0, alpha=(h // self.heads) ** -0.5)
+            q, k.transpose(1, 2), beta=0.0, alpha=d ** -0.5)
         probs = self.drop(torch.softmax(scores, dim=-1))
-        attn = torch.bmm(probs, v).transpose(0, 1).reshape(s, b, h)
+        attn = torch.bmm(probs, v).transpose(0, 1).reshape(s, b, self.heads * d)
         x = x + self.drop(self.proj(attn))
         return x + self.drop(self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh")))
 
 
-def run_blocks(w, dtype, quick):
+def time_block(w, dtype, batch, seq, hidden, heads, tp, profile):
+    block = Block(hidden, heads, dtype, tp)
+    x = torch.randn(seq, batch, hidden, device="cuda", dtype=dtype, requires_grad=True)
+
+    def forward():
+        with torch.no_grad():
+            block(x)
+
+    out = block(x)
+    grad = torch.randn_like(out)
+
+    def backward():
+        torch.autograd.grad(out, [x] + list(block.parameters()), grad, retain_graph=True)
+
+    shape = dict(batch=batch, m=seq, n=hidden, k=heads, group=tp)
+    for kernel, fn in [("block_fwd", forward), ("block_bwd", backward)]:
+        w.time(kernel, fn, **shape)
+        if profile:
+            profile.record(kernel, fn, shape)
+    del block, x, out, grad
+
+
+def run_blocks(w, dtype, quick, profile):
     sizes = [(1, 1024, 1024, 16)] if quick else [
         (1, 1024, 1024, 16), (1, 2048, 2048, 16), (1, 2048, 4096, 32), (4, 2048, 4096, 32)]
     for batch, seq, hidden, heads in sizes:
-        block = Block(hidden, heads, dtype)
-        x = torch.randn(seq, batch, hidden, device="cuda", dtype=dtype, requires_grad=True)
-        with torch.no_grad():
-            w.time("block_fwd", lambda: block(x), batch=batch, m=seq, n=hidden, k=heads)
-        out = block(x)
-        grad = torch.randn_like(out)
-        w.time("block_bwd", lambda: torch.autograd.grad(out, [x] + list(block.parameters()),
-                                                        grad, retain_graph=True),
-               batch=batch, m=seq, n=hidden, k=heads)
-        del block, x, out, grad
+        time_block(w, dtype, batch, seq, hidden, heads, 1, profile)
 
 
-def collective_worker(rank, world, path, env, dtype_name, warmup, repeats, quick):
+def run_tp_blocks(w, dtype, quick, profile):
+    """One device's slice of each published run's block (group = tensor-parallel degree)."""
+    slices = PUBLISHED_SLICES[:2] if quick else PUBLISHED_SLICES
+    for hidden, heads, tp in slices:
+        for batch in ([1] if quick else [1, 4]):
+            time_block(w, dtype, batch, 2048, hidden, heads, tp, profile)
+
+
+class Profile:
+    """Per-kernel CUDA time of one run of a block (torch.profiler), for finding which kernels
+    a prediction misses. Columns: the shape columns of kernels.csv, `pass`, the CUDA kernel
+    `name`, its `calls` and `total_s`."""
+
+    COLUMNS = ["gpu", "dtype", "pass", "batch", "m", "n", "k", "group", "name", "calls", "total_s"]
+
+    def __init__(self, path, env, warmup):
+        self.file = open(path, "w", newline="")
+        self.csv = csv.DictWriter(self.file, fieldnames=self.COLUMNS)
+        self.csv.writeheader()
+        self.env = env
+        self.warmup = warmup
+
+    def record(self, kernel, fn, shape):
+        from torch.profiler import ProfilerActivity, profile
+        for _ in range(self.warmup):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        for event in prof.key_averages():
+            total_us = getattr(event, "self_device_time_total", None)
+            if total_us is None:
+                total_us = event.self_cuda_time_total
+            if total_us <= 0:
+                continue
+            row = {"gpu": self.env["gpu"], "dtype": self.env["dtype"], "pass": kernel}
+            row.update(shape, name=event.key, calls=event.count,
+                       total_s=f"{total_us * 1e-6:.9e}")
+            self.csv.writerow(row)
+        self.file.flush()
+
+
+def collective_worker(rank, world, path, env, dtype_name, warmup, repeats, burst, quick):
     import torch.distributed as dist
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
     dist.init_process_group("nccl", rank=rank, world_size=world)
     torch.cuda.set_device(rank)
     dtype = DTYPES[dtype_name]
-    writer = Writer(path, env, warmup, repeats) if rank == 0 else None
+    writer = Writer(path, env, warmup, repeats, burst) if rank == 0 else None
     counts = [2**20, 2**26] if quick else [2**16, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28]
     for count in counts:
         x = torch.randn(count, device="cuda", dtype=dtype)
@@ -217,9 +322,20 @@ def collective_worker(rank, world, path, env, dtype_name, warmup, repeats, quick
             if writer:
                 writer.time(kernel, fn, elements=count, row_len=1, group=world)
             else:
-                time_cuda(fn, warmup, repeats)
+                time_cuda(fn, warmup, repeats, burst)
         dist.barrier()
     dist.destroy_process_group()
+
+
+SECTIONS = {
+    "gemm": run_gemms,
+    "vector": run_vector,
+    "attention": run_attention,
+    "blocks": run_blocks,
+    "gemm_layouts": run_gemm_layouts,
+    "tp_blocks": run_tp_blocks,
+    "collectives": None,  # NCCL workers, spawned below when more than one GPU is visible
+}
 
 
 def main():
@@ -228,9 +344,26 @@ def main():
     parser.add_argument("--out", required=True, help="output directory (created)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=30, help="timed samples per kernel")
+    parser.add_argument("--burst", type=int, default=10,
+                        help="back-to-back calls per sample (default 10; 1 = isolated calls)")
     parser.add_argument("--quick", action="store_true", help="a small sweep (a few minutes)")
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections to time (default all: {','.join(SECTIONS)})")
+    parser.add_argument("--file", default="kernels.csv",
+                        help="output CSV name, ending in kernels.csv (default kernels.csv); the "
+                             "environment goes to the same name ending in environment.json")
+    parser.add_argument("--profile", action="store_true",
+                        help="also write the per-kernel CUDA time of every block to "
+                             "<file stem>block_profile.csv")
     args = parser.parse_args()
+    sections = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = [x for x in sections if x not in SECTIONS]
+    if unknown or not sections:
+        sys.exit(f"collect.py: --only: unknown sections {unknown}; choose from {list(SECTIONS)}")
+    if not args.file.endswith("kernels.csv") or os.sep in args.file:
+        sys.exit("collect.py: --file must be a file name ending in kernels.csv")
+    stem = args.file[: -len("kernels.csv")]
     if not torch.cuda.is_available():
         sys.exit("collect.py: no CUDA GPU visible")
     os.makedirs(args.out, exist_ok=True)
@@ -239,18 +372,24 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     meta = dict(env, command=" ".join([sys.executable] + sys.argv), python=platform.python_version(),
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                gpus=torch.cuda.device_count(), warmup=args.warmup, repeats=args.repeats)
-    with open(os.path.join(args.out, "environment.json"), "w") as f:
+                gpus=torch.cuda.device_count(), warmup=args.warmup, repeats=args.repeats,
+                burst=args.burst)
+    with open(os.path.join(args.out, stem + "environment.json"), "w") as f:
         json.dump(meta, f, indent=2)
-    w = Writer(os.path.join(args.out, "kernels.csv"), env, args.warmup, args.repeats)
-    run_kernels(w, dtype, args.quick)
-    run_blocks(w, dtype, args.quick)
+    w = Writer(os.path.join(args.out, args.file), env, args.warmup, args.repeats, args.burst)
+    profile = (Profile(os.path.join(args.out, stem + "block_profile.csv"), env, args.warmup)
+               if args.profile else None)
+    for section in sections:
+        if section in ("blocks", "tp_blocks"):
+            SECTIONS[section](w, dtype, args.quick, profile)
+        elif section != "collectives":
+            SECTIONS[section](w, dtype, args.quick)
     world = torch.cuda.device_count()
-    if world > 1:
+    if world > 1 and "collectives" in sections:
         torch.multiprocessing.spawn(
             collective_worker,
             args=(world, os.path.join(args.out, "collectives_kernels.csv"), env, args.dtype,
-                  args.warmup, args.repeats, args.quick),
+                  args.warmup, args.repeats, args.burst, args.quick),
             nprocs=world)
     print(f"wrote {args.out}", file=sys.stderr)
 

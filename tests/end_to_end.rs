@@ -12,7 +12,7 @@ use tandem::cost::CostModel;
 use tandem::placement::{RecomputeMode, Stage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
 use tandem::search::{evaluate, layer_costs, PlanOptions};
-use tandem::workload::Workload;
+use tandem::workload::{OpKind, Workload};
 
 const CHIPS: [&str; 3] = ["tpuv4", "a100", "h100"];
 const GIB: u64 = 1 << 30;
@@ -432,10 +432,11 @@ fn published_megatron_runs_with_their_plans_held() {
     assert!(mean < 0.08, "mean error {:.1} %", 100.0 * mean);
 }
 
-/// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM): the fit
-/// cross-validates, and whole GPT blocks — never used by the fit — are predicted from the
-/// fitted kernels with the serial-kernel model: the three larger blocks within 20 % forward
-/// and backward.
+/// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM, kernels timed
+/// back to back as in a training step): the fit cross-validates, and whole GPT blocks — never
+/// used by the fit — are predicted from the fitted kernels with the serial-kernel model: full
+/// blocks and one device's slice of each published Megatron-LM run's block (its collectives
+/// removed), forward and backward.
 #[test]
 fn h100_calibration_predicts_measured_blocks() {
     let dir = Path::new(concat!(
@@ -445,24 +446,30 @@ fn h100_calibration_predicts_measured_blocks() {
     let measurements = load_measurements(dir).expect("H100 measurements");
     let arch = chip("h100");
     let calibration = calibrate(&arch, &measurements).expect("fit");
-    let gemm = summarise(&calibration.held_out)
-        .into_iter()
-        .find(|s| s.class == "gemm")
-        .expect("GEMM class");
-    println!(
-        "H100 GEMM held-out: mean {:.1} %",
-        100.0 * gemm.mean_abs_error
-    );
-    assert!(gemm.count >= 30 && gemm.mean_abs_error < 0.08, "{gemm:?}");
+    for s in summarise(&calibration.held_out) {
+        println!(
+            "H100 {} held-out: n {}, mean {:.1} %",
+            s.class,
+            s.count,
+            100.0 * s.mean_abs_error
+        );
+        // GEMMs of all three layouts: the model prices them alike. Transformer slices with
+        // few output tiles (M = 2048) are wave-quantised in the model but not in cuBLAS,
+        // which keeps the mean above the 8 % the A100 reaches on its large shapes.
+        if s.class.starts_with("gemm") {
+            assert!(s.count >= 80 && s.mean_abs_error < 0.10, "{s:?}");
+        }
+    }
     let mut fitted = arch.clone();
     fitted.efficiency = calibration.efficiency;
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let mut checked = 0;
+    let mut errors = Vec::new();
     for m in &measurements {
         let Target::Block {
             micro_batch,
             seq_len,
             hidden,
+            tensor_parallel,
             ..
         } = m.target
         else {
@@ -471,18 +478,100 @@ fn h100_calibration_predicts_measured_blocks() {
         let predicted_s = block_latency(&fitted, &cache, m).expect("block schedules");
         let error = (predicted_s - m.measured_s) / m.measured_s;
         println!(
-            "{} b{micro_batch} s{seq_len} h{hidden}: measured {:.3} ms, predicted {:.3} ms ({:+.1} %)",
+            "{} b{micro_batch} s{seq_len} h{hidden} t{tensor_parallel}: measured {:.3} ms, \
+             predicted {:.3} ms ({:+.1} %)",
             m.class,
             m.measured_s * 1e3,
             predicted_s * 1e3,
             100.0 * error
         );
-        if hidden * seq_len * micro_batch >= 2048 * 2048 {
-            assert!(error.abs() < 0.20, "{}: {:+.1} %", m.source, 100.0 * error);
-            checked += 1;
+        // The two smallest blocks are bound by PyTorch's host-side dispatch (block_profile.csv:
+        // the GPU idles 18-67 % between their kernels), which the model does not describe.
+        if hidden * seq_len * micro_batch > 2048 * 2048 {
+            assert!(error.abs() < 0.15, "{}: {:+.1} %", m.source, 100.0 * error);
+            errors.push(error);
         }
     }
-    assert_eq!(checked, 6, "three blocks, forward and backward");
+    assert_eq!(
+        errors.len(),
+        24,
+        "two full blocks and five slices at b 1 and 4, fwd and bwd"
+    );
+    let mean = errors.iter().map(|e| e.abs()).sum::<f64>() / errors.len() as f64;
+    assert!(mean < 0.08, "mean block error {:.1} %", 100.0 * mean);
+}
+
+/// collect.py rows beyond the plain GEMM: the two transposed layouts load as GEMMs of their own
+/// class, a block's `group` is its tensor-parallel slice, and a slice that does not divide the
+/// heads is refused with the file, row and field.
+#[test]
+fn collected_layouts_and_block_slices_load() {
+    let dir = scratch_dir("collected-rows");
+    let header = "gpu,sm_clock_mhz,mem_clock_mhz,driver,cuda,torch,dtype,kernel,batch,m,n,k,\
+                  elements,row_len,group,median_s,min_s,max_s,repeats,burst";
+    let row = |kernel: &str, shape: &str, group: u32| {
+        format!(
+            "H100,1980,2619,580,13.0,2.11,bf16,{kernel},{shape},0,0,{group},1e-3,1e-3,1e-3,30,10"
+        )
+    };
+    let good = [
+        header.to_string(),
+        row("gemm_nt", "1,2048,768,6144", 1),
+        row("gemm_tn", "1,768,6144,2048", 1),
+        row("block_bwd", "4,2048,6144,48", 8),
+    ]
+    .join("\n");
+    std::fs::write(dir.join("kernels.csv"), good).expect("write");
+    let loaded = load_measurements(&dir).expect("loads");
+    let classes: Vec<&str> = loaded.iter().map(|m| m.class.as_str()).collect();
+    assert_eq!(classes, ["gemm_nt", "gemm_tn", "block_bwd"]);
+    assert!(matches!(
+        loaded[1].target,
+        Target::Op(OpKind::Gemm {
+            batch: 1,
+            m: 768,
+            n: 6144,
+            k: 2048
+        })
+    ));
+    assert!(matches!(
+        loaded[2].target,
+        Target::Block {
+            backward: true,
+            micro_batch: 4,
+            hidden: 6144,
+            heads: 48,
+            tensor_parallel: 8,
+            ..
+        }
+    ));
+    // The slice runs 1/8 of the block's GEMM work: it is predicted well below the whole block.
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let a100 = chip("a100");
+    let slice_s = block_latency(&a100, &cache, &loaded[2]).expect("slice schedules");
+    let mut whole = loaded[2].clone();
+    if let Target::Block {
+        tensor_parallel, ..
+    } = &mut whole.target
+    {
+        *tensor_parallel = 1;
+    }
+    let whole_s = block_latency(&a100, &cache, &whole).expect("block schedules");
+    assert!(
+        slice_s < whole_s / 6.0 && slice_s > whole_s / 9.0,
+        "{slice_s} vs {whole_s}"
+    );
+
+    let bad = [header.to_string(), row("block_fwd", "1,2048,4096,32", 5)].join("\n");
+    std::fs::write(dir.join("kernels.csv"), bad).expect("write");
+    let err = load_measurements(&dir)
+        .expect_err("5 does not divide 32 heads")
+        .to_string();
+    assert!(
+        err.contains("kernels.csv") && err.contains("row 1, group"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Two-fold cross-validation of the efficiency fit on the measured A100 kernels: the mean

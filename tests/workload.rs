@@ -375,6 +375,52 @@ fn collectives_present_iff_tp_with_megatron_sizes() {
     assert!(matches!(ln.kind, OpKind::Vector { elements, .. } if elements == 2048 * 12288 / 8));
 }
 
+/// One device's compute of a tensor-parallel block (what a single GPU times of a slice): every
+/// non-collective operator once, in order, and one operator depends on another exactly when
+/// it did through the removed collectives.
+#[test]
+fn without_collectives_keeps_compute_and_its_order() {
+    let w = load("workloads/gpt3-175b.toml");
+    for sp in [false, true] {
+        let b = block(&w.layer_graph(8, 1, sp).unwrap()).clone();
+        for graph in [&b.fwd, &b.bwd] {
+            let compute = graph.without_collectives();
+            let kept: Vec<usize> = (0..graph.ops.len())
+                .filter(|&i| !matches!(graph.ops[i].kind, OpKind::Collective { .. }))
+                .collect();
+            assert_eq!(compute.ops.len(), kept.len());
+            assert!(collectives(&compute).is_empty());
+            for (new, &old) in kept.iter().enumerate() {
+                assert_eq!(compute.ops[new], graph.ops[old]);
+            }
+            assert!(compute.edges.iter().all(|&(a, b)| a < b));
+            for (x, &i) in kept.iter().enumerate() {
+                for (y, &j) in kept.iter().enumerate() {
+                    if x != y {
+                        assert_eq!(
+                            reaches(&compute, x, y),
+                            reaches(graph, i, j),
+                            "{} -> {}",
+                            graph.ops[i].name,
+                            graph.ops[j].name
+                        );
+                    }
+                }
+            }
+        }
+        // The row-parallel projection still precedes the residual add it fed via the all-reduce.
+        let compute = b.fwd.without_collectives();
+        assert!(reaches(
+            &compute,
+            op_index(&compute, "proj"),
+            op_index(&compute, "residual1")
+        ));
+    }
+    // Without tensor parallelism there is nothing to remove.
+    let b1 = block(&w.layer_graph(1, 1, false).unwrap()).clone();
+    assert_eq!(b1.fwd.without_collectives(), *b1.fwd);
+}
+
 #[test]
 fn llama_block_is_swiglu_rmsnorm_rotary_gqa() {
     let w = load("workloads/llama2-70b.toml");

@@ -17,13 +17,16 @@ use std::path::{Path, PathBuf};
 pub enum Target {
     /// One operator on the whole device (collectives: across `group` devices).
     Op(OpKind),
-    /// One GPT transformer block (LayerNorm, attention, GeLU MLP), forward or backward.
+    /// One GPT transformer block (LayerNorm, attention, GeLU MLP), forward or backward; with
+    /// `tensor_parallel` > 1, one device's slice of a Megatron-LM tensor-parallel block
+    /// without its collectives (one GPU cannot time them).
     Block {
         backward: bool,
         micro_batch: u64,
         seq_len: u64,
         hidden: u64,
         heads: u64,
+        tensor_parallel: u32,
     },
 }
 
@@ -261,12 +264,17 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
         };
         let op = |kind: OpKind| Target::Op(kind);
         let target = match r.kernel.as_str() {
-            "gemm" | "bmm" | "attention_qk" | "attention_av" => op(OpKind::Gemm {
-                batch: r.batch.max(1),
-                m: r.m,
-                n: r.n,
-                k: r.k,
-            }),
+            // `gemm_nt` (A·Bᵀ) and `gemm_tn` (Aᵀ·B) are the layouts of nn.Linear's forward and
+            // weight gradient; the model prices every layout alike, and validation shows how
+            // far that holds.
+            "gemm" | "gemm_nt" | "gemm_tn" | "bmm" | "attention_qk" | "attention_av" => {
+                op(OpKind::Gemm {
+                    batch: r.batch.max(1),
+                    m: r.m,
+                    n: r.n,
+                    k: r.k,
+                })
+            }
             "softmax" => op(vector(VectorOp::Softmax)),
             "layernorm" => op(vector(VectorOp::LayerNorm)),
             "rmsnorm" => op(vector(VectorOp::RmsNorm)),
@@ -276,13 +284,15 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             "add" => op(vector(VectorOp::Add)),
             "all_reduce" => op(collective(CollectiveKind::AllReduce)),
             "all_gather" => op(collective(CollectiveKind::AllGather)),
-            // A block: batch = micro-batch, m = sequence, n = hidden, k = heads.
+            // A block: batch = micro-batch, m = sequence, n = hidden, k = heads,
+            // group = tensor-parallel degree of the slice.
             "block_fwd" | "block_bwd" => Target::Block {
                 backward: r.kernel == "block_bwd",
                 micro_batch: r.batch,
                 seq_len: r.m,
                 hidden: r.n,
                 heads: r.k,
+                tensor_parallel: r.group,
             },
             other => return Err(bad("kernel", format!("unknown kernel `{other}`"))),
         };
@@ -295,14 +305,39 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 seq_len,
                 hidden,
                 heads,
+                tensor_parallel,
                 ..
-            } => micro_batch == 0 || seq_len == 0 || hidden == 0 || heads == 0,
+            } => {
+                micro_batch == 0
+                    || seq_len == 0
+                    || hidden == 0
+                    || heads == 0
+                    || tensor_parallel == 0
+            }
         };
         if zero {
             return Err(bad(
                 "shape",
                 "sizes must be positive (and group ≥ 2 for collectives)".into(),
             ));
+        }
+        if let Target::Block {
+            hidden,
+            heads,
+            tensor_parallel,
+            ..
+        } = target
+        {
+            let tp = u64::from(tensor_parallel);
+            if heads % tp != 0 || hidden % heads != 0 {
+                return Err(bad(
+                    "group",
+                    format!(
+                        "a {tensor_parallel}-way slice needs heads ({heads}) divisible by it and \
+                         hidden ({hidden}) divisible by heads"
+                    ),
+                ));
+            }
         }
         out.push(Measurement {
             source: format!("{}:{row}", file.display()),

@@ -10,7 +10,10 @@ mod measurements;
 mod runs;
 
 pub use measurements::{load_measurements, CollectedRow, Measurement, Target};
-pub use runs::{block_latency, gpt_block_latency, validate_runs, RunError};
+pub use runs::{
+    block_latency, gpt_block_latency, megatron_flops_per_iteration, validate_runs, BlockShape,
+    RunError,
+};
 
 use crate::arch::{ArchConfig, Efficiency};
 use crate::cost::{collective_cost, fit_efficiency, predicted_latency_s, KernelSample};

@@ -6,9 +6,9 @@ use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::placement::{Fixed, RecomputeMode};
-use crate::schedule::ScheduleCache;
-use crate::search::{evaluate, layer_costs, recompute_from_name, EvaluateError, PlanOptions};
-use crate::workload::{Family, Model, Optimizer, Precision, Template, Workload};
+use crate::schedule::{ScheduleCache, ScheduleProblem};
+use crate::search::{evaluate, recompute_from_name, EvaluateError, PlanOptions};
+use crate::workload::{Family, Model, OpGraph, Optimizer, Precision, Template, Workload};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -44,7 +44,8 @@ pub struct RunError {
     /// The micro-batch the search chose (the runs do not state theirs).
     pub micro_batch: Option<u32>,
     pub measured_tflops_per_gpu: f64,
-    /// Hardware FLOPs (with recomputation, as the publications count them) per second per GPU.
+    /// The publication's FLOPs per iteration ([`megatron_flops_per_iteration`]) over the
+    /// predicted iteration time, per GPU: predicted / measured is measured / predicted time.
     pub predicted_tflops_per_gpu: f64,
     pub time_per_batch_s: f64,
     /// (predicted − measured) / measured.
@@ -80,6 +81,36 @@ fn training(
         optimizer: Optimizer::Adam,
         model: Model::Template(template),
         source: source.to_path_buf(),
+    }
+}
+
+/// FLOPs per iteration as Narayanan et al. (2021, §5.1) count them for a GPT of `layers` ×
+/// `hidden`, sequence `seq`, vocabulary `vocab` and `global_batch` sequences: every block's
+/// GEMMs 3× (forward and backward) or, recomputing, 4×, plus the logits 3×:
+/// c·B·s·l·h²·(1 + s/(6h)) + 6·B·s·h·V with c = 72, or 96 under full recompute. Selective
+/// recompute adds the attention core's forward (4·B·s²·h per layer). The measured TFLOP/s of
+/// `published_runs.csv` are this count over the measured time, so predictions use it too.
+pub fn megatron_flops_per_iteration(
+    layers: u64,
+    hidden: u64,
+    seq: u64,
+    vocab: u64,
+    global_batch: u64,
+    recompute: RecomputeMode,
+) -> f64 {
+    let (l, h, s, v, b) = (
+        layers as f64,
+        hidden as f64,
+        seq as f64,
+        vocab as f64,
+        global_batch as f64,
+    );
+    let blocks = b * s * l * h * h * (1.0 + s / (6.0 * h));
+    let logits = 6.0 * b * s * h * v;
+    match recompute {
+        RecomputeMode::None => 72.0 * blocks + logits,
+        RecomputeMode::Selective => 72.0 * blocks + 4.0 * b * s * s * h * l + logits,
+        RecomputeMode::Full => 96.0 * blocks + logits,
     }
 }
 
@@ -140,9 +171,15 @@ pub fn validate_runs(
             ..PlanOptions::searching(run.gpus)
         };
         let e = evaluate(&workload, arch, &options, cache)?;
-        let hardware_flops =
-            workload.hardware_flops_per_iteration(recompute == RecomputeMode::Full);
-        let predicted = hardware_flops / (e.plan.time_per_batch_s * f64::from(run.gpus)) / 1e12;
+        let flops = megatron_flops_per_iteration(
+            run.layers,
+            run.hidden,
+            run.seq,
+            run.vocab,
+            run.global_batch,
+            recompute,
+        );
+        let predicted = flops / (e.plan.time_per_batch_s * f64::from(run.gpus)) / 1e12;
         out.push(RunError {
             source: format!("{}:{row} ({})", runs_csv.display(), run.source),
             model: run.model,
@@ -161,37 +198,52 @@ pub fn validate_runs(
     Ok(out)
 }
 
-/// Forward and backward latency of one GPT block (hidden `hidden`, `heads` heads, sequence
-/// `seq_len`, micro-batch `micro_batch`, t = 1) scheduled on `arch`.
+/// A measured GPT block: hidden `hidden`, `heads` heads, sequence `seq_len`, micro-batch
+/// `micro_batch`, sliced `tensor_parallel` ways, operands of `elem_bytes` bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockShape {
+    pub micro_batch: u64,
+    pub seq_len: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub tensor_parallel: u32,
+    pub elem_bytes: u32,
+}
+
+/// Forward and backward latency of one device's share of a GPT block on `arch`, without the
+/// tensor-parallel collectives (what one GPU times of a slice).
 pub fn gpt_block_latency(
     arch: &ArchConfig,
     cache: &ScheduleCache,
-    micro_batch: u64,
-    seq_len: u64,
-    hidden: u64,
-    heads: u64,
-    elem_bytes: u32,
+    block: BlockShape,
 ) -> Result<(f64, f64), EvaluateError> {
     let mut workload = training(
         "block",
         &PathBuf::from("measured block"),
-        gpt_template(1, hidden, heads, 1024),
-        seq_len,
-        micro_batch,
+        gpt_template(1, block.hidden, block.heads, 1024),
+        block.seq_len,
+        block.micro_batch,
     );
-    if elem_bytes == 4 {
+    if block.elem_bytes == 4 {
         workload.precision = Precision::Fp32;
     }
-    let micro_batch = u32::try_from(micro_batch)
+    let micro_batch = u32::try_from(block.micro_batch)
         .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
-    let cost = CostModel::new(arch);
-    let costs = layer_costs(&workload, &cost, cache, 1, micro_batch, false)?;
-    let block = costs
-        .unique
+    let graph = workload.layer_graph(block.tensor_parallel, micro_batch, false)?;
+    let layer = graph
+        .layers
         .iter()
-        .find(|u| u.signature.contains("block"))
+        .find(|l| l.signature.contains("block"))
         .ok_or_else(|| InputError::invalid(&workload.source, "layers", "no transformer block"))?;
-    Ok((block.fwd.makespan_s, block.bwd.makespan_s))
+    let cost = CostModel::new(arch);
+    let schedule = |pass: &str, ops: &OpGraph| -> Result<f64, EvaluateError> {
+        let problem = ScheduleProblem::from_op_graph(&ops.without_collectives(), &cost);
+        let key = format!("{}|compute only|{pass}", layer.signature);
+        Ok(cache
+            .get_or_compute(&key, cost.hardware_key(), &problem)?
+            .makespan_s)
+    };
+    Ok((schedule("fwd", &layer.fwd)?, schedule("bwd", &layer.bwd)?))
 }
 
 /// The predicted latency of a measured GPT block (its forward or backward schedule); `None`
@@ -203,19 +255,19 @@ pub fn block_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) 
         seq_len,
         hidden,
         heads,
+        tensor_parallel,
     } = m.target
     else {
         return None;
     };
-    let (fwd_s, bwd_s) = gpt_block_latency(
-        arch,
-        cache,
+    let shape = BlockShape {
         micro_batch,
         seq_len,
         hidden,
         heads,
-        m.elem_bytes,
-    )
-    .ok()?;
+        tensor_parallel,
+        elem_bytes: m.elem_bytes,
+    };
+    let (fwd_s, bwd_s) = gpt_block_latency(arch, cache, shape).ok()?;
     Some(if backward { bwd_s } else { fwd_s })
 }

@@ -137,6 +137,43 @@ impl OpGraph {
     pub fn total_flops(&self) -> f64 {
         self.ops.iter().map(|o| o.flops).sum()
     }
+
+    /// The graph with its collectives removed: what one device computes of a tensor-parallel
+    /// layer when timed alone. A collective's successors inherit its predecessors, so the
+    /// order among the remaining operators is kept.
+    pub fn without_collectives(&self) -> OpGraph {
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
+        for &(from, to) in &self.edges {
+            preds[to].push(from);
+        }
+        // Per operator, the surviving operators it depends on directly (through collectives).
+        let mut kept_preds: Vec<Vec<usize>> = vec![Vec::new(); self.ops.len()];
+        let mut new_index: Vec<Option<usize>> = vec![None; self.ops.len()];
+        let mut graph = OpGraph::default();
+        for (i, op) in self.ops.iter().enumerate() {
+            let mut inherited: Vec<usize> = preds[i]
+                .iter()
+                .flat_map(|&p| match new_index[p] {
+                    Some(kept) => vec![kept],
+                    None => kept_preds[p].clone(),
+                })
+                .collect();
+            inherited.sort_unstable();
+            inherited.dedup();
+            if op.kind.core_type() == CoreType::Link {
+                kept_preds[i] = inherited;
+            } else {
+                let index = graph.ops.len();
+                new_index[i] = Some(index);
+                graph
+                    .edges
+                    .extend(inherited.into_iter().map(|p| (p, index)));
+                graph.ops.push(op.clone());
+            }
+        }
+        graph.edges.sort_unstable();
+        graph
+    }
 }
 
 /// Activation bytes one layer keeps for the backward pass, per device and micro-batch,
