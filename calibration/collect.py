@@ -85,9 +85,12 @@ class Writer:
         self.repeats = repeats
         self.burst = burst
 
-    def time(self, kernel, fn, batch=1, m=0, n=0, k=0, elements=0, row_len=0, group=1):
+    def time(self, kernel, fn, batch=1, m=0, n=0, k=0, elements=0, row_len=0, group=1,
+             dtype=None):
         median_s, min_s, max_s = time_cuda(fn, self.warmup, self.repeats, self.burst)
         row = dict(self.env)
+        if dtype:
+            row["dtype"] = dtype
         row.update(kernel=kernel, batch=batch, m=m, n=n, k=k, elements=elements,
                    row_len=row_len, group=group, median_s=f"{median_s:.9e}",
                    min_s=f"{min_s:.9e}", max_s=f"{max_s:.9e}", repeats=self.repeats,
@@ -196,6 +199,34 @@ def run_attention(w, dtype, quick):
                    elements=heads * seq * seq, row_len=seq)
             w.time("attention_av", lambda: torch.bmm(s, v), batch=heads, m=seq, n=head_dim, k=seq)
         del q, kt, v, s
+
+
+def run_loss(w, dtype, quick):
+    """Softmax cross-entropy over the vocabulary (the language-model head's loss), forward and
+    its gradient, for whole and 8-way vocabulary-parallel logits."""
+    shapes = [(2048, 51200)] if quick else [(2048, 51200), (8192, 51200), (8192, 6400),
+                                            (32768, 6400)]
+    for tokens, vocab in shapes:
+        logits = torch.randn(tokens, vocab, device="cuda", dtype=dtype, requires_grad=True)
+        target = torch.randint(vocab, (tokens,), device="cuda")
+        shape = dict(elements=tokens * vocab, row_len=vocab)
+        with torch.no_grad():
+            w.time("cross_entropy", lambda: F.cross_entropy(logits, target), **shape)
+        loss = F.cross_entropy(logits, target)
+        w.time("cross_entropy_bwd",
+               lambda: torch.autograd.grad(loss, logits, retain_graph=True), **shape)
+        del logits, target, loss
+
+
+def run_optimizer(w, dtype, quick):
+    """One fused Adam step over fp32 parameters (mixed-precision training keeps fp32 main
+    weights): weights, gradients and both moments in, weights and moments out."""
+    for count in ([2**22, 2**26] if quick else [2**20, 2**22, 2**24, 2**26, 2**28]):
+        param = torch.zeros(count, device="cuda", dtype=torch.float32, requires_grad=True)
+        param.grad = torch.randn_like(param)
+        optimizer = torch.optim.Adam([param], lr=1e-6, fused=True)
+        w.time("adam", optimizer.step, elements=count, row_len=1, dtype="fp32")
+        del param, optimizer
 
 
 class Block(torch.nn.Module):
@@ -334,6 +365,8 @@ SECTIONS = {
     "blocks": run_blocks,
     "gemm_layouts": run_gemm_layouts,
     "tp_blocks": run_tp_blocks,
+    "loss": run_loss,
+    "optimizer": run_optimizer,
     "collectives": None,  # NCCL workers, spawned below when more than one GPU is visible
 }
 

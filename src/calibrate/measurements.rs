@@ -251,12 +251,13 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
         }
         let elem_bytes = dtype_bytes(&r.dtype)
             .ok_or_else(|| bad("dtype", format!("unknown dtype `{}`", r.dtype)))?;
-        let vector = |op: VectorOp| OpKind::Vector {
+        let vector_pass = |op: VectorOp, pass: Pass| OpKind::Vector {
             op,
             elements: r.elements,
             row_len: r.row_len.max(1),
-            pass: Pass::Forward,
+            pass,
         };
+        let vector = |op: VectorOp| vector_pass(op, Pass::Forward);
         let collective = |collective: CollectiveKind| OpKind::Collective {
             collective,
             bytes: r.elements * u64::from(elem_bytes),
@@ -282,6 +283,10 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             "silu" => op(vector(VectorOp::Silu)),
             "mul" => op(vector(VectorOp::Mul)),
             "add" => op(vector(VectorOp::Add)),
+            "cross_entropy" => op(vector(VectorOp::CrossEntropy)),
+            "cross_entropy_bwd" => op(vector_pass(VectorOp::CrossEntropy, Pass::Backward)),
+            // A fused Adam step: one element per parameter (dtype fp32: main weights).
+            "adam" => op(vector(VectorOp::Update)),
             "all_reduce" => op(collective(CollectiveKind::AllReduce)),
             "all_gather" => op(collective(CollectiveKind::AllGather)),
             // A block: batch = micro-batch, m = sequence, n = hidden, k = heads,

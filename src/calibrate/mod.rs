@@ -124,10 +124,11 @@ pub fn kernel_errors(
                     seq_len,
                     hidden,
                     heads,
+                    tensor_parallel,
                     ..
                 } => (
                     predict_block(m)?,
-                    format!("b{micro_batch} s{seq_len} h{hidden} a{heads}"),
+                    format!("b{micro_batch} s{seq_len} h{hidden} a{heads} t{tensor_parallel}"),
                 ),
             };
             Some(KernelError {
