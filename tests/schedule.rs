@@ -420,6 +420,34 @@ fn lower_bound_caps_concurrency_at_the_graph_width() {
     assert!(close(lower_bound(&chain).unwrap(), 4.0 * US));
 }
 
+/// GEMMs y and z (3 µs each on the one tensor core) need p's 5 µs of vector work before and
+/// q's 5 µs after; x (1 µs) is free. Critical path 5 + 3 + 5 = 13 µs; the tensor core's work
+/// over the whole layer is only 7 µs, but y and z cannot start before 5 µs and leave 5 µs to
+/// go: 5 + 3 + 3 + 5 = 16 µs, the optimum.
+#[test]
+fn lower_bound_counts_the_idle_time_precedence_forces_on_a_resource() {
+    let problem = ScheduleProblem {
+        execution: KernelExecution::Concurrent,
+        ops: vec![
+            op("p", CoreType::Vector, 5.0 * US, 5.0 * US),
+            op("y", CoreType::Tensor, 3.0 * US, 3.0 * US),
+            op("z", CoreType::Tensor, 3.0 * US, 3.0 * US),
+            op("q", CoreType::Vector, 5.0 * US, 5.0 * US),
+            op("x", CoreType::Tensor, 1.0 * US, 1.0 * US),
+        ],
+        edges: vec![(0, 1), (0, 2), (1, 3), (2, 3)],
+        cores: CoreCounts {
+            tensor: 1,
+            vector: 1,
+        },
+    };
+    assert!(close(lower_bound(&problem).unwrap(), 16.0 * US));
+    assert!(close(Brute::optimum(&problem), 16.0 * US));
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.makespan_s, 16.0 * US));
+}
+
 /// Critical path 2 + 3 = 5 µs vs vector work (2 + 6 + 6) / 2 = 7 µs.
 #[test]
 fn lower_bound_is_max_of_path_and_work() {

@@ -592,32 +592,152 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 let (done_v, todo_v) = value.split_at_mut(row);
                 let (done_e, todo_e) = exposed.split_at_mut(row);
                 let (prev_v, prev_e) = (&done_v[prev.clone()], &done_e[prev]);
-                for opt in opts.iter() {
-                    // K = opt.k + K' for K in first..=last.
-                    let (first, last) = (lo.max(opt.k + clo), hi.min(opt.k + chi));
-                    if first > last {
-                        continue;
-                    }
-                    let cur = (first - lo) as usize..=(last - lo) as usize;
-                    let from = (first - opt.k - clo) as usize..;
-                    let cur_cells = todo_v[cur.clone()].iter_mut().zip(&mut todo_e[cur]);
-                    let prev_cells = prev_v[from.clone()].iter().zip(&prev_e[from]);
-                    for ((cv, ce), (&pv, &pe)) in cur_cells.zip(prev_cells) {
-                        // An empty remainder (infinite value) fails this too.
-                        let v = opt.value.max(pv);
-                        if v * c_min >= prune_s {
-                            continue;
-                        }
-                        let e = opt.e.max(pe);
-                        if better(v, e, *cv, *ce) {
-                            *cv = v;
-                            *ce = e;
-                        }
-                    }
+                let rows = Rows {
+                    lo,
+                    hi,
+                    clo,
+                    chi,
+                    c_min,
+                    prune_s,
+                };
+                let prev = (
+                    &prev_v[..=(chi - clo) as usize],
+                    &prev_e[..=(chi - clo) as usize],
+                );
+                let cur = (
+                    &mut todo_v[..=(hi - lo) as usize],
+                    &mut todo_e[..=(hi - lo) as usize],
+                );
+                if !combine_monotone(&rows, opts, prev, (&mut *cur.0, &mut *cur.1)) {
+                    combine(&rows, opts, prev, cur);
                 }
             }
         }
     }
+}
+
+/// The window of the row being filled (`K` in `lo..=hi`, `s` stages to go) and of the
+/// remainder's row (`K'` in `clo..=chi`), with the pipeline slots and bound that prune.
+struct Rows {
+    lo: u32,
+    hi: u32,
+    clo: u32,
+    chi: u32,
+    c_min: f64,
+    prune_s: f64,
+}
+
+/// Every way to run the stage (`opts`) before every remainder (`prev`, indexed by
+/// `K' − clo`) into the row's cells (`cur`, indexed by `K − lo`), in stage-then-`k` order.
+fn combine(rows: &Rows, opts: &[Opt], prev: (&[f64], &[f64]), cur: (&mut [f64], &mut [f64])) {
+    let (prev_v, prev_e) = prev;
+    let (todo_v, todo_e) = cur;
+    let Rows {
+        lo,
+        hi,
+        clo,
+        chi,
+        c_min,
+        prune_s,
+    } = *rows;
+    for opt in opts {
+        // K = opt.k + K' for K in first..=last.
+        let (first, last) = (lo.max(opt.k + clo), hi.min(opt.k + chi));
+        if first > last {
+            continue;
+        }
+        let cur = (first - lo) as usize..=(last - lo) as usize;
+        let from = (first - opt.k - clo) as usize..;
+        let cur_cells = todo_v[cur.clone()].iter_mut().zip(&mut todo_e[cur]);
+        let prev_cells = prev_v[from.clone()].iter().zip(&prev_e[from]);
+        for ((cv, ce), (&pv, &pe)) in cur_cells.zip(prev_cells) {
+            // An empty remainder (infinite value) fails this too.
+            let v = opt.value.max(pv);
+            if v * c_min >= prune_s {
+                continue;
+            }
+            let e = opt.e.max(pe);
+            if better(v, e, *cv, *ce) {
+                *cv = v;
+                *ce = e;
+            }
+        }
+    }
+}
+
+/// [`combine`] in O(cells + options) when no exposed all-reduce is involved (every `e`
+/// is 0, as with free links or a fully overlapped all-reduce), the stage's values fall with
+/// `k` and the remainder's with `K'` (checked here; `false`, touching nothing, otherwise).
+/// Then each cell takes the smaller of `max(value_k, prev[K − k])` over `k`, the maximum of a
+/// falling and a rising sequence, which is smallest where they cross: a walk finds
+/// the crossing, which moves one way as `K` grows, and the cell gets the same minimum, tested
+/// the same way, as [`combine`].
+fn combine_monotone(
+    rows: &Rows,
+    opts: &[Opt],
+    prev: (&[f64], &[f64]),
+    cur: (&mut [f64], &mut [f64]),
+) -> bool {
+    let (prev_v, prev_e) = prev;
+    let monotone = opts.len() > 2
+        && opts.iter().all(|o| o.e == 0.0)
+        && opts.windows(2).all(|w| w[1].value <= w[0].value)
+        && prev_e.iter().all(|&e| e == 0.0 || e == f64::INFINITY)
+        && prev_v.windows(2).all(|w| w[1] <= w[0]);
+    if !monotone {
+        return false;
+    }
+    let (todo_v, todo_e) = cur;
+    let Rows {
+        lo,
+        hi,
+        clo,
+        chi,
+        c_min,
+        prune_s,
+    } = *rows;
+    // Options whose remainder K − k lies in clo..=chi are opts[first..end]; both ends and the
+    // crossing only move right as K grows (a larger K meets smaller remainders).
+    let (mut first, mut end, mut cross) = (0, 0, 0);
+    for big_k in lo..=hi {
+        while first < opts.len() && opts[first].k + chi < big_k {
+            first += 1;
+        }
+        while end < opts.len() && opts[end].k + clo <= big_k {
+            end += 1;
+        }
+        if first >= end {
+            continue;
+        }
+        // Options before the crossing are bound by their own value, those after by the
+        // remainder's: the minimum is at one of the two options around it.
+        cross = cross.max(first);
+        while cross < end && opts[cross].value > remainder(&opts[cross], big_k, clo, prev_v) {
+            cross += 1;
+        }
+        let v = [
+            cross.checked_sub(1).filter(|&i| i >= first),
+            (cross < end).then_some(cross),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|i| opts[i].value.max(remainder(&opts[i], big_k, clo, prev_v)))
+        .fold(f64::INFINITY, f64::min);
+        if v * c_min >= prune_s {
+            continue;
+        }
+        let cell = (big_k - lo) as usize;
+        if better(v, 0.0, todo_v[cell], todo_e[cell]) {
+            todo_v[cell] = v;
+            todo_e[cell] = 0.0;
+        }
+    }
+    true
+}
+
+/// The remainder's value that option `o` meets in cell `big_k`.
+fn remainder(o: &Opt, big_k: u32, clo: u32, prev_v: &[f64]) -> f64 {
+    prev_v[(big_k - o.k - clo) as usize]
 }
 
 /// Value and exposed all-reduce of cell (s, D, K); infinite outside the table.
@@ -854,4 +974,112 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
         reasons,
         alternatives,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{combine, combine_monotone, Opt, Rows};
+    use proptest::prelude::*;
+
+    /// Falling values (some infinite at the front when `inf_front`), as `combine_monotone`
+    /// requires of the remainder's row and of the stage's options.
+    fn falling(mut values: Vec<f64>, inf_front: usize) -> Vec<f64> {
+        values.sort_by(|a, b| b.total_cmp(a));
+        for v in values.iter_mut().take(inf_front) {
+            *v = f64::INFINITY;
+        }
+        values
+    }
+
+    proptest! {
+        /// On inputs it accepts, the crossing walk fills the cells bit for bit as the general
+        /// every-option-every-cell loop does, ties and pruning included.
+        #[test]
+        fn monotone_combine_equals_the_general_one(
+            ks in proptest::collection::btree_set(1u32..24, 3..12),
+            option_values in proptest::collection::vec(1u32..40, 12),
+            prev_values in proptest::collection::vec(1u32..40, 1..16),
+            prev_inf in 0usize..4,
+            cells in proptest::collection::vec((1u32..60, 0u32..3), 1..30),
+            clo in 0u32..6,
+            lo_offset in 0u32..20,
+            c_min in 1u32..4,
+            prune in 20u32..200,
+        ) {
+            let ks: Vec<u32> = ks.into_iter().collect();
+            // Small integers make ties between options, remainders and cells common.
+            let values = falling(option_values.iter().map(|&v| f64::from(v)).collect(), 0);
+            let opts: Vec<Opt> = ks
+                .iter()
+                .zip(values)
+                .map(|(&k, value)| Opt { k, value, e: 0.0 })
+                .collect();
+            let prev_v = falling(prev_values.iter().map(|&v| f64::from(v)).collect(), prev_inf);
+            let prev_e: Vec<f64> = prev_v
+                .iter()
+                .map(|&v| if v.is_finite() { 0.0 } else { f64::INFINITY })
+                .collect();
+            let chi = clo + prev_v.len() as u32 - 1;
+            let lo = clo + lo_offset;
+            let hi = lo + cells.len() as u32 - 1;
+            let rows = Rows {
+                lo,
+                hi,
+                clo,
+                chi,
+                c_min: f64::from(c_min),
+                prune_s: if prune > 190 { f64::INFINITY } else { f64::from(prune) },
+            };
+            // Cells already holding a value from an earlier stage, with or without exposure.
+            let start_v: Vec<f64> = cells
+                .iter()
+                .map(|&(v, _)| if v > 55 { f64::INFINITY } else { f64::from(v) })
+                .collect();
+            let start_e: Vec<f64> = cells.iter().map(|&(_, e)| f64::from(e)).collect();
+            let (mut general_v, mut general_e) = (start_v.clone(), start_e.clone());
+            combine(&rows, &opts, (&prev_v, &prev_e), (&mut general_v, &mut general_e));
+            let (mut fast_v, mut fast_e) = (start_v, start_e);
+            prop_assert!(combine_monotone(
+                &rows,
+                &opts,
+                (&prev_v, &prev_e),
+                (&mut fast_v, &mut fast_e)
+            ));
+            prop_assert_eq!(fast_v, general_v);
+            prop_assert_eq!(fast_e, general_e);
+        }
+    }
+
+    #[test]
+    fn monotone_combine_declines_rising_or_exposed_inputs() {
+        let rows = Rows {
+            lo: 2,
+            hi: 6,
+            clo: 1,
+            chi: 3,
+            c_min: 1.0,
+            prune_s: f64::INFINITY,
+        };
+        let opt = |k, value, e| Opt { k, value, e };
+        let falling_opts = [opt(1, 9.0, 0.0), opt(2, 5.0, 0.0), opt(3, 4.0, 0.0)];
+        let (mut v, mut e) = (vec![f64::INFINITY; 5], vec![f64::INFINITY; 5]);
+        let rising_prev = [1.0, 2.0, 3.0];
+        assert!(!combine_monotone(
+            &rows,
+            &falling_opts,
+            (&rising_prev, &[0.0; 3]),
+            (&mut v, &mut e)
+        ));
+        let exposed = [opt(1, 9.0, 0.5), opt(2, 5.0, 0.0), opt(3, 4.0, 0.0)];
+        assert!(!combine_monotone(
+            &rows,
+            &exposed,
+            (&[3.0, 2.0, 1.0], &[0.0; 3]),
+            (&mut v, &mut e)
+        ));
+        assert!(
+            v.iter().all(|x| x.is_infinite()),
+            "declining touches nothing"
+        );
+    }
 }
