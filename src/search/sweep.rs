@@ -29,8 +29,8 @@
 
 use super::screen::Screen;
 use super::{
-    evaluate_faster_than, evaluate_on, tensor_widths, throughput_bound, DesignRow, LayerWork,
-    PlanBound, PlanOptions, Status, BOUND_SLACK,
+    evaluate_faster_than, evaluate_on, tensor_widths, throughput_bound, DesignRow, Evaluation,
+    LayerWork, PlanBound, PlanOptions, Status, BOUND_SLACK,
 };
 use crate::arch::{ArchConfig, SearchSpace};
 use crate::cost::CostModel;
@@ -424,36 +424,48 @@ impl Sweep {
 
     /// The exact row of a point `config_rows` left to evaluate. A plan on list schedules
     /// reaching the screen's achievable samples/s exists and the ILP schedules are no slower,
-    /// so the plan search only looks at plans at least that fast, and skips the tensor widths
-    /// whose plan bound is below it (falling back to the full search should rounding leave
-    /// none).
+    /// so the plan search only looks at plans at least that fast: it skips the tensor widths
+    /// whose plan bound is below it, and takes the others one at a time from the highest
+    /// bound down (their layers' ILP schedules only when reached), stopping at the first
+    /// whose bound the best plan found already meets (falling back to the full search should
+    /// rounding leave none).
     fn exact_row(&self, chip: &ChipRows, point: &ExactPoint) -> DesignRow {
         let workload = &self.workloads[point.workload];
         let (cost, cache) = (&chip.cost, &chip.cache);
         let arch = cost.arch();
         let options = self.plan_options(point.hbm, point.micro_batch, point.recompute);
         let narrowed = point.achievable.and_then(|a| {
-            let widths = tensor_widths(workload, &options)
-                .into_iter()
-                .filter(|&t| {
-                    let one = PlanOptions {
-                        only_widths: Some(vec![t]),
-                        ..options.clone()
-                    };
-                    !matches!(
-                        throughput_bound(workload, cost, &one, a),
-                        Ok(PlanBound::Below(_) | PlanBound::NoPlanFits)
-                    )
-                })
-                .collect();
-            let narrowed = PlanOptions {
-                only_widths: Some(widths),
+            let only = |t: u32| PlanOptions {
+                only_widths: Some(vec![t]),
                 ..options.clone()
             };
-            let bound_s = workload.global_batch as f64 / a * (1.0 + BOUND_SLACK);
-            evaluate_faster_than(workload, cost, &narrowed, cache, bound_s)
-                .ok()
-                .flatten()
+            // Each width's plan bound, highest first (a stable sort keeps ties in width order).
+            let mut widths: Vec<(u32, f64)> = tensor_widths(workload, &options)
+                .into_iter()
+                .filter_map(|t| match throughput_bound(workload, cost, &only(t), a) {
+                    Ok(PlanBound::Below(_) | PlanBound::NoPlanFits) => None,
+                    Ok(PlanBound::AtMost(bound)) => Some((t, bound)),
+                    Err(_) => Some((t, f64::INFINITY)),
+                })
+                .collect();
+            widths.sort_by(|x, y| y.1.total_cmp(&x.1));
+            let mut best: Option<Evaluation> = None;
+            let mut bound_s = workload.global_batch as f64 / a * (1.0 + BOUND_SLACK);
+            for (t, bound) in widths {
+                // No plan of this width, or of any after it, beats the best found.
+                if best
+                    .as_ref()
+                    .is_some_and(|b| bound <= b.plan.throughput_samples_per_s)
+                {
+                    break;
+                }
+                if let Ok(Some(e)) = evaluate_faster_than(workload, cost, &only(t), cache, bound_s)
+                {
+                    bound_s = e.plan.time_per_batch_s;
+                    best = Some(e);
+                }
+            }
+            best
         });
         let mut row =
             match narrowed.map_or_else(|| evaluate_on(workload, cost, &options, cache), Ok) {
