@@ -28,6 +28,9 @@ use std::ops::RangeInclusive;
 pub(crate) const MAX_DOWNSETS: usize = 4096;
 /// Largest pipeline (in tensor groups) searched for the closest infeasible plans.
 const MAX_ALTERNATIVE_UNITS: u32 = 128;
+/// Fewest stage options for which the crossing walk beats trying every option (its checks
+/// cost more than a few options do).
+const MIN_WALK_OPTIONS: usize = 8;
 /// Relative margin taken off the work lower bounds to absorb floating-point rounding.
 const WORK_MARGIN: f64 = 1e-9;
 
@@ -679,7 +682,7 @@ fn combine_monotone(
     cur: (&mut [f64], &mut [f64]),
 ) -> bool {
     let (prev_v, prev_e) = prev;
-    let monotone = opts.len() > 2
+    let monotone = opts.len() >= MIN_WALK_OPTIONS
         && opts.iter().all(|o| o.e == 0.0)
         && opts.windows(2).all(|w| w[1].value <= w[0].value)
         && prev_e.iter().all(|&e| e == 0.0 || e == f64::INFINITY)
@@ -978,7 +981,7 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
 
 #[cfg(test)]
 mod tests {
-    use super::{combine, combine_monotone, Opt, Rows};
+    use super::{combine, combine_monotone, Opt, Rows, MIN_WALK_OPTIONS};
     use proptest::prelude::*;
 
     /// Falling values (some infinite at the front when `inf_front`), as `combine_monotone`
@@ -996,8 +999,8 @@ mod tests {
         /// every-option-every-cell loop does, ties and pruning included.
         #[test]
         fn monotone_combine_equals_the_general_one(
-            ks in proptest::collection::btree_set(1u32..24, 3..12),
-            option_values in proptest::collection::vec(1u32..40, 12),
+            ks in proptest::collection::btree_set(1u32..32, MIN_WALK_OPTIONS..16),
+            option_values in proptest::collection::vec(1u32..40, 16),
             prev_values in proptest::collection::vec(1u32..40, 1..16),
             prev_inf in 0usize..4,
             cells in proptest::collection::vec((1u32..60, 0u32..3), 1..30),
@@ -1054,27 +1057,45 @@ mod tests {
     fn monotone_combine_declines_rising_or_exposed_inputs() {
         let rows = Rows {
             lo: 2,
-            hi: 6,
+            hi: 12,
             clo: 1,
             chi: 3,
             c_min: 1.0,
             prune_s: f64::INFINITY,
         };
-        let opt = |k, value, e| Opt { k, value, e };
-        let falling_opts = [opt(1, 9.0, 0.0), opt(2, 5.0, 0.0), opt(3, 4.0, 0.0)];
-        let (mut v, mut e) = (vec![f64::INFINITY; 5], vec![f64::INFINITY; 5]);
-        let rising_prev = [1.0, 2.0, 3.0];
+        let falling: Vec<Opt> = (1..=10)
+            .map(|k| Opt {
+                k,
+                value: 20.0 / f64::from(k),
+                e: 0.0,
+            })
+            .collect();
+        let (mut v, mut e) = (vec![f64::INFINITY; 11], vec![f64::INFINITY; 11]);
+        let falling_prev = [3.0, 2.0, 1.0];
+        assert!(combine_monotone(
+            &rows,
+            &falling,
+            (&falling_prev, &[0.0; 3]),
+            (&mut v.clone(), &mut e.clone())
+        ));
         assert!(!combine_monotone(
             &rows,
-            &falling_opts,
-            (&rising_prev, &[0.0; 3]),
+            &falling,
+            (&[1.0, 2.0, 3.0], &[0.0; 3]),
             (&mut v, &mut e)
         ));
-        let exposed = [opt(1, 9.0, 0.5), opt(2, 5.0, 0.0), opt(3, 4.0, 0.0)];
+        let mut exposed = falling.clone();
+        exposed[3].e = 0.5;
         assert!(!combine_monotone(
             &rows,
             &exposed,
-            (&[3.0, 2.0, 1.0], &[0.0; 3]),
+            (&falling_prev, &[0.0; 3]),
+            (&mut v, &mut e)
+        ));
+        assert!(!combine_monotone(
+            &rows,
+            &falling[..MIN_WALK_OPTIONS - 1],
+            (&falling_prev, &[0.0; 3]),
             (&mut v, &mut e)
         ));
         assert!(
