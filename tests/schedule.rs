@@ -24,6 +24,22 @@ fn op(name: &str, core: CoreType, one_core_s: f64, all_cores_s: f64) -> SchedOp 
     }
 }
 
+/// Operators `ops` with precedences `edges` on `tensor` tensor and `vector` vector cores that
+/// may run at the same time.
+fn concurrent(
+    ops: Vec<SchedOp>,
+    edges: Vec<(usize, usize)>,
+    tensor: u32,
+    vector: u32,
+) -> ScheduleProblem {
+    ScheduleProblem {
+        execution: KernelExecution::Concurrent,
+        ops,
+        edges,
+        cores: CoreCounts { tensor, vector },
+    }
+}
+
 fn exact() -> SolverOptions {
     SolverOptions {
         time_limit_s: 30.0,
@@ -204,12 +220,7 @@ fn random_problem() -> impl Strategy<Value = ScheduleProblem> {
                     k += 1;
                 }
             }
-            ScheduleProblem {
-                execution: KernelExecution::Concurrent,
-                ops,
-                edges,
-                cores: CoreCounts { tensor, vector },
-            }
+            concurrent(ops, edges, tensor, vector)
         })
     })
 }
@@ -256,21 +267,18 @@ fn brute_force_reproduces_hand_optimum() {
 /// A chain needs no solver: makespan = Σ min(one-core, all-core).
 #[test]
 fn chain_is_sum_of_fastest_variants_without_solver() {
-    let problem = ScheduleProblem {
-        execution: KernelExecution::Concurrent,
-        ops: vec![
+    let problem = concurrent(
+        vec![
             op("ln", CoreType::Vector, 3.0 * US, 1.0 * US),
             op("qkv", CoreType::Tensor, 40.0 * US, 12.0 * US),
             op("softmax", CoreType::Vector, 2.0 * US, 2.5 * US),
             op("allreduce", CoreType::Link, 7.0 * US, 1.0 * US),
             op("proj", CoreType::Tensor, 10.0 * US, 11.0 * US),
         ],
-        edges: vec![(0, 1), (1, 2), (2, 3), (3, 4)],
-        cores: CoreCounts {
-            tensor: 4,
-            vector: 2,
-        },
-    };
+        vec![(0, 1), (1, 2), (2, 3), (3, 4)],
+        4,
+        2,
+    );
     let s = schedule(&problem, &exact()).unwrap();
     assert_sound(&problem, &s);
     // 1 + 12 + 2 + 7 (link: one-core only) + 10.
@@ -294,17 +302,10 @@ fn chain_is_sum_of_fastest_variants_without_solver() {
 
 /// Three independent GEMMs on two tensor cores, one core 4 µs, all cores `all_us`.
 fn three_on_two(all_us: f64) -> ScheduleProblem {
-    ScheduleProblem {
-        execution: KernelExecution::Concurrent,
-        ops: (0..3)
-            .map(|i| op(&format!("g{i}"), CoreType::Tensor, 4.0 * US, all_us * US))
-            .collect(),
-        edges: vec![],
-        cores: CoreCounts {
-            tensor: 2,
-            vector: 1,
-        },
-    }
+    let gemms = (0..3)
+        .map(|i| op(&format!("g{i}"), CoreType::Tensor, 4.0 * US, all_us * US))
+        .collect();
+    concurrent(gemms, vec![], 2, 1)
 }
 
 /// Two GEMMs on one core each (0–4 µs), the third on both (4–6.5 µs): 6.5 µs. The lower bound
@@ -369,19 +370,16 @@ fn serial_execution_runs_operators_back_to_back() {
 /// Two collectives share the one link; a GEMM overlaps them: 3 + 2 = 5 µs.
 #[test]
 fn link_runs_one_collective_at_a_time() {
-    let problem = ScheduleProblem {
-        execution: KernelExecution::Concurrent,
-        ops: vec![
+    let problem = concurrent(
+        vec![
             op("ar0", CoreType::Link, 3.0 * US, 1.0 * US),
             op("ar1", CoreType::Link, 2.0 * US, 1.0 * US),
             op("gemm", CoreType::Tensor, 4.0 * US, 4.0 * US),
         ],
-        edges: vec![],
-        cores: CoreCounts {
-            tensor: 1,
-            vector: 1,
-        },
-    };
+        vec![],
+        1,
+        1,
+    );
     let s = schedule(&problem, &exact()).unwrap();
     assert_sound(&problem, &s);
     assert!(close(s.makespan_s, 5.0 * US));
@@ -395,18 +393,15 @@ fn link_runs_one_collective_at_a_time() {
 /// array's time, 4 µs in all — both all-core runs back to back, the optimum.
 #[test]
 fn lower_bound_caps_concurrency_at_the_graph_width() {
-    let problem = ScheduleProblem {
-        execution: KernelExecution::Concurrent,
-        ops: vec![
+    let problem = concurrent(
+        vec![
             op("x", CoreType::Tensor, 8.0 * US, 2.0 * US),
             op("y", CoreType::Tensor, 8.0 * US, 2.0 * US),
         ],
-        edges: vec![],
-        cores: CoreCounts {
-            tensor: 8,
-            vector: 1,
-        },
-    };
+        vec![],
+        8,
+        1,
+    );
     assert!(close(lower_bound(&problem).unwrap(), 4.0 * US));
     assert!(close(Brute::optimum(&problem), 4.0 * US));
     let s = schedule(&problem, &exact()).unwrap();
@@ -426,21 +421,18 @@ fn lower_bound_caps_concurrency_at_the_graph_width() {
 /// go: 5 + 3 + 3 + 5 = 16 µs, the optimum.
 #[test]
 fn lower_bound_counts_the_idle_time_precedence_forces_on_a_resource() {
-    let problem = ScheduleProblem {
-        execution: KernelExecution::Concurrent,
-        ops: vec![
+    let problem = concurrent(
+        vec![
             op("p", CoreType::Vector, 5.0 * US, 5.0 * US),
             op("y", CoreType::Tensor, 3.0 * US, 3.0 * US),
             op("z", CoreType::Tensor, 3.0 * US, 3.0 * US),
             op("q", CoreType::Vector, 5.0 * US, 5.0 * US),
             op("x", CoreType::Tensor, 1.0 * US, 1.0 * US),
         ],
-        edges: vec![(0, 1), (0, 2), (1, 3), (2, 3)],
-        cores: CoreCounts {
-            tensor: 1,
-            vector: 1,
-        },
-    };
+        vec![(0, 1), (0, 2), (1, 3), (2, 3)],
+        1,
+        1,
+    );
     assert!(close(lower_bound(&problem).unwrap(), 16.0 * US));
     assert!(close(Brute::optimum(&problem), 16.0 * US));
     let s = schedule(&problem, &exact()).unwrap();
@@ -451,20 +443,17 @@ fn lower_bound_counts_the_idle_time_precedence_forces_on_a_resource() {
 /// Critical path 2 + 3 = 5 µs vs vector work (2 + 6 + 6) / 2 = 7 µs.
 #[test]
 fn lower_bound_is_max_of_path_and_work() {
-    let problem = ScheduleProblem {
-        execution: KernelExecution::Concurrent,
-        ops: vec![
+    let problem = concurrent(
+        vec![
             op("a", CoreType::Vector, 2.0 * US, 2.0 * US),
             op("b", CoreType::Vector, 3.0 * US, 3.0 * US),
             op("c", CoreType::Vector, 6.0 * US, 6.0 * US),
             op("d", CoreType::Vector, 3.0 * US, 3.0 * US),
         ],
-        edges: vec![(0, 1)],
-        cores: CoreCounts {
-            tensor: 1,
-            vector: 2,
-        },
-    };
+        vec![(0, 1)],
+        1,
+        2,
+    );
     assert!(close(lower_bound(&problem).unwrap(), 7.0 * US));
     let s = schedule(&problem, &exact()).unwrap();
     assert_sound(&problem, &s);
@@ -524,15 +513,7 @@ fn time_limit_returns_best_found_and_says_so() {
             )
         })
         .collect();
-    let problem = ScheduleProblem {
-        execution: KernelExecution::Concurrent,
-        ops,
-        edges: vec![],
-        cores: CoreCounts {
-            tensor: 3,
-            vector: 1,
-        },
-    };
+    let problem = concurrent(ops, vec![], 3, 1);
     let options = SolverOptions {
         time_limit_s: 0.05,
         relative_gap: 0.0,
@@ -708,15 +689,7 @@ fn invalid_options_are_errors_naming_the_field() {
 
 #[test]
 fn empty_problem_has_zero_makespan() {
-    let problem = ScheduleProblem {
-        execution: KernelExecution::Concurrent,
-        ops: vec![],
-        edges: vec![],
-        cores: CoreCounts {
-            tensor: 0,
-            vector: 0,
-        },
-    };
+    let problem = concurrent(vec![], vec![], 0, 0);
     let s = schedule(&problem, &exact()).unwrap();
     assert_sound(&problem, &s);
     assert_eq!(s.makespan_s, 0.0);
