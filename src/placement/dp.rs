@@ -611,9 +611,7 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                     &mut todo_v[..=(hi - lo) as usize],
                     &mut todo_e[..=(hi - lo) as usize],
                 );
-                if !combine_monotone(&rows, opts, prev, (&mut *cur.0, &mut *cur.1)) {
-                    combine(&rows, opts, prev, cur);
-                }
+                combine(&rows, opts, prev, cur);
             }
         }
     }
@@ -631,32 +629,48 @@ struct Rows {
 }
 
 /// Every way to run the stage (`opts`) before every remainder (`prev`, indexed by
-/// `K' − clo`) into the row's cells (`cur`, indexed by `K − lo`), in stage-then-`k` order.
+/// `K' − clo`) into the row's cells (`cur`, indexed by `K − lo`): by the crossing walk when
+/// [`walkable`], else by trying every option on every cell. Both give the same cells.
 fn combine(rows: &Rows, opts: &[Opt], prev: (&[f64], &[f64]), cur: (&mut [f64], &mut [f64])) {
-    let (prev_v, prev_e) = prev;
-    let (todo_v, todo_e) = cur;
-    let Rows {
-        lo,
-        hi,
-        clo,
-        chi,
-        c_min,
-        prune_s,
-    } = *rows;
+    if walkable(opts, prev) {
+        combine_walk(rows, opts, prev.0, cur);
+    } else {
+        combine_every(rows, opts, prev, cur);
+    }
+}
+
+/// No exposed all-reduce is involved (every `e` is 0, as with free links or a fully
+/// overlapped all-reduce), the stage's values fall with `k` and the remainder's with `K'`,
+/// and there are enough options for the walk to pay off.
+fn walkable(opts: &[Opt], (prev_v, prev_e): (&[f64], &[f64])) -> bool {
+    opts.len() >= MIN_WALK_OPTIONS
+        && opts.iter().all(|o| o.e == 0.0)
+        && opts.windows(2).all(|w| w[1].value <= w[0].value)
+        && prev_e.iter().all(|&e| e == 0.0 || e == f64::INFINITY)
+        && prev_v.windows(2).all(|w| w[1] <= w[0])
+}
+
+/// Each option on each cell it reaches, in stage-then-`k` order.
+fn combine_every(
+    rows: &Rows,
+    opts: &[Opt],
+    (prev_v, prev_e): (&[f64], &[f64]),
+    (todo_v, todo_e): (&mut [f64], &mut [f64]),
+) {
     for opt in opts {
         // K = opt.k + K' for K in first..=last.
-        let (first, last) = (lo.max(opt.k + clo), hi.min(opt.k + chi));
+        let (first, last) = (rows.lo.max(opt.k + rows.clo), rows.hi.min(opt.k + rows.chi));
         if first > last {
             continue;
         }
-        let cur = (first - lo) as usize..=(last - lo) as usize;
-        let from = (first - opt.k - clo) as usize..;
+        let cur = (first - rows.lo) as usize..=(last - rows.lo) as usize;
+        let from = (first - opt.k - rows.clo) as usize..;
         let cur_cells = todo_v[cur.clone()].iter_mut().zip(&mut todo_e[cur]);
         let prev_cells = prev_v[from.clone()].iter().zip(&prev_e[from]);
         for ((cv, ce), (&pv, &pe)) in cur_cells.zip(prev_cells) {
             // An empty remainder (infinite value) fails this too.
             let v = opt.value.max(pv);
-            if v * c_min >= prune_s {
+            if v * rows.c_min >= rows.prune_s {
                 continue;
             }
             let e = opt.e.max(pe);
@@ -668,45 +682,25 @@ fn combine(rows: &Rows, opts: &[Opt], prev: (&[f64], &[f64]), cur: (&mut [f64], 
     }
 }
 
-/// [`combine`] in O(cells + options) when no exposed all-reduce is involved (every `e`
-/// is 0, as with free links or a fully overlapped all-reduce), the stage's values fall with
-/// `k` and the remainder's with `K'` (checked here; `false`, touching nothing, otherwise).
-/// Then each cell takes the smaller of `max(value_k, prev[K − k])` over `k`, the maximum of a
-/// falling and a rising sequence, which is smallest where they cross: a walk finds
-/// the crossing, which moves one way as `K` grows, and the cell gets the same minimum, tested
-/// the same way, as [`combine`].
-fn combine_monotone(
+/// [`combine_every`] in O(cells + options) on [`walkable`] input: each cell takes the smaller
+/// of `max(value_k, prev[K − k])` over `k`, the maximum of a falling and a rising sequence,
+/// which is smallest where they cross; the crossing moves one way as `K` grows, and the cell
+/// gets the same minimum, tested the same way.
+fn combine_walk(
     rows: &Rows,
     opts: &[Opt],
-    prev: (&[f64], &[f64]),
-    cur: (&mut [f64], &mut [f64]),
-) -> bool {
-    let (prev_v, prev_e) = prev;
-    let monotone = opts.len() >= MIN_WALK_OPTIONS
-        && opts.iter().all(|o| o.e == 0.0)
-        && opts.windows(2).all(|w| w[1].value <= w[0].value)
-        && prev_e.iter().all(|&e| e == 0.0 || e == f64::INFINITY)
-        && prev_v.windows(2).all(|w| w[1] <= w[0]);
-    if !monotone {
-        return false;
-    }
-    let (todo_v, todo_e) = cur;
-    let Rows {
-        lo,
-        hi,
-        clo,
-        chi,
-        c_min,
-        prune_s,
-    } = *rows;
+    prev_v: &[f64],
+    (todo_v, todo_e): (&mut [f64], &mut [f64]),
+) {
+    let remainder = |o: &Opt, big_k: u32| prev_v[(big_k - o.k - rows.clo) as usize];
     // Options whose remainder K − k lies in clo..=chi are opts[first..end]; both ends and the
     // crossing only move right as K grows (a larger K meets smaller remainders).
     let (mut first, mut end, mut cross) = (0, 0, 0);
-    for big_k in lo..=hi {
-        while first < opts.len() && opts[first].k + chi < big_k {
+    for big_k in rows.lo..=rows.hi {
+        while first < opts.len() && opts[first].k + rows.chi < big_k {
             first += 1;
         }
-        while end < opts.len() && opts[end].k + clo <= big_k {
+        while end < opts.len() && opts[end].k + rows.clo <= big_k {
             end += 1;
         }
         if first >= end {
@@ -715,7 +709,7 @@ fn combine_monotone(
         // Options before the crossing are bound by their own value, those after by the
         // remainder's: the minimum is at one of the two options around it.
         cross = cross.max(first);
-        while cross < end && opts[cross].value > remainder(&opts[cross], big_k, clo, prev_v) {
+        while cross < end && opts[cross].value > remainder(&opts[cross], big_k) {
             cross += 1;
         }
         let v = [
@@ -724,23 +718,17 @@ fn combine_monotone(
         ]
         .into_iter()
         .flatten()
-        .map(|i| opts[i].value.max(remainder(&opts[i], big_k, clo, prev_v)))
+        .map(|i| opts[i].value.max(remainder(&opts[i], big_k)))
         .fold(f64::INFINITY, f64::min);
-        if v * c_min >= prune_s {
+        if v * rows.c_min >= rows.prune_s {
             continue;
         }
-        let cell = (big_k - lo) as usize;
+        let cell = (big_k - rows.lo) as usize;
         if better(v, 0.0, todo_v[cell], todo_e[cell]) {
             todo_v[cell] = v;
             todo_e[cell] = 0.0;
         }
     }
-    true
-}
-
-/// The remainder's value that option `o` meets in cell `big_k`.
-fn remainder(o: &Opt, big_k: u32, clo: u32, prev_v: &[f64]) -> f64 {
-    prev_v[(big_k - o.k - clo) as usize]
 }
 
 /// Value and exposed all-reduce of cell (s, D, K); infinite outside the table.
@@ -981,10 +969,10 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
 
 #[cfg(test)]
 mod tests {
-    use super::{combine, combine_monotone, Opt, Rows, MIN_WALK_OPTIONS};
+    use super::{combine_every, combine_walk, walkable, Opt, Rows, MIN_WALK_OPTIONS};
     use proptest::prelude::*;
 
-    /// Falling values (some infinite at the front when `inf_front`), as `combine_monotone`
+    /// Falling values (some infinite at the front when `inf_front`), as [`walkable`]
     /// requires of the remainder's row and of the stage's options.
     fn falling(mut values: Vec<f64>, inf_front: usize) -> Vec<f64> {
         values.sort_by(|a, b| b.total_cmp(a));
@@ -998,7 +986,7 @@ mod tests {
         /// On inputs it accepts, the crossing walk fills the cells bit for bit as the general
         /// every-option-every-cell loop does, ties and pruning included.
         #[test]
-        fn monotone_combine_equals_the_general_one(
+        fn walk_fills_cells_as_trying_every_option_does(
             ks in proptest::collection::btree_set(1u32..32, MIN_WALK_OPTIONS..16),
             option_values in proptest::collection::vec(1u32..40, 16),
             prev_values in proptest::collection::vec(1u32..40, 1..16),
@@ -1040,29 +1028,17 @@ mod tests {
                 .collect();
             let start_e: Vec<f64> = cells.iter().map(|&(_, e)| f64::from(e)).collect();
             let (mut general_v, mut general_e) = (start_v.clone(), start_e.clone());
-            combine(&rows, &opts, (&prev_v, &prev_e), (&mut general_v, &mut general_e));
+            combine_every(&rows, &opts, (&prev_v, &prev_e), (&mut general_v, &mut general_e));
             let (mut fast_v, mut fast_e) = (start_v, start_e);
-            prop_assert!(combine_monotone(
-                &rows,
-                &opts,
-                (&prev_v, &prev_e),
-                (&mut fast_v, &mut fast_e)
-            ));
+            prop_assert!(walkable(&opts, (&prev_v, &prev_e)));
+            combine_walk(&rows, &opts, &prev_v, (&mut fast_v, &mut fast_e));
             prop_assert_eq!(fast_v, general_v);
             prop_assert_eq!(fast_e, general_e);
         }
     }
 
     #[test]
-    fn monotone_combine_declines_rising_or_exposed_inputs() {
-        let rows = Rows {
-            lo: 2,
-            hi: 12,
-            clo: 1,
-            chi: 3,
-            c_min: 1.0,
-            prune_s: f64::INFINITY,
-        };
+    fn walk_declines_rising_exposed_or_few_options() {
         let falling: Vec<Opt> = (1..=10)
             .map(|k| Opt {
                 k,
@@ -1070,37 +1046,19 @@ mod tests {
                 e: 0.0,
             })
             .collect();
-        let (mut v, mut e) = (vec![f64::INFINITY; 11], vec![f64::INFINITY; 11]);
         let falling_prev = [3.0, 2.0, 1.0];
-        assert!(combine_monotone(
-            &rows,
-            &falling,
-            (&falling_prev, &[0.0; 3]),
-            (&mut v.clone(), &mut e.clone())
-        ));
-        assert!(!combine_monotone(
-            &rows,
-            &falling,
-            (&[1.0, 2.0, 3.0], &[0.0; 3]),
-            (&mut v, &mut e)
-        ));
+        assert!(walkable(&falling, (&falling_prev, &[0.0; 3])));
+        assert!(!walkable(&falling, (&[1.0, 2.0, 3.0], &[0.0; 3])));
+        assert!(!walkable(&falling, (&falling_prev, &[0.0, 0.5, 0.0])));
         let mut exposed = falling.clone();
         exposed[3].e = 0.5;
-        assert!(!combine_monotone(
-            &rows,
-            &exposed,
-            (&falling_prev, &[0.0; 3]),
-            (&mut v, &mut e)
-        ));
-        assert!(!combine_monotone(
-            &rows,
+        assert!(!walkable(&exposed, (&falling_prev, &[0.0; 3])));
+        let mut rising = falling.clone();
+        rising[5].value = 30.0;
+        assert!(!walkable(&rising, (&falling_prev, &[0.0; 3])));
+        assert!(!walkable(
             &falling[..MIN_WALK_OPTIONS - 1],
-            (&falling_prev, &[0.0; 3]),
-            (&mut v, &mut e)
+            (&falling_prev, &[0.0; 3])
         ));
-        assert!(
-            v.iter().all(|x| x.is_infinite()),
-            "declining touches nothing"
-        );
     }
 }

@@ -379,7 +379,7 @@ pub fn throughput_bound(
             );
             problem.tiers = free_links.clone();
             // Free links leave a vanishing all-reduce; hiding it behind the backward pass makes
-            // it exactly zero, so the search compares loads alone (see `dp::combine_monotone`).
+            // it exactly zero, so the search compares loads alone (see `dp::walkable`).
             problem.dp_overlap = true;
             if let Ok(Some(plan)) = place_faster_than(&problem, best_s) {
                 best_s = plan.time_per_batch_s;
