@@ -5,6 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use tandem::calibrate::megatron_flops_per_iteration;
+use tandem::placement::RecomputeMode;
 use tandem::workload::{
     CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, Precision, VectorOp, Workload,
 };
@@ -149,15 +151,19 @@ fn model_flops_match_narayanan_formula() {
         let Some(tandem::workload::Model::Template(t)) = Some(&w.model) else {
             unreachable!()
         };
-        let (b, l, s, h, v) = (
-            w.global_batch as f64,
-            t.layers as f64,
-            w.seq_len as f64,
-            t.hidden as f64,
-            t.vocab as f64,
-        );
-        let model = 72.0 * b * l * s * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * h * l));
-        let hardware = 96.0 * b * l * s * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * h * l));
+        // Narayanan et al. (2021): 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)), 96·…·V/(16·l·h)
+        // recomputing.
+        let count = |recompute| {
+            megatron_flops_per_iteration(
+                t.layers,
+                t.hidden,
+                w.seq_len,
+                t.vocab,
+                w.global_batch,
+                recompute,
+            )
+        };
+        let (model, hardware) = (count(RecomputeMode::None), count(RecomputeMode::Full));
         assert!(
             rel_err(w.model_flops_per_iteration(), model) < 1e-3,
             "{file}"
