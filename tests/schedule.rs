@@ -440,6 +440,36 @@ fn lower_bound_counts_the_idle_time_precedence_forces_on_a_resource() {
     assert!(close(s.makespan_s, 16.0 * US));
 }
 
+/// One tensor core; GEMM a (10 µs) has 2 µs of vector work after it, GEMM b (1 µs) needs 3 µs
+/// before and 10 µs after. With preemption a would yield to b at 3 µs: 3 + 1 + 10 = 14 µs,
+/// the critical path too. Neither GEMM can be split: a first ends b at 11 (21 µs), b first
+/// keeps a from starting before 4 (4 + 10 + 2 = 16 µs). Edge finding sees the second: for a
+/// makespan below 16, b must precede a, which then ends too late.
+#[test]
+fn lower_bound_knows_operators_cannot_be_preempted() {
+    let problem = concurrent(
+        vec![
+            op("a", CoreType::Tensor, 10.0 * US, 10.0 * US),
+            op("r", CoreType::Vector, 2.0 * US, 2.0 * US),
+            op("p", CoreType::Vector, 3.0 * US, 3.0 * US),
+            op("b", CoreType::Tensor, 1.0 * US, 1.0 * US),
+            op("q", CoreType::Vector, 10.0 * US, 10.0 * US),
+        ],
+        vec![(0, 1), (2, 3), (3, 4)],
+        1,
+        3,
+    );
+    let lb = lower_bound(&problem).unwrap();
+    assert!(
+        (16.0 * US * (1.0 - 1e-3)..=16.0 * US).contains(&lb),
+        "lower bound {lb}"
+    );
+    assert!(close(Brute::optimum(&problem), 16.0 * US));
+    let s = schedule(&problem, &exact()).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.makespan_s, 16.0 * US));
+}
+
 /// Critical path 2 + 3 = 5 µs vs vector work (2 + 6 + 6) / 2 = 7 µs.
 #[test]
 fn lower_bound_is_max_of_path_and_work() {

@@ -5,9 +5,12 @@
 //! between them, found from reachability bitsets), and, for a core type only once a solution
 //! without them needed too many cores, assignment z_ic. Times are scaled so the warm start's
 //! makespan is [`SCALE_UNITS`], which keeps coefficients within a few orders of magnitude
-//! whatever the layer's size. The big-M of each ordering constraint is the tightest valid one,
-//! (warm makespan − tail of i) − head of j, and T is capped at the warm makespan.
+//! whatever the layer's size. T is capped at the warm makespan, so every start time lies in
+//! the window propagation leaves for schedules that short (its variable bounds), and the
+//! big-M of each ordering constraint is the tightest those windows allow: latest end of i −
+//! earliest start of j.
 
+use super::bounds::Windows;
 use super::prepare::{Prepared, RESOURCES};
 use super::realise::Realised;
 use super::Assignment;
@@ -20,13 +23,19 @@ use good_lp::{
 
 /// The warm start's makespan in model units.
 const SCALE_UNITS: f64 = 1000.0;
+/// Windows are widened by this much of the warm makespan, so that rounding in propagation
+/// never cuts off the warm start.
+const WINDOW_SLACK_REL: f64 = 1e-7;
 /// Integrality tolerance: a binary off by δ relaxes a big-M row by δ · M ≤ δ · SCALE_UNITS, which
 /// must stay well below the ordering tolerance used when the solution is realised.
 const INTEGRALITY_TOLERANCE: f64 = 1e-9;
 
 pub(crate) struct Request<'a> {
-    /// A valid schedule: the incumbent HiGHS starts from, and the source of the big-M.
+    /// A valid schedule: the incumbent HiGHS starts from.
     pub warm_start: &'a Realised,
+    /// Windows of every schedule no longer than the warm start: the bounds on start times and
+    /// the source of the big-M.
+    pub windows: &'a Windows,
     pub lower_bound_s: f64,
     /// Per resource: add core-assignment binaries.
     pub assign_cores: [bool; RESOURCES],
@@ -81,6 +90,8 @@ pub(crate) fn solve(prep: &Prepared, request: &Request) -> Result<Outcome, Strin
     let warm = request.warm_start;
     let horizon_s = warm.makespan_s;
     let scale = SCALE_UNITS / horizon_s;
+    let window = request.windows;
+    let slack_s = WINDOW_SLACK_REL * horizon_s;
     let warm_end_s: Vec<f64> = (0..n)
         .map(|i| warm.starts_s[i] + prep.modes[i][warm.modes[i]].duration_s)
         .collect();
@@ -97,8 +108,8 @@ pub(crate) fn solve(prep: &Prepared, request: &Request) -> Result<Outcome, Strin
     );
     let (start, start_column): (Vec<Variable>, Vec<usize>) = (0..n)
         .map(|i| {
-            let earliest = prep.head_s[i] * scale;
-            let latest = (horizon_s - prep.tail_s[i] - prep.min_duration_s[i]) * scale;
+            let earliest = (window.earliest_start_s[i] - slack_s).max(0.0) * scale;
+            let latest = (window.latest_end_s[i] + slack_s - prep.min_duration_s[i]) * scale;
             columns.add_indexed(
                 variable().min(earliest).max(latest.max(earliest)),
                 warm.starts_s[i] * scale,
@@ -137,8 +148,10 @@ pub(crate) fn solve(prep: &Prepared, request: &Request) -> Result<Outcome, Strin
     }
 
     // `i` before `j` unless `before` is 0: t_i + p_i − t_j ≤ M_ij (1 − before).
-    let big_m =
-        |i: usize, j: usize| ((horizon_s - prep.tail_s[i] - prep.head_s[j]) * scale).max(0.0);
+    let big_m = |i: usize, j: usize| {
+        let reach_s = window.latest_end_s[i] - window.earliest_start_s[j] + 2.0 * slack_s;
+        (reach_s * scale).max(0.0)
+    };
     let precedes = |i: usize, j: usize, before: Expression| {
         let m = big_m(i, j);
         constraint!(start[i] + duration[i].clone() - start[j] <= m - m * before)

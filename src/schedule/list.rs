@@ -4,6 +4,7 @@
 //! free units of its resource allow (gaps left earlier are filled). The scheduler keeps the
 //! best of a few deterministic rules and a fixed-seed batch of randomised ones.
 
+use super::bounds::Windows;
 use super::prepare::{Prepared, RESOURCES};
 use super::realise::{self, Realised};
 
@@ -175,7 +176,7 @@ fn sequential(prep: &Prepared) -> Realised {
 }
 
 /// The shortest schedule over all passes (ties: less energy, then the earlier pass).
-pub(crate) fn best_list_schedule(prep: &Prepared) -> Realised {
+pub(crate) fn best_list_schedule(prep: &Prepared, guide: Option<&Windows>) -> Realised {
     let n = prep.len();
     let remaining_path_s: Vec<f64> = (0..n)
         .map(|i| prep.min_duration_s[i] + prep.tail_s[i])
@@ -190,6 +191,14 @@ pub(crate) fn best_list_schedule(prep: &Prepared) -> Realised {
         (remaining_path_s.clone(), ModeRule::Parallel),
         (earliest_first, ModeRule::Fastest),
     ];
+    if let Some(guide) = guide {
+        // Earliest deadline first, the deadlines of a makespan close to the lower bound.
+        let deadline_first: Vec<f64> = (0..n)
+            .map(|i| -guide.latest_end_s[i] + 1e-3 * remaining_path_s[i])
+            .collect();
+        passes.push((deadline_first.clone(), ModeRule::Fastest));
+        passes.push((deadline_first, ModeRule::Parallel));
+    }
     for _ in 0..RANDOM_PASSES {
         let perturbed = remaining_path_s
             .iter()

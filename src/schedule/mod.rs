@@ -7,14 +7,18 @@
 //! time.
 //!
 //! The pipeline per problem:
-//! 1. [`lower_bound`]: critical path and, per core type, "earliest start + work / cores +
-//!    shortest tail".
+//! 1. [`lower_bound`]: critical path and, per core type, a preemptive one-machine bound
+//!    with heads and tails; then the largest makespan that constraint propagation (precedence,
+//!    overload, edge finding for operators that must hold their core type alone) refutes.
 //! 2. [`list_schedule`]: serial schedule-generation passes (several priority rules and
-//!    execution-variant rules, plus fixed-seed randomised passes); the best is the upper bound
-//!    and the ILP's warm start.
+//!    execution-variant rules, earliest-deadline-first on the deadlines of the shortest
+//!    makespan propagation could not refute, plus fixed-seed randomised passes); the best is
+//!    the upper bound and the ILP's warm start.
 //! 3. When the bounds are further apart than the requested gap, PHAZE's ILP on HiGHS (via
-//!    good_lp), first without core-assignment binaries; they are added for a core type only when
-//!    the solution needs more cores of that type than exist, and the model is solved again.
+//!    good_lp), its start times confined to the windows propagation leaves for schedules no
+//!    longer than the list schedule, first without core-assignment binaries; they are added
+//!    for a core type only when the solution needs more cores of that type than exist, and
+//!    the model is solved again.
 //! 4. The solver's times are turned into a schedule that is valid by construction (precedence
 //!    and same-type orderings are replayed exactly, cores assigned by interval colouring) and
 //!    checked by [`verify`]. Anything the solver returns that cannot be realised falls back to
@@ -322,16 +326,16 @@ fn relative_gap(makespan_s: f64, lower_bound_s: f64) -> f64 {
     }
 }
 
-/// Lower bound on the optimal makespan (critical path; per core type, work / cores between
-/// the earliest possible start and the shortest tail). Under serial execution, the forced
-/// schedule's makespan.
+/// Lower bound on the optimal makespan (critical path; per core type, a preemptive one-machine
+/// bound; raised to the largest makespan constraint propagation refutes). Under serial
+/// execution, the forced schedule's makespan.
 pub fn lower_bound(problem: &ScheduleProblem) -> Result<f64, ScheduleError> {
     problem.validate()?;
     let prep = Prepared::new(problem);
     if problem.execution == KernelExecution::Serial {
         return Ok(serial(&prep, Instant::now()).makespan_s);
     }
-    Ok(bounds::lower_bound(&prep))
+    Ok(bounds::lower_bound(&prep).makespan_s)
 }
 
 /// The best of the list-scheduling passes, with status [`SolveStatus::HeuristicOnly`] (under
@@ -343,8 +347,9 @@ pub fn list_schedule(problem: &ScheduleProblem) -> Result<Schedule, ScheduleErro
     if problem.execution == KernelExecution::Serial {
         return Ok(serial(&prep, started));
     }
-    let lower_bound_s = bounds::lower_bound(&prep);
-    let heuristic = list::best_list_schedule(&prep);
+    let bound = bounds::lower_bound(&prep);
+    let heuristic = list::best_list_schedule(&prep, bound.guide.as_ref());
+    let lower_bound_s = bound.makespan_s;
     Ok(realise::assemble(
         &prep,
         &heuristic,
@@ -402,8 +407,9 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
     if problem.execution == KernelExecution::Serial {
         return serial(&prep, started);
     }
-    let mut lower_bound_s = bounds::lower_bound(&prep);
-    let heuristic = list::best_list_schedule(&prep);
+    let bound = bounds::lower_bound(&prep);
+    let heuristic = list::best_list_schedule(&prep, bound.guide.as_ref());
+    let mut lower_bound_s = bound.makespan_s;
     let upper_bound_s = heuristic.makespan_s;
     let finish = |plan: &realise::Realised, lower_bound_s: f64, status: SolveStatus| {
         realise::assemble(&prep, plan, lower_bound_s, upper_bound_s, status, started)
@@ -424,6 +430,10 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
         );
     }
 
+    // The list schedule meets its own makespan, so propagation cannot refute it.
+    let Some(windows) = bounds::windows(&prep, upper_bound_s) else {
+        return finish(&heuristic, lower_bound_s, SolveStatus::HeuristicOnly);
+    };
     // Core-assignment binaries per core type (tensor, vector); added only after a solution
     // without them needed more cores than exist.
     let mut assign_cores = [false; prepare::RESOURCES];
@@ -435,6 +445,7 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
         }
         let request = ilp::Request {
             warm_start: &heuristic,
+            windows: &windows,
             lower_bound_s,
             assign_cores,
             time_limit_s: remaining_s,
