@@ -508,6 +508,15 @@ struct ChipRows {
     rows: Vec<PendingRow>,
 }
 
+impl ChipRows {
+    fn exact_points(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| matches!(r, PendingRow::Exact(_)))
+            .count()
+    }
+}
+
 enum PendingRow {
     Decided(Box<DesignRow>),
     Exact(ExactPoint),
@@ -543,8 +552,41 @@ const NO_PLAN_FITS: &str = "no plan fits in memory (found while bounding; the ha
 /// Reason recorded for a point on which the screen found that no plan fits in memory.
 const NO_PLAN_FITS_SCREENED: &str = "no plan fits in memory: every t, p, d and stage split runs out of HBM (`tandem plan` on this point shows by how much)";
 
-/// Configurations evaluated together between two appends to `points.csv`.
+/// Configurations screened together (their rows looked up in parallel), per thread.
 const CHUNK_PER_THREAD: usize = 16;
+/// Exact points evaluated together between two appends to `points.csv`, per thread: most
+/// configurations are pruned whole, so batching by configuration left a thread idle behind
+/// each batch's slowest point.
+const EXACT_PER_THREAD: usize = 32;
+/// Most configurations held back between two appends, so that a sparse stretch of the
+/// space still reaches the file (and the progress bar) in bounded memory.
+const MAX_CONFIGS_PER_APPEND: usize = 1024;
+
+/// The rows of `chips` in point order: their exact points evaluated in parallel, with the
+/// rows the screen decided.
+fn evaluate_pending(sweep: &Sweep, chips: Vec<ChipRows>) -> Vec<DesignRow> {
+    let exact: Vec<(&ChipRows, &ExactPoint)> = chips
+        .iter()
+        .flat_map(|chip| {
+            chip.rows.iter().filter_map(move |r| match r {
+                PendingRow::Exact(point) => Some((chip, point)),
+                PendingRow::Decided(_) => None,
+            })
+        })
+        .collect();
+    let mut rows: Vec<DesignRow> = exact
+        .par_iter()
+        .map(|&(chip, point)| sweep.exact_row(chip, point))
+        .collect();
+    rows.extend(chips.into_iter().flat_map(|chip| {
+        chip.rows.into_iter().filter_map(|r| match r {
+            PendingRow::Decided(row) => Some(*row),
+            PendingRow::Exact(_) => None,
+        })
+    }));
+    rows.sort_by_key(|r| r.point);
+    rows
+}
 
 /// Runs the sweep's shard into `options.out_dir` (`points.csv` streamed; the summaries are
 /// written by [`super::finish`]).
@@ -612,7 +654,7 @@ pub fn run_sweep(
         "evaluating",
         "configurations",
     );
-    let chunk = rayon::current_num_threads().max(1) * CHUNK_PER_THREAD;
+    let threads = rayon::current_num_threads().max(1);
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -623,7 +665,10 @@ pub fn run_sweep(
         .map_err(|e| io_error(&points_path, e))?
         .len()
         > 0;
-    for configs in owned.chunks(chunk) {
+    let mut pending: Vec<ChipRows> = Vec::new();
+    let (mut pending_exact, mut pending_configs) = (0, 0);
+    let mut chunks = owned.chunks(threads * CHUNK_PER_THREAD).peekable();
+    while let Some(configs) = chunks.next() {
         let chips: Vec<ChipRows> = configs
             .par_iter()
             .filter(|&&c| {
@@ -632,26 +677,15 @@ pub fn run_sweep(
             })
             .map(|&c| sweep.config_rows(c, &screen, &done))
             .collect::<Result<_, SweepError>>()?;
-        let exact: Vec<(&ChipRows, &ExactPoint)> = chips
-            .iter()
-            .flat_map(|chip| {
-                chip.rows.iter().filter_map(move |r| match r {
-                    PendingRow::Exact(point) => Some((chip, point)),
-                    PendingRow::Decided(_) => None,
-                })
-            })
-            .collect();
-        let mut rows: Vec<DesignRow> = exact
-            .par_iter()
-            .map(|&(chip, point)| sweep.exact_row(chip, point))
-            .collect();
-        rows.extend(chips.into_iter().flat_map(|chip| {
-            chip.rows.into_iter().filter_map(|r| match r {
-                PendingRow::Decided(row) => Some(*row),
-                PendingRow::Exact(_) => None,
-            })
-        }));
-        rows.sort_by_key(|r| r.point);
+        pending_exact += chips.iter().map(ChipRows::exact_points).sum::<usize>();
+        pending_configs += configs.len();
+        pending.extend(chips);
+        let full = pending_exact >= threads * EXACT_PER_THREAD
+            || pending_configs >= MAX_CONFIGS_PER_APPEND;
+        if !full && chunks.peek().is_some() {
+            continue;
+        }
+        let rows = evaluate_pending(sweep, std::mem::take(&mut pending));
         for row in &rows {
             match row.status {
                 Status::Ok => stats.ok += 1,
@@ -662,7 +696,8 @@ pub fn run_sweep(
         stats.evaluated += rows.iter().filter(|r| r.status != Status::Pruned).count() as u64;
         write_rows(&mut file, &points_path, &rows, !header_written)?;
         header_written |= !rows.is_empty();
-        bar.inc(configs.len() as u64);
+        bar.inc(pending_configs as u64);
+        (pending_exact, pending_configs) = (0, 0);
     }
     bar.finish_and_clear();
     stats.skipped = done.len() as u64;
