@@ -128,10 +128,12 @@ fn lanes(prep: &Prepared) -> [f64; RESOURCES] {
     std::array::from_fn(|r| f64::from(prep.capacity[r].min(concurrent[r]).max(1)))
 }
 
-/// The largest makespan that [`windows`] refutes, searched upward from `refuted_s` (the
-/// relaxation bound, below which no schedule exists): the first makespan propagation cannot
-/// refute brackets the answer, then bisection narrows it. Every value returned was refuted,
-/// so it is a lower bound whether or not refutation is monotone in the makespan.
+/// The largest makespan that [`windows`] refutes, searched upward from `relaxation_s` (no
+/// schedule is shorter; returned as it is when propagation cannot refute it either): steps
+/// that double until a makespan propagation cannot refute brackets the answer, then
+/// bisection. Every value returned other than `relaxation_s` was refuted, so it is a lower
+/// bound whether or not refutation is monotone in the makespan. The search ends because a
+/// makespan no shorter than all operators back to back is feasible and so never refuted.
 fn destructive_bound(prep: &Prepared, relaxation_s: f64) -> Bound {
     let lanes = lanes(prep);
     let try_makespan = |makespan_s: f64| windows_with(prep, &lanes, makespan_s);
