@@ -10,7 +10,11 @@ use super::realise::{self, Realised};
 
 /// Randomised passes after the deterministic ones; cheap (microseconds each) and they often
 /// close the gap to the lower bound so the ILP is skipped.
-const RANDOM_PASSES: usize = 32;
+pub(crate) const RANDOM_PASSES: usize = 32;
+/// Randomised passes when the first ones leave the solver to run: a few milliseconds against
+/// a solve of hundreds, and a better warm start shortens the solve (the first
+/// [`RANDOM_PASSES`] are the same passes, so the result is never worse).
+pub(crate) const RANDOM_PASSES_BEFORE_SOLVER: usize = 300;
 /// Probability that a randomised pass takes a random mode instead of the fastest-finishing one.
 const RANDOM_MODE_PROBABILITY: f64 = 0.2;
 const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -176,7 +180,11 @@ fn sequential(prep: &Prepared) -> Realised {
 }
 
 /// The shortest schedule over all passes (ties: less energy, then the earlier pass).
-pub(crate) fn best_list_schedule(prep: &Prepared, guide: Option<&Windows>) -> Realised {
+pub(crate) fn best_list_schedule(
+    prep: &Prepared,
+    guide: Option<&Windows>,
+    random_passes: usize,
+) -> Realised {
     let n = prep.len();
     let remaining_path_s: Vec<f64> = (0..n)
         .map(|i| prep.min_duration_s[i] + prep.tail_s[i])
@@ -199,7 +207,7 @@ pub(crate) fn best_list_schedule(prep: &Prepared, guide: Option<&Windows>) -> Re
         passes.push((deadline_first.clone(), ModeRule::Fastest));
         passes.push((deadline_first, ModeRule::Parallel));
     }
-    for _ in 0..RANDOM_PASSES {
+    for _ in 0..random_passes {
         let perturbed = remaining_path_s
             .iter()
             .map(|&p| p * (0.5 + rng.next_f64()))

@@ -12,8 +12,9 @@
 //!    overload, edge finding for operators that must hold their core type alone) refutes.
 //! 2. [`list_schedule`]: serial schedule-generation passes (several priority rules and
 //!    execution-variant rules, earliest-deadline-first on the deadlines of the shortest
-//!    makespan propagation could not refute, plus fixed-seed randomised passes); the best is
-//!    the upper bound and the ILP's warm start.
+//!    makespan propagation could not refute, plus fixed-seed randomised passes, many more of
+//!    them when the solver is about to run); the best is the upper bound and the ILP's warm
+//!    start.
 //! 3. When the bounds are further apart than the requested gap, PHAZE's ILP on HiGHS (via
 //!    good_lp), its start times confined to the windows propagation leaves for schedules no
 //!    longer than the list schedule, first without core-assignment binaries; they are added
@@ -284,7 +285,8 @@ pub struct Schedule {
     pub makespan_s: f64,
     /// Best proven lower bound on the optimal makespan.
     pub lower_bound_s: f64,
-    /// Makespan of the list schedule (the solver's starting point).
+    /// Makespan of the heuristic schedule the solver starts from: the list schedule, or a
+    /// shorter one found by more randomised passes once the solver is needed.
     pub upper_bound_s: f64,
     pub status: SolveStatus,
     /// Wall-clock time spent on this problem.
@@ -348,7 +350,7 @@ pub fn list_schedule(problem: &ScheduleProblem) -> Result<Schedule, ScheduleErro
         return Ok(serial(&prep, started));
     }
     let bound = bounds::lower_bound(&prep);
-    let heuristic = list::best_list_schedule(&prep, bound.guide.as_ref());
+    let heuristic = list::best_list_schedule(&prep, bound.guide.as_ref(), list::RANDOM_PASSES);
     let lower_bound_s = bound.makespan_s;
     Ok(realise::assemble(
         &prep,
@@ -408,8 +410,12 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
         return serial(&prep, started);
     }
     let bound = bounds::lower_bound(&prep);
-    let heuristic = list::best_list_schedule(&prep, bound.guide.as_ref());
     let mut lower_bound_s = bound.makespan_s;
+    let guide = bound.guide.as_ref();
+    let mut heuristic = list::best_list_schedule(&prep, guide, list::RANDOM_PASSES);
+    if options.use_ilp && relative_gap(heuristic.makespan_s, lower_bound_s) > options.relative_gap {
+        heuristic = list::best_list_schedule(&prep, guide, list::RANDOM_PASSES_BEFORE_SOLVER);
+    }
     let upper_bound_s = heuristic.makespan_s;
     let finish = |plan: &realise::Realised, lower_bound_s: f64, status: SolveStatus| {
         realise::assemble(&prep, plan, lower_bound_s, upper_bound_s, status, started)
