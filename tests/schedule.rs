@@ -78,6 +78,14 @@ struct Brute<'a> {
     preds: Vec<Vec<usize>>,
 }
 
+/// The exact schedule of `problem` is valid and `optimum_s` long, as brute force confirms.
+fn assert_optimum(problem: &ScheduleProblem, optimum_s: f64) {
+    assert!(close(Brute::optimum(problem), optimum_s));
+    let s = schedule(problem, &exact()).unwrap();
+    assert_sound(problem, &s);
+    assert!(close(s.makespan_s, optimum_s), "{}", s.makespan_s);
+}
+
 fn capacity(problem: &ScheduleProblem, core: CoreType) -> u32 {
     problem.cores.of(core)
 }
@@ -406,10 +414,7 @@ fn lower_bound_caps_concurrency_at_the_graph_width() {
         1,
     );
     assert!(close(lower_bound(&problem).unwrap(), 4.0 * US));
-    assert!(close(Brute::optimum(&problem), 4.0 * US));
-    let s = schedule(&problem, &exact()).unwrap();
-    assert_sound(&problem, &s);
-    assert!(close(s.makespan_s, 4.0 * US));
+    assert_optimum(&problem, 4.0 * US);
     // A chain of the two is one wide: the same 4 µs, now also the critical path.
     let chain = ScheduleProblem {
         edges: vec![(0, 1)],
@@ -437,10 +442,7 @@ fn lower_bound_counts_the_idle_time_precedence_forces_on_a_resource() {
         1,
     );
     assert!(close(lower_bound(&problem).unwrap(), 16.0 * US));
-    assert!(close(Brute::optimum(&problem), 16.0 * US));
-    let s = schedule(&problem, &exact()).unwrap();
-    assert_sound(&problem, &s);
-    assert!(close(s.makespan_s, 16.0 * US));
+    assert_optimum(&problem, 16.0 * US);
 }
 
 /// One tensor core; GEMM a (10 µs) has 2 µs of vector work after it, GEMM b (1 µs) needs 3 µs
@@ -467,10 +469,7 @@ fn lower_bound_knows_operators_cannot_be_preempted() {
         (16.0 * US * (1.0 - 1e-3)..=16.0 * US).contains(&lb),
         "lower bound {lb}"
     );
-    assert!(close(Brute::optimum(&problem), 16.0 * US));
-    let s = schedule(&problem, &exact()).unwrap();
-    assert_sound(&problem, &s);
-    assert!(close(s.makespan_s, 16.0 * US));
+    assert_optimum(&problem, 16.0 * US);
 }
 
 /// Critical path 2 + 3 = 5 µs vs vector work (2 + 6 + 6) / 2 = 7 µs.
@@ -488,11 +487,8 @@ fn lower_bound_is_max_of_path_and_work() {
         2,
     );
     assert!(close(lower_bound(&problem).unwrap(), 7.0 * US));
-    let s = schedule(&problem, &exact()).unwrap();
-    assert_sound(&problem, &s);
     // c alone on one core (6), a→b and d on the other (2 + 3 + 3 = 8): 8 µs optimal.
-    assert!(close(s.makespan_s, 8.0 * US));
-    assert!(close(Brute::optimum(&problem), 8.0 * US));
+    assert_optimum(&problem, 8.0 * US);
 }
 
 #[test]

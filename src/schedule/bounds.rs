@@ -30,7 +30,8 @@ const FIRST_STEP_REL: f64 = 0.01;
 /// Propagation adds what preemption hides: a long GEMM that must run on all cores cannot be
 /// split to fill the gaps the vector operators between two other GEMMs leave.
 pub(crate) fn lower_bound(prep: &Prepared) -> Bound {
-    destructive_bound(prep, relaxation_bound(prep))
+    let lanes = lanes(prep);
+    destructive_bound(prep, &lanes, relaxation_bound(prep, &lanes))
 }
 
 /// A lower bound on the makespan, with the windows of the shortest makespan propagation
@@ -43,13 +44,12 @@ pub(crate) struct Bound {
 }
 
 /// The critical path and the per-resource preemptive bound described at [`lower_bound`].
-fn relaxation_bound(prep: &Prepared) -> f64 {
+fn relaxation_bound(prep: &Prepared, lanes: &[f64; RESOURCES]) -> f64 {
     let n = prep.len();
     let critical_path_s = (0..n)
         .map(|i| prep.head_s[i] + prep.min_duration_s[i] + prep.tail_s[i])
         .fold(0.0, f64::max);
 
-    let lanes = lanes(prep);
     let mut jobs: [Vec<Job>; RESOURCES] = Default::default();
     for i in 0..n {
         let r = prep.resource[i];
@@ -134,9 +134,8 @@ fn lanes(prep: &Prepared) -> [f64; RESOURCES] {
 /// bisection. Every value returned other than `relaxation_s` was refuted, so it is a lower
 /// bound whether or not refutation is monotone in the makespan. The search ends because a
 /// makespan no shorter than all operators back to back is feasible and so never refuted.
-fn destructive_bound(prep: &Prepared, relaxation_s: f64) -> Bound {
-    let lanes = lanes(prep);
-    let try_makespan = |makespan_s: f64| windows_with(prep, &lanes, makespan_s);
+fn destructive_bound(prep: &Prepared, lanes: &[f64; RESOURCES], relaxation_s: f64) -> Bound {
+    let try_makespan = |makespan_s: f64| windows_with(prep, lanes, makespan_s);
     let mut open = try_makespan(relaxation_s);
     if open.is_some() || relaxation_s <= 0.0 {
         return Bound {

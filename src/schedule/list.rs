@@ -10,11 +10,10 @@ use super::realise::{self, Realised};
 
 /// Randomised passes after the deterministic ones; cheap (microseconds each) and they often
 /// close the gap to the lower bound so the ILP is skipped.
-pub(crate) const RANDOM_PASSES: usize = 32;
-/// Randomised passes when the first ones leave the solver to run: a few milliseconds against
-/// a solve of hundreds, and a better warm start shortens the solve (the first
-/// [`RANDOM_PASSES`] are the same passes, so the result is never worse).
-pub(crate) const RANDOM_PASSES_BEFORE_SOLVER: usize = 300;
+const RANDOM_PASSES: usize = 32;
+/// Randomised passes in all while the best is not yet good enough to spare the solver: a few
+/// milliseconds against a solve of hundreds, and a better warm start shortens the solve.
+const RANDOM_PASSES_BEFORE_SOLVER: usize = 300;
 /// Probability that a randomised pass takes a random mode instead of the fastest-finishing one.
 const RANDOM_MODE_PROBABILITY: f64 = 0.2;
 const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -179,11 +178,14 @@ fn sequential(prep: &Prepared) -> Realised {
     realise::sequential(prep, starts_s)
 }
 
-/// The shortest schedule over all passes (ties: less energy, then the earlier pass).
+/// The shortest schedule over all passes (ties: less energy, then the earlier pass): the
+/// deterministic rules, then [`RANDOM_PASSES`] randomised ones and, while the best is still
+/// longer than `enough_s`, more of them up to [`RANDOM_PASSES_BEFORE_SOLVER`]. Each randomised
+/// pass draws its priorities and modes from one stream, so more passes only add schedules.
 pub(crate) fn best_list_schedule(
     prep: &Prepared,
     guide: Option<&Windows>,
-    random_passes: usize,
+    enough_s: f64,
 ) -> Realised {
     let n = prep.len();
     let remaining_path_s: Vec<f64> = (0..n)
@@ -207,23 +209,31 @@ pub(crate) fn best_list_schedule(
         passes.push((deadline_first.clone(), ModeRule::Fastest));
         passes.push((deadline_first, ModeRule::Parallel));
     }
-    for _ in 0..random_passes {
-        let perturbed = remaining_path_s
-            .iter()
-            .map(|&p| p * (0.5 + rng.next_f64()))
-            .collect();
-        passes.push((perturbed, ModeRule::Randomised));
-    }
 
     let mut best = sequential(prep);
-    for (priority, rule) in &passes {
-        let (starts_s, modes) = serial_pass(prep, priority, *rule, &mut rng);
+    let mut keep = |starts_s: Vec<f64>, modes: Vec<usize>| {
         if let Ok(plan) = realise::assign(prep, starts_s, modes) {
             let better = plan.makespan_s < best.makespan_s
                 || (plan.makespan_s == best.makespan_s && plan.energy_j < best.energy_j);
             if better {
                 best = plan;
             }
+        }
+        best.makespan_s
+    };
+    for (priority, rule) in &passes {
+        let (starts_s, modes) = serial_pass(prep, priority, *rule, &mut rng);
+        keep(starts_s, modes);
+    }
+    for pass in 0..RANDOM_PASSES_BEFORE_SOLVER {
+        let perturbed: Vec<f64> = remaining_path_s
+            .iter()
+            .map(|&p| p * (0.5 + rng.next_f64()))
+            .collect();
+        let (starts_s, modes) = serial_pass(prep, &perturbed, ModeRule::Randomised, &mut rng);
+        let best_s = keep(starts_s, modes);
+        if pass + 1 >= RANDOM_PASSES && best_s <= enough_s {
+            break;
         }
     }
     best

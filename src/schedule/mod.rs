@@ -285,8 +285,8 @@ pub struct Schedule {
     pub makespan_s: f64,
     /// Best proven lower bound on the optimal makespan.
     pub lower_bound_s: f64,
-    /// Makespan of the heuristic schedule the solver starts from: the list schedule, or a
-    /// shorter one found by more randomised passes once the solver is needed.
+    /// Makespan of the heuristic schedule the solver starts from: the list schedule, after
+    /// more randomised passes when the first ones leave the gap open.
     pub upper_bound_s: f64,
     pub status: SolveStatus,
     /// Wall-clock time spent on this problem.
@@ -350,7 +350,7 @@ pub fn list_schedule(problem: &ScheduleProblem) -> Result<Schedule, ScheduleErro
         return Ok(serial(&prep, started));
     }
     let bound = bounds::lower_bound(&prep);
-    let heuristic = list::best_list_schedule(&prep, bound.guide.as_ref(), list::RANDOM_PASSES);
+    let heuristic = list::best_list_schedule(&prep, bound.guide.as_ref(), f64::INFINITY);
     let lower_bound_s = bound.makespan_s;
     Ok(realise::assemble(
         &prep,
@@ -411,11 +411,13 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
     }
     let bound = bounds::lower_bound(&prep);
     let mut lower_bound_s = bound.makespan_s;
-    let guide = bound.guide.as_ref();
-    let mut heuristic = list::best_list_schedule(&prep, guide, list::RANDOM_PASSES);
-    if options.use_ilp && relative_gap(heuristic.makespan_s, lower_bound_s) > options.relative_gap {
-        heuristic = list::best_list_schedule(&prep, guide, list::RANDOM_PASSES_BEFORE_SOLVER);
-    }
+    // With the solver to follow, more passes until the gap is met: a better warm start.
+    let enough_s = if options.use_ilp {
+        lower_bound_s / (1.0 - options.relative_gap)
+    } else {
+        f64::INFINITY
+    };
+    let heuristic = list::best_list_schedule(&prep, bound.guide.as_ref(), enough_s);
     let upper_bound_s = heuristic.makespan_s;
     let finish = |plan: &realise::Realised, lower_bound_s: f64, status: SolveStatus| {
         realise::assemble(&prep, plan, lower_bound_s, upper_bound_s, status, started)
