@@ -28,6 +28,7 @@ fn record() -> SweepRecord {
         ilp_time_limit_s: solver.time_limit_s,
         ilp_node_limit: solver.node_limit,
         ilp_relative_gap: solver.relative_gap,
+        search_node_limit: solver.search_node_limit,
     }
 }
 

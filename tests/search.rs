@@ -105,6 +105,7 @@ fn record(
         ilp_time_limit_s: SolverOptions::default().time_limit_s,
         ilp_node_limit: SolverOptions::default().node_limit,
         ilp_relative_gap: SolverOptions::default().relative_gap,
+        search_node_limit: SolverOptions::default().search_node_limit,
     }
 }
 

@@ -101,6 +101,10 @@ pub struct SolverArgs {
     /// Relative optimality gap at which a schedule is accepted (0.01 = 1 %).
     #[arg(long, default_value_t = 0.01)]
     pub ilp_gap: f64,
+    /// Placements the depth-first schedule search may make per layer before the ILP takes
+    /// over (0: ILP only).
+    #[arg(long, default_value_t = 300_000)]
+    pub search_node_limit: u32,
     /// Use the list-scheduling heuristic only (no ILP).
     #[arg(long)]
     pub no_ilp: bool,
@@ -111,6 +115,7 @@ impl SolverArgs {
         let options = SolverOptions {
             time_limit_s: self.ilp_time_limit_s,
             node_limit: self.ilp_node_limit,
+            search_node_limit: self.search_node_limit,
             relative_gap: self.ilp_gap,
             use_ilp: !self.no_ilp,
         };

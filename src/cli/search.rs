@@ -56,6 +56,10 @@ pub struct Args {
     /// Relative optimality gap at which a layer schedule is accepted.
     #[arg(long, default_value_t = 0.01)]
     ilp_gap: f64,
+    /// Placements the depth-first schedule search may make per layer before the ILP takes
+    /// over (0: ILP only).
+    #[arg(long, default_value_t = 300_000)]
+    search_node_limit: u32,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -90,6 +94,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         ilp_time_limit_s: args.ilp_time_limit_s,
         ilp_node_limit: args.ilp_node_limit,
         ilp_relative_gap: args.ilp_gap,
+        search_node_limit: args.search_node_limit,
     };
     let sweep = Sweep::from_record(&record)?;
     eprintln!(

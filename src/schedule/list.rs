@@ -6,6 +6,7 @@
 
 use super::bounds::Windows;
 use super::prepare::{Prepared, RESOURCES};
+use super::profile::Profile;
 use super::realise::{self, Realised};
 
 /// Randomised passes after the deterministic ones; cheap (microseconds each) and they often
@@ -17,64 +18,6 @@ const RANDOM_PASSES_BEFORE_SOLVER: usize = 300;
 /// Probability that a randomised pass takes a random mode instead of the fastest-finishing one.
 const RANDOM_MODE_PROBABILITY: f64 = 0.2;
 const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// Units of one resource in use over time: a step function.
-struct Profile {
-    /// `(from_s, units)`: `units` are busy from `from_s` to the next step; the last step is 0.
-    steps: Vec<(f64, u32)>,
-}
-
-impl Profile {
-    fn new() -> Self {
-        Profile {
-            steps: vec![(0.0, 0)],
-        }
-    }
-
-    /// Earliest start ≥ `from_s` such that at most `limit` units are busy throughout
-    /// `[start, start + duration_s)`.
-    fn earliest(&self, from_s: f64, duration_s: f64, limit: u32) -> f64 {
-        let mut start_s = from_s;
-        if duration_s <= 0.0 {
-            return start_s;
-        }
-        'candidate: loop {
-            let mut k = self.steps.partition_point(|s| s.0 <= start_s) - 1;
-            while k < self.steps.len() && self.steps[k].0 < start_s + duration_s {
-                if self.steps[k].1 > limit {
-                    // The last step is idle, so a busy step always has a successor.
-                    start_s = self.steps[k + 1].0;
-                    continue 'candidate;
-                }
-                k += 1;
-            }
-            return start_s;
-        }
-    }
-
-    /// Index of the step starting exactly at `t_s`, inserting it if needed.
-    fn split_at(&mut self, t_s: f64) -> usize {
-        let k = self.steps.partition_point(|s| s.0 <= t_s);
-        if self.steps[k - 1].0 == t_s {
-            k - 1
-        } else {
-            let units = self.steps[k - 1].1;
-            self.steps.insert(k, (t_s, units));
-            k
-        }
-    }
-
-    fn add(&mut self, start_s: f64, end_s: f64, units: u32) {
-        if end_s <= start_s {
-            return;
-        }
-        let first = self.split_at(start_s);
-        let last = self.split_at(end_s);
-        for step in &mut self.steps[first..last] {
-            step.1 += units;
-        }
-    }
-}
 
 #[derive(Clone, Copy)]
 enum ModeRule {

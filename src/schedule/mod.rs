@@ -30,10 +30,12 @@
 
 mod bounds;
 mod cache;
+mod dfs;
 mod gantt;
 mod ilp;
 mod list;
 mod prepare;
+mod profile;
 mod realise;
 
 pub use cache::ScheduleCache;
@@ -184,6 +186,9 @@ pub struct SolverOptions {
     /// Branch-and-bound nodes per ILP solve: the deterministic work limit, so equal inputs
     /// give equal schedules on any machine.
     pub node_limit: u32,
+    /// Placements the depth-first search may make per problem before the ILP takes over
+    /// (deterministic like `node_limit`); 0 leaves every open gap to the ILP.
+    pub search_node_limit: u32,
     /// Stop once (makespan − lower bound) / makespan is at most this (0.01 = 1 %).
     pub relative_gap: f64,
     /// When false, return the list schedule (with its bounds) without calling the solver.
@@ -195,6 +200,7 @@ impl Default for SolverOptions {
         SolverOptions {
             time_limit_s: 10.0,
             node_limit: 500,
+            search_node_limit: 300_000,
             relative_gap: 0.01,
             use_ilp: true,
         }
@@ -230,11 +236,13 @@ impl SolverOptions {
 pub enum SolveStatus {
     /// The list schedule meets the lower bound: optimal without the solver.
     BoundsMet,
-    /// The solver proved optimality.
+    /// The solver or the depth-first search proved optimality.
     Optimal,
     /// Within the requested relative gap of the lower bound (by the solver, or already by the
     /// list schedule).
     WithinGap { gap: f64 },
+    /// Within the requested relative gap, found by the depth-first search without the solver.
+    Searched { gap: f64 },
     /// The time limit stopped the solver; the best schedule found is returned.
     TimeLimit { gap: f64 },
     /// Only the list schedule: the solver was disabled, failed, or returned something that
@@ -248,6 +256,7 @@ impl fmt::Display for SolveStatus {
             SolveStatus::BoundsMet => write!(f, "bounds"),
             SolveStatus::Optimal => write!(f, "optimal"),
             SolveStatus::WithinGap { gap } => write!(f, "gap:{:.1}%", gap * 100.0),
+            SolveStatus::Searched { gap } => write!(f, "search:{:.1}%", gap * 100.0),
             SolveStatus::TimeLimit { gap } => write!(f, "time-limit:{:.1}%", gap * 100.0),
             SolveStatus::HeuristicOnly => write!(f, "heuristic"),
         }
@@ -362,6 +371,72 @@ pub fn list_schedule(problem: &ScheduleProblem) -> Result<Schedule, ScheduleErro
     ))
 }
 
+/// What [`meet_makespan`] found out about a makespan.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Feasibility {
+    /// A schedule no longer than the makespan asked for (its status: [`SolveStatus::Searched`]
+    /// with its gap to the lower bound, or [`SolveStatus::Optimal`] when it meets it).
+    Met(Schedule),
+    /// Proven: no schedule is that short.
+    Infeasible,
+    /// The placements allowed ran out before either was shown.
+    Undecided,
+}
+
+/// Whether the problem has a schedule no longer than `makespan_s` (within a relative 1e-9), by
+/// the depth-first search alone with at most `node_limit` placements: a deadline check
+/// ("can this layer run in 5 ms on this chip?") and the search's contract, which the tests
+/// hold to brute force. Under serial execution the forced schedule decides.
+pub fn meet_makespan(
+    problem: &ScheduleProblem,
+    makespan_s: f64,
+    node_limit: u32,
+) -> Result<Feasibility, ScheduleError> {
+    problem.validate()?;
+    if !(makespan_s.is_finite() && makespan_s > 0.0) {
+        return Err(ScheduleError::InvalidOptions {
+            field: "makespan_s".into(),
+            reason: format!("must be finite and positive, got {makespan_s}"),
+        });
+    }
+    let started = Instant::now();
+    let prep = Prepared::new(problem);
+    if problem.execution == KernelExecution::Serial {
+        let forced = serial(&prep, started);
+        return Ok(if forced.makespan_s <= makespan_s * (1.0 + 1e-9) {
+            Feasibility::Met(forced)
+        } else {
+            Feasibility::Infeasible
+        });
+    }
+    let mut budget = dfs::Budget {
+        nodes: node_limit as usize,
+        deadline: None,
+    };
+    Ok(match dfs::meet_target(&prep, makespan_s, &mut budget) {
+        dfs::Outcome::Met(plan) => {
+            let lower_bound_s = bounds::lower_bound(&prep).makespan_s.min(plan.makespan_s);
+            let gap = relative_gap(plan.makespan_s, lower_bound_s);
+            let status = if gap <= SAME_MAKESPAN_REL {
+                SolveStatus::Optimal
+            } else {
+                SolveStatus::Searched { gap }
+            };
+            let schedule = realise::assemble(
+                &prep,
+                &plan,
+                lower_bound_s,
+                plan.makespan_s,
+                status,
+                started,
+            );
+            Feasibility::Met(schedule)
+        }
+        dfs::Outcome::Refuted => Feasibility::Infeasible,
+        dfs::Outcome::Undecided => Feasibility::Undecided,
+    })
+}
+
 /// Minimum-makespan schedule of one layer's operator DAG (DESIGN §5). Errors only on invalid
 /// input; solver trouble degrades to the list schedule with a status that says so.
 pub fn schedule(
@@ -438,6 +513,26 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
         );
     }
 
+    // Depth-first search for a schedule within the gap; each target it refutes raises the
+    // lower bound, and the solver starts from there when the search gives up.
+    match search_within_gap(&prep, &mut lower_bound_s, upper_bound_s, options, started) {
+        Some(plan) => {
+            let gap = relative_gap(plan.makespan_s, lower_bound_s);
+            let status = if gap <= SAME_MAKESPAN_REL {
+                SolveStatus::Optimal
+            } else {
+                SolveStatus::Searched { gap }
+            };
+            return finish(&plan, lower_bound_s, status);
+        }
+        None => {
+            let gap = relative_gap(upper_bound_s, lower_bound_s);
+            if gap <= options.relative_gap {
+                return finish(&heuristic, lower_bound_s, SolveStatus::WithinGap { gap });
+            }
+        }
+    }
+
     // The list schedule meets its own makespan, so propagation cannot refute it.
     let Some(windows) = bounds::windows(&prep, upper_bound_s) else {
         return finish(&heuristic, lower_bound_s, SolveStatus::HeuristicOnly);
@@ -507,6 +602,39 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
                     assign_cores[r] = true;
                 }
             }
+        }
+    }
+}
+
+/// Rounds of [`dfs::meet_target`], each asking for a schedule within `options.relative_gap`
+/// of `lower_bound_s`; a refuted target becomes the new lower bound. Stops with a schedule,
+/// or with `None` once a round is undecided (`options.search_node_limit` placements over all
+/// rounds, or the time limit, spent), or the lower bound has
+/// come within the gap of `upper_bound_s` (the list schedule suffices then). With a zero gap
+/// one round: refuting the lower bound itself raises nothing.
+fn search_within_gap(
+    prep: &Prepared,
+    lower_bound_s: &mut f64,
+    upper_bound_s: f64,
+    options: &SolverOptions,
+    started: Instant,
+) -> Option<realise::Realised> {
+    let mut budget = dfs::Budget {
+        nodes: options.search_node_limit as usize,
+        deadline: Some(started + std::time::Duration::from_secs_f64(options.time_limit_s)),
+    };
+    loop {
+        let target_s = *lower_bound_s / (1.0 - options.relative_gap);
+        if target_s >= upper_bound_s || budget.nodes == 0 {
+            return None;
+        }
+        match dfs::meet_target(prep, target_s, &mut budget) {
+            dfs::Outcome::Met(plan) => return Some(plan),
+            dfs::Outcome::Refuted => *lower_bound_s = target_s,
+            dfs::Outcome::Undecided => return None,
+        }
+        if options.relative_gap == 0.0 {
+            return None;
         }
     }
 }

@@ -299,6 +299,7 @@ impl Comparison {
             ilp_time_limit_s: self.solver.time_limit_s,
             ilp_node_limit: self.solver.node_limit,
             ilp_relative_gap: self.solver.relative_gap,
+            search_node_limit: self.solver.search_node_limit,
         };
         let sweep = Sweep::from_record(&record)?;
         let resume = sweep_dir.join(super::RUN_TOML).exists();

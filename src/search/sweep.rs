@@ -150,6 +150,9 @@ pub struct SweepRecord {
     pub ilp_time_limit_s: f64,
     pub ilp_node_limit: u32,
     pub ilp_relative_gap: f64,
+    /// Absent from sweeps recorded before the depth-first search existed: they ran without it.
+    #[serde(default)]
+    pub search_node_limit: u32,
 }
 
 /// Why a sweep cannot run or finish.
@@ -214,6 +217,7 @@ impl Sweep {
         let solver = SolverOptions {
             time_limit_s: record.ilp_time_limit_s,
             node_limit: record.ilp_node_limit,
+            search_node_limit: record.search_node_limit,
             relative_gap: record.ilp_relative_gap,
             use_ilp: true,
         };
