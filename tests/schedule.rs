@@ -338,6 +338,28 @@ fn search_spares_operators_that_would_run_past_the_clock() {
     );
 }
 
+/// A chain of 600 operators is past what the search takes on (one stack frame per operator):
+/// it answers undecided, and `schedule` still closes the chain by its bounds.
+#[test]
+fn search_leaves_problems_of_many_operators_undecided() {
+    let ops: Vec<SchedOp> = (0..600)
+        .map(|i| op(&format!("v{i}"), CoreType::Vector, 2.0 * US, 1.0 * US))
+        .collect();
+    let edges = (1..600).map(|i| (i - 1, i)).collect();
+    let problem = concurrent(ops, edges, 1, 2);
+    assert_eq!(
+        meet_makespan(&problem, 600.0 * US, u32::MAX).unwrap(),
+        Feasibility::Undecided
+    );
+    assert_eq!(
+        meet_makespan(&problem, 599.0 * US, u32::MAX).unwrap(),
+        Feasibility::Infeasible
+    );
+    let s = schedule(&problem, &exact()).unwrap();
+    assert!(close(s.makespan_s, 600.0 * US), "{}", s.makespan_s);
+    assert_eq!(s.status, SolveStatus::BoundsMet);
+}
+
 /// The three GEMMs of [`mixed_variants_beat_uniform_ones`]: the list schedule finds the
 /// optimum, 6.5 µs, over the lower bound of 6 µs (gap 7.7 %). Asked for 5 %, the search
 /// refutes 6 / 0.95 = 6.316 µs (two GEMMs on one core each and the third on both is the

@@ -14,8 +14,8 @@
 //!   some deadline than its profile leaves free there;
 //! - a ready operator fits, in some mode, entirely before the clock: it could be moved there
 //!   and end earlier with nothing else changed, so the schedule below is not active in the
-//!   multi-mode sense (Sprecher & Drexl's multi-mode left-shift rule) and an active one that
-//!   is no longer is reached elsewhere.
+//!   multi-mode sense (the multi-mode left-shift rule of Sprecher, Hartmann & Drexl, 1997)
+//!   and an active one that is no longer is reached elsewhere.
 //!
 //! Every schedule that meets the target can be turned into a multi-mode active one that still
 //! meets it, and none of the cuts removes that one, so a search that runs out of branches
@@ -30,7 +30,10 @@ use std::time::Instant;
 /// Relative slack on every deadline, so rounding never cuts a schedule that meets the target.
 const TOLERANCE_REL: f64 = 1e-9;
 /// Placements between two looks at the clock.
-const NODES_PER_CLOCK_CHECK: usize = 1 << 12;
+const NODES_PER_CLOCK_CHECK: usize = 1 << 10;
+/// Larger problems are left undecided: the tree is as deep as the operator count (one stack
+/// frame per level) and each node costs up to the square of it. Layers have tens.
+const MAX_OPERATORS: usize = 512;
 
 /// What the search learnt about a target makespan.
 pub(crate) enum Outcome {
@@ -38,7 +41,7 @@ pub(crate) enum Outcome {
     Met(Realised),
     /// The whole tree was explored: no schedule is that short.
     Refuted,
-    /// The node budget or the deadline ran out first.
+    /// The node budget or the deadline ran out first, or the problem is too large to search.
     Undecided,
 }
 
@@ -53,6 +56,9 @@ pub(crate) fn meet_target(prep: &Prepared, target_s: f64, budget: &mut Budget) -
     let Some(windows) = bounds::windows(prep, target_s) else {
         return Outcome::Refuted;
     };
+    if prep.len() > MAX_OPERATORS {
+        return Outcome::Undecided;
+    }
     let n = prep.len();
     let mut search = Search {
         prep,

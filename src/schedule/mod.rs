@@ -15,12 +15,16 @@
 //!    makespan propagation could not refute, plus fixed-seed randomised passes, many more of
 //!    them when the solver is about to run); the best is the upper bound and the ILP's warm
 //!    start.
-//! 3. When the bounds are further apart than the requested gap, PHAZE's ILP on HiGHS (via
-//!    good_lp), its start times confined to the windows propagation leaves for schedules no
-//!    longer than the list schedule, first without core-assignment binaries; they are added
-//!    for a core type only when the solution needs more cores of that type than exist, and
-//!    the model is solved again.
-//! 4. The solver's times are turned into a schedule that is valid by construction (precedence
+//! 3. When the bounds are further apart than the requested gap, a depth-first search
+//!    (`dfs`) asks for a schedule no longer than lower bound / (1 − gap); a target it proves
+//!    infeasible becomes the lower bound for the next round. It stops at a placement budget
+//!    ([`SolverOptions::search_node_limit`]).
+//! 4. If the gap is still open, PHAZE's ILP on HiGHS (via good_lp) from the raised bound, its
+//!    start times confined to the windows propagation leaves for schedules no longer than the
+//!    list schedule, first without core-assignment binaries; they are added for a core type
+//!    only when the solution needs more cores of that type than exist, and the model is solved
+//!    again.
+//! 5. The solver's times are turned into a schedule that is valid by construction (precedence
 //!    and same-type orderings are replayed exactly, cores assigned by interval colouring) and
 //!    checked by [`verify`]. Anything the solver returns that cannot be realised falls back to
 //!    the heuristic, and the status says so.
@@ -238,8 +242,8 @@ pub enum SolveStatus {
     BoundsMet,
     /// The solver or the depth-first search proved optimality.
     Optimal,
-    /// Within the requested relative gap of the lower bound (by the solver, or already by the
-    /// list schedule).
+    /// Within the requested relative gap of the lower bound: by the solver, or by the list
+    /// schedule (at once, or once the search has raised the lower bound).
     WithinGap { gap: f64 },
     /// Within the requested relative gap, found by the depth-first search without the solver.
     Searched { gap: f64 },
@@ -337,6 +341,16 @@ fn relative_gap(makespan_s: f64, lower_bound_s: f64) -> f64 {
     }
 }
 
+/// Status of a schedule the depth-first search found.
+fn searched(makespan_s: f64, lower_bound_s: f64) -> SolveStatus {
+    let gap = relative_gap(makespan_s, lower_bound_s);
+    if gap <= SAME_MAKESPAN_REL {
+        SolveStatus::Optimal
+    } else {
+        SolveStatus::Searched { gap }
+    }
+}
+
 /// Lower bound on the optimal makespan (critical path; per core type, a preemptive one-machine
 /// bound; raised to the largest makespan constraint propagation refutes). Under serial
 /// execution, the forced schedule's makespan.
@@ -386,7 +400,8 @@ pub enum Feasibility {
 /// Whether the problem has a schedule no longer than `makespan_s` (within a relative 1e-9), by
 /// the depth-first search alone with at most `node_limit` placements: a deadline check
 /// ("can this layer run in 5 ms on this chip?") and the search's contract, which the tests
-/// hold to brute force. Under serial execution the forced schedule decides.
+/// hold to brute force. Under serial execution the forced schedule decides. Problems of more
+/// than 512 operators are not searched (undecided unless propagation refutes the makespan).
 pub fn meet_makespan(
     problem: &ScheduleProblem,
     makespan_s: f64,
@@ -416,12 +431,7 @@ pub fn meet_makespan(
     Ok(match dfs::meet_target(&prep, makespan_s, &mut budget) {
         dfs::Outcome::Met(plan) => {
             let lower_bound_s = bounds::lower_bound(&prep).makespan_s.min(plan.makespan_s);
-            let gap = relative_gap(plan.makespan_s, lower_bound_s);
-            let status = if gap <= SAME_MAKESPAN_REL {
-                SolveStatus::Optimal
-            } else {
-                SolveStatus::Searched { gap }
-            };
+            let status = searched(plan.makespan_s, lower_bound_s);
             let schedule = realise::assemble(
                 &prep,
                 &plan,
@@ -517,12 +527,7 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
     // lower bound, and the solver starts from there when the search gives up.
     match search_within_gap(&prep, &mut lower_bound_s, upper_bound_s, options, started) {
         Some(plan) => {
-            let gap = relative_gap(plan.makespan_s, lower_bound_s);
-            let status = if gap <= SAME_MAKESPAN_REL {
-                SolveStatus::Optimal
-            } else {
-                SolveStatus::Searched { gap }
-            };
+            let status = searched(plan.makespan_s, lower_bound_s);
             return finish(&plan, lower_bound_s, status);
         }
         None => {
@@ -607,11 +612,11 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
 }
 
 /// Rounds of [`dfs::meet_target`], each asking for a schedule within `options.relative_gap`
-/// of `lower_bound_s`; a refuted target becomes the new lower bound. Stops with a schedule,
-/// or with `None` once a round is undecided (`options.search_node_limit` placements over all
-/// rounds, or the time limit, spent), or the lower bound has
-/// come within the gap of `upper_bound_s` (the list schedule suffices then). With a zero gap
-/// one round: refuting the lower bound itself raises nothing.
+/// of `lower_bound_s`; a refuted target becomes the new lower bound. Stops with a schedule, or
+/// with `None` once a round is undecided (`options.search_node_limit` placements over all
+/// rounds, or the time limit, spent) or the lower bound has come within the gap of
+/// `upper_bound_s` (the list schedule suffices then). With a zero gap, one round: refuting the
+/// lower bound itself raises nothing.
 fn search_within_gap(
     prep: &Prepared,
     lower_bound_s: &mut f64,
