@@ -87,11 +87,11 @@ impl SweepAxes {
     }
 }
 
-/// How hard the per-layer scheduler works.
+/// How hard the per-layer scheduler works: its work limits and gap.
 #[derive(Debug, clap::Args)]
-pub struct SolverArgs {
-    /// Time limit per layer schedule (ILP on HiGHS), seconds; on hitting it the best schedule
-    /// found is used and its status says so.
+pub struct SolverLimits {
+    /// Time limit per layer schedule (ILP on HiGHS), seconds: a safety net (a schedule cut
+    /// off by the clock depends on the machine's load); its status says so.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub ilp_time_limit_s: f64,
     /// Branch-and-bound nodes per layer ILP: the deterministic work limit (equal inputs give
@@ -105,18 +105,26 @@ pub struct SolverArgs {
     /// over (0: ILP only).
     #[arg(long, default_value_t = 300_000)]
     pub search_node_limit: u32,
-    /// Use the list-scheduling heuristic only (no ILP).
+}
+
+/// The scheduler's limits, and whether it may go past the list schedule.
+#[derive(Debug, clap::Args)]
+pub struct SolverArgs {
+    #[command(flatten)]
+    pub limits: SolverLimits,
+    /// Use the list-scheduling heuristic only (no search, no ILP).
     #[arg(long)]
     pub no_ilp: bool,
 }
 
 impl SolverArgs {
     pub fn options(&self) -> Result<SolverOptions> {
+        let limits = &self.limits;
         let options = SolverOptions {
-            time_limit_s: self.ilp_time_limit_s,
-            node_limit: self.ilp_node_limit,
-            search_node_limit: self.search_node_limit,
-            relative_gap: self.ilp_gap,
+            time_limit_s: limits.ilp_time_limit_s,
+            node_limit: limits.ilp_node_limit,
+            search_node_limit: limits.search_node_limit,
+            relative_gap: limits.ilp_gap,
             use_ilp: !self.no_ilp,
         };
         options.validate()?;

@@ -1,7 +1,7 @@
 //! `tandem search`: a design-space sweep (configurations × HBM × micro-batch × recompute) with
 //! the best plan per point, streamed to CSV, and its summaries.
 
-use super::common::SweepAxes;
+use super::common::{SolverLimits, SweepAxes};
 use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -46,20 +46,8 @@ pub struct Args {
     /// Evaluate every point (no pruning).
     #[arg(long)]
     no_prune: bool,
-    /// Time limit per layer schedule (ILP on HiGHS), seconds: a safety net (a schedule cut
-    /// off by the clock depends on the machine's load).
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
-    ilp_time_limit_s: f64,
-    /// Branch-and-bound nodes per layer ILP: the deterministic work limit.
-    #[arg(long, default_value_t = 500)]
-    ilp_node_limit: u32,
-    /// Relative optimality gap at which a layer schedule is accepted.
-    #[arg(long, default_value_t = 0.01)]
-    ilp_gap: f64,
-    /// Placements the depth-first schedule search may make per layer before the ILP takes
-    /// over (0: ILP only).
-    #[arg(long, default_value_t = 300_000)]
-    search_node_limit: u32,
+    #[command(flatten)]
+    solver: SolverLimits,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -91,10 +79,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         hbm_bytes,
         objective: args.objective,
         prune: !args.no_prune,
-        ilp_time_limit_s: args.ilp_time_limit_s,
-        ilp_node_limit: args.ilp_node_limit,
-        ilp_relative_gap: args.ilp_gap,
-        search_node_limit: args.search_node_limit,
+        ilp_time_limit_s: args.solver.ilp_time_limit_s,
+        ilp_node_limit: args.solver.ilp_node_limit,
+        ilp_relative_gap: args.solver.ilp_gap,
+        search_node_limit: args.solver.search_node_limit,
     };
     let sweep = Sweep::from_record(&record)?;
     eprintln!(
