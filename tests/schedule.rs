@@ -619,6 +619,15 @@ fn lower_bound_knows_operators_cannot_be_preempted() {
         "lower bound {lb}"
     );
     assert_optimum(&problem, 16.0 * US);
+    // A gap too small to move a target in floating point: the search's first target is the
+    // refuted bound itself, and refuting it again must end the rounds rather than repeat them.
+    let tiny_gap = SolverOptions {
+        relative_gap: 1e-17,
+        ..exact()
+    };
+    let s = schedule(&problem, &tiny_gap).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.makespan_s, 16.0 * US), "{}", s.makespan_s);
 }
 
 /// Critical path 2 + 3 = 5 µs vs vector work (2 + 6 + 6) / 2 = 7 µs.

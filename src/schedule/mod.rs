@@ -615,8 +615,7 @@ fn solve_valid(problem: &ScheduleProblem, options: &SolverOptions) -> Schedule {
 /// of `lower_bound_s`; a refuted target becomes the new lower bound. Stops with a schedule, or
 /// with `None` once a round is undecided (`options.search_node_limit` placements over all
 /// rounds, or the time limit, spent) or the lower bound has come within the gap of
-/// `upper_bound_s` (the list schedule suffices then). With a zero gap, one round: refuting the
-/// lower bound itself raises nothing.
+/// `upper_bound_s` (the list schedule suffices then), or a refutation did not raise it.
 fn search_within_gap(
     prep: &Prepared,
     lower_bound_s: &mut f64,
@@ -635,11 +634,11 @@ fn search_within_gap(
         }
         match dfs::meet_target(prep, target_s, &mut budget) {
             dfs::Outcome::Met(plan) => return Some(plan),
+            // Refuting the bound itself (a zero gap, or one too small to move the target in
+            // floating point) raises nothing: the next round would ask the same.
+            dfs::Outcome::Refuted if target_s <= *lower_bound_s => return None,
             dfs::Outcome::Refuted => *lower_bound_s = target_s,
             dfs::Outcome::Undecided => return None,
-        }
-        if options.relative_gap == 0.0 {
-            return None;
         }
     }
 }
