@@ -265,15 +265,6 @@ proptest! {
         prop_assert!(s.upper_bound_s <= heuristic.makespan_s * (1.0 + 1e-9));
         prop_assert!(s.upper_bound_s >= optimum * (1.0 - 1e-9));
     }
-}
-
-proptest! {
-    #![proptest_config(Config {
-        cases: 300,
-        rng_seed: RngSeed::Fixed(0x5EED),
-        failure_persistence: None,
-        ..Config::default()
-    })]
 
     /// The depth-first search, run to the end, meets the optimum and refutes anything
     /// shorter: every cut it makes is sound and it misses no schedule.

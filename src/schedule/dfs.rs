@@ -66,13 +66,12 @@ pub(crate) fn meet_target(prep: &Prepared, target_s: f64, budget: &mut Budget) -
         latest_end_s: windows.latest_end_s,
         tolerance_s: TOLERANCE_REL * target_s,
         budget,
-        nodes: 0,
         starts_s: vec![0.0; n],
         ends_s: vec![0.0; n],
         modes: vec![0; n],
         placed: vec![false; n],
         waiting: prep.preds.iter().map(Vec::len).collect(),
-        from_s: vec![0.0; n],
+        earliest_fit_s: vec![0.0; n],
         earliest_end_s: vec![0.0; n],
     };
     let ready: Vec<usize> = (0..n).filter(|&i| prep.preds[i].is_empty()).collect();
@@ -106,8 +105,6 @@ struct Search<'p, 'a, 'b> {
     latest_end_s: Vec<f64>,
     tolerance_s: f64,
     budget: &'b mut Budget,
-    /// Placements so far, for the clock checks.
-    nodes: usize,
     starts_s: Vec<f64>,
     ends_s: Vec<f64>,
     modes: Vec<usize>,
@@ -115,7 +112,7 @@ struct Search<'p, 'a, 'b> {
     /// Unplaced predecessors per operator.
     waiting: Vec<usize>,
     /// Earliest start and end of each unplaced operator given the placed ones (scratch).
-    from_s: Vec<f64>,
+    earliest_fit_s: Vec<f64>,
     earliest_end_s: Vec<f64>,
 }
 
@@ -197,9 +194,8 @@ impl Search<'_, '_, '_> {
             return false;
         }
         self.budget.nodes -= 1;
-        self.nodes += 1;
         let past_deadline = || self.budget.deadline.is_some_and(|d| Instant::now() >= d);
-        if self.nodes % NODES_PER_CLOCK_CHECK == 0 && past_deadline() {
+        if self.budget.nodes % NODES_PER_CLOCK_CHECK == 0 && past_deadline() {
             self.budget.nodes = 0;
             return false;
         }
@@ -225,7 +221,6 @@ impl Search<'_, '_, '_> {
             }
             let r = prep.resource[j];
             let is_ready = self.waiting[j] == 0;
-            let ready_s = if is_ready { self.ready_s(j) } else { 0.0 };
             // Indices are a topological order, so predecessors are already updated.
             let from_s = prep.preds[j]
                 .iter()
@@ -236,30 +231,31 @@ impl Search<'_, '_, '_> {
                         self.earliest_end_s[p]
                     }
                 })
-                .fold(self.earliest_start_s[j].max(clock_s), f64::max);
+                .fold(self.earliest_start_s[j], f64::max);
             let mut start_s = f64::INFINITY;
             let mut end_s = f64::INFINITY;
             for (mode, m) in prep.modes[j].iter().enumerate() {
                 let limit = prep.capacity[r] - prep.demand(j, mode);
-                if is_ready {
-                    // Ends strictly earlier than at or after the clock (an operator with a
-                    // zero-length mode could end right at it).
-                    let shifted_end_s =
-                        profiles[r].earliest(ready_s, m.duration_s, limit) + m.duration_s;
-                    if shifted_end_s < clock_s
-                        || (shifted_end_s <= clock_s && prep.min_duration_s[j] > 0.0)
+                let mut fits_s = profiles[r].earliest(from_s, m.duration_s, limit);
+                if fits_s < clock_s {
+                    // A ready operator that would end strictly earlier than at or after the
+                    // clock (one with a zero-length mode could end right at it).
+                    let shifted_end_s = fits_s + m.duration_s;
+                    if is_ready
+                        && (shifted_end_s < clock_s
+                            || (shifted_end_s <= clock_s && prep.min_duration_s[j] > 0.0))
                     {
                         return false;
                     }
+                    fits_s = profiles[r].earliest(clock_s, m.duration_s, limit);
                 }
-                let fits_s = profiles[r].earliest(from_s, m.duration_s, limit);
                 start_s = start_s.min(fits_s);
                 end_s = end_s.min(fits_s + m.duration_s);
             }
             if end_s > self.latest_end_s[j] + self.tolerance_s {
                 return false;
             }
-            self.from_s[j] = start_s;
+            self.earliest_fit_s[j] = start_s;
             self.earliest_end_s[j] = end_s;
         }
         (0..RESOURCES).all(|r| self.energy_fits(r, &profiles[r]))
@@ -275,7 +271,7 @@ impl Search<'_, '_, '_> {
         let mut jobs: Vec<(f64, f64, f64)> = (0..prep.len())
             .filter(|&i| !self.placed[i] && prep.resource[i] == r)
             .map(|i| {
-                let from_s = self.from_s[i];
+                let from_s = self.earliest_fit_s[i];
                 let area_s = prep.modes[i]
                     .iter()
                     .enumerate()
