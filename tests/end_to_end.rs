@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    block_latency, calibrate, load_measurements, summarise, validate_runs, Target,
+    block_latency, calibrate, load_measurements, summarise, validate_runs, RunPlans, Target,
 };
 use tandem::cost::CostModel;
 use tandem::placement::{RecomputeMode, Stage};
@@ -386,50 +386,193 @@ fn area_of_the_tpu_v4_like_chip() {
     assert!((total - 278.83).abs() < 0.01, "{total}");
 }
 
-/// Narayanan et al. 2021, Table 1, on `a100.toml` with each run's (t, p, d) held: printed per
-/// row; the accuracy target itself is tracked by `tandem validate` (BENCHMARKS.md).
+fn published_runs_csv() -> &'static Path {
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/reference/published_runs.csv"
+    ))
+}
+
+/// Narayanan et al. 2021, Table 1, on `a100.toml` with each run's whole plan held: (t, p, d)
+/// from the table, micro-batch and gradient all-reduce overlap from the authors' scripts
+/// (calibration/published_run_plans.csv). Printed per row; the accuracy target itself is
+/// tracked by `tandem validate` (BENCHMARKS.md).
 #[test]
 fn published_megatron_runs_with_their_plans_held() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let runs = validate_runs(
-        Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/reference/published_runs.csv"
-        )),
-        &chip("a100"),
-        &cache,
-    )
-    .expect("runs plan");
+    let plans = RunPlans::load(Path::new("calibration/published_run_plans.csv")).expect("plans");
+    let runs = validate_runs(published_runs_csv(), &plans, &chip("a100"), &cache).expect("runs");
     assert_eq!(runs.len(), 5);
-    println!("model       gpus   t  p   d   b  measured  predicted  error");
+    println!("model       gpus   t  p   d   b  overlap  measured  predicted  error");
     for r in &runs {
         println!(
-            "{:<10} {:>5} {:>3} {:>2} {:>3} {:>3} {:>9.1} {:>10.1} {:>+6.1} %",
+            "{:<10} {:>5} {:>3} {:>2} {:>3} {:>3} {:>8} {:>9.1} {:>10.1} {:>+6.1} %",
             r.model,
             r.gpus,
             r.tp,
             r.pp,
             r.dp,
-            r.micro_batch.unwrap_or(0),
+            r.micro_batch,
+            r.dp_overlap,
             r.measured_tflops_per_gpu,
             r.predicted_tflops_per_gpu,
             100.0 * r.signed_error
         );
         assert_eq!(r.tp * r.pp * r.dp, r.gpus);
+        assert!(r.micro_batch_held, "{}", r.model);
         // Regression guard at today's accuracy (serial GPU kernels, backward vector traffic,
         // bias and norm-weight gradients, optimizer step, collectives at the achieved link
-        // bandwidth): every run within +3..+12 % (optimistic). The validation issue's target
-        // (mean 5 %, max 10 %) is not met yet; BENCHMARKS.md lists the known causes.
+        // bandwidth, the authors' micro-batch and DDP): every run within +5..+20 %
+        // (optimistic). The validation issue's target (mean 5 %, max 10 %) is not met;
+        // BENCHMARKS.md says where the gap lies.
         assert!(
-            (0.03..0.12).contains(&r.signed_error),
+            (0.05..0.20).contains(&r.signed_error),
             "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
             r.predicted_tflops_per_gpu,
             r.measured_tflops_per_gpu
         );
     }
+    let held: Vec<(u32, bool)> = runs.iter().map(|r| (r.micro_batch, r.dp_overlap)).collect();
+    assert_eq!(
+        held,
+        [(16, true), (16, true), (16, true), (8, true), (4, false)]
+    );
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.08, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.17, "mean error {:.1} %", 100.0 * mean);
+}
+
+/// Without a run-plans file the micro-batch is searched and the all-reduce overlapped (the
+/// best plan the model finds for the held t, p, d), so no run is slower than with its plan.
+#[test]
+fn unplanned_runs_get_the_best_micro_batch_the_model_finds() {
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let plans = RunPlans::load(Path::new("calibration/published_run_plans.csv")).expect("plans");
+    let a100 = chip("a100");
+    let held = validate_runs(published_runs_csv(), &plans, &a100, &cache).expect("runs");
+    let best =
+        validate_runs(published_runs_csv(), &RunPlans::default(), &a100, &cache).expect("runs");
+    for (h, b) in held.iter().zip(&best) {
+        assert!(!b.micro_batch_held && b.dp_overlap, "{}", b.model);
+        assert!(
+            b.time_per_batch_s <= h.time_per_batch_s * (1.0 + 1e-12),
+            "{}: searched {} s, held {} s",
+            b.model,
+            b.time_per_batch_s,
+            h.time_per_batch_s
+        );
+    }
+    // GPT-18.4B: micro-batch 16 beats the authors' 8 in the model.
+    assert_eq!((held[3].micro_batch, best[3].micro_batch), (8, 16));
+    assert!(best[3].time_per_batch_s < held[3].time_per_batch_s);
+}
+
+/// A run-plans file with a zero micro-batch, a model listed twice, a model no run has, or a
+/// missing column fails with the file, row and field named, through the CLI with exit 1.
+#[test]
+fn bad_run_plans_name_file_row_and_field() {
+    let dir = scratch_dir("run-plans");
+    let cases = [
+        (
+            "zero.csv",
+            "model,micro_batch,dp_overlap\ngpt-1.7b,0,true\n",
+            "row 1, micro_batch",
+        ),
+        (
+            "twice.csv",
+            "model,micro_batch,dp_overlap\ngpt-1.7b,16,true\ngpt-1.7b,8,true\n",
+            "row 2, model",
+        ),
+        (
+            "unknown.csv",
+            "# provenance\nmodel,micro_batch,dp_overlap\ngpt-2b,16,true\n",
+            "`gpt-2b` is no run",
+        ),
+        (
+            "columns.csv",
+            "model,micro_batch\ngpt-1.7b,16\n",
+            "dp_overlap",
+        ),
+        (
+            "yes.csv",
+            "model,micro_batch,dp_overlap\ngpt-1.7b,16,yes\n",
+            "malformed CSV",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let file = dir.join(name);
+        std::fs::write(&file, text).expect("write");
+        let out = tandem(&[
+            "validate",
+            "--arch",
+            "arch_specs/a100.toml",
+            "--runs",
+            published_runs_csv().to_str().expect("utf-8"),
+            "--run-plans",
+            file.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(name) && err.contains(expected),
+            "{name}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// A runs CSV with no GPUs, a zero measured throughput, zero layers or widths that do not
+/// multiply to the GPU count fails with the file, row and field named.
+#[test]
+fn bad_published_runs_name_file_row_and_field() {
+    let dir = scratch_dir("bad-runs");
+    let header = "source,model,params_b,layers,hidden,heads,seq,vocab,global_batch,tp,pp,dp,gpus,\
+                  gpu,recompute,measured_tflops_per_gpu";
+    let cases = [
+        (
+            "gpus.csv",
+            "x,g,1,24,2304,24,2048,51200,512,0,1,0,0,a100,full,137",
+            "row 1, gpus",
+        ),
+        (
+            "tflops.csv",
+            "x,g,1,24,2304,24,2048,51200,512,1,1,32,32,a100,full,0",
+            "row 1, measured",
+        ),
+        (
+            "layers.csv",
+            "x,g,1,0,2304,24,2048,51200,512,1,1,32,32,a100,full,137",
+            "row 1, layers",
+        ),
+        (
+            "heads.csv",
+            "x,g,1,24,2304,25,2048,51200,512,1,1,32,32,a100,full,137",
+            "row 1, heads",
+        ),
+        (
+            "tpd.csv",
+            "x,g,1,24,2304,24,2048,51200,512,2,1,32,32,a100,full,137",
+            "t·p·d",
+        ),
+        (
+            "mode.csv",
+            "x,g,1,24,2304,24,2048,51200,512,1,1,32,32,a100,some,137",
+            "recompute",
+        ),
+    ];
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    for (name, row, expected) in cases {
+        let file = dir.join(name);
+        std::fs::write(&file, format!("{header}\n{row}\n")).expect("write");
+        let err = validate_runs(&file, &RunPlans::default(), &chip("a100"), &cache)
+            .expect_err(name)
+            .to_string();
+        assert!(
+            err.contains(name) && err.contains(expected),
+            "{name}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
 /// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM, kernels timed

@@ -12,7 +12,7 @@ mod runs;
 pub use measurements::{load_measurements, CollectedRow, Measurement, Target};
 pub use runs::{
     block_latency, gpt_block_latency, megatron_flops_per_iteration, validate_runs, BlockShape,
-    RunError,
+    RunError, RunPlans,
 };
 
 use crate::arch::{ArchConfig, Efficiency};

@@ -1,5 +1,6 @@
-//! End-to-end validation: published training runs re-planned with their (t, p, d) held fixed,
-//! and single GPT blocks, predicted from chip facts and kernel calibration only.
+//! End-to-end validation: published training runs re-planned with their (t, p, d) held fixed
+//! (and, from a run-plans file, their micro-batch and gradient all-reduce overlap), and single
+//! GPT blocks, predicted from chip facts and kernel calibration only.
 
 use super::{Measurement, Target};
 use crate::arch::ArchConfig;
@@ -8,8 +9,9 @@ use crate::error::InputError;
 use crate::placement::{Fixed, RecomputeMode};
 use crate::schedule::{ScheduleCache, ScheduleProblem};
 use crate::search::{evaluate, recompute_from_name, EvaluateError, PlanOptions};
-use crate::workload::{Family, Model, OpGraph, Optimizer, Precision, Template, Workload};
+use crate::workload::{GptSizes, OpGraph, Precision, Workload};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A row of `published_runs.csv`.
@@ -41,46 +43,44 @@ pub struct RunError {
     pub pp: u32,
     pub dp: u32,
     pub recompute: RecomputeMode,
-    /// The micro-batch the search chose (the runs do not state theirs).
-    pub micro_batch: Option<u32>,
+    /// The run's micro-batch: held from the run-plans file, or the one the search chose.
+    pub micro_batch: u32,
+    /// Whether `micro_batch` came from the run-plans file (else it was searched).
+    pub micro_batch_held: bool,
+    /// Whether the gradient all-reduce overlapped the last micro-batch's backward pass.
+    pub dp_overlap: bool,
     pub measured_tflops_per_gpu: f64,
     /// The publication's FLOPs per iteration ([`megatron_flops_per_iteration`]) over the
     /// predicted iteration time, per GPU: predicted / measured is measured / predicted time.
     pub predicted_tflops_per_gpu: f64,
+    /// The measured iteration time the publication's FLOP count implies.
+    pub measured_time_per_batch_s: f64,
     pub time_per_batch_s: f64,
+    /// Where the predicted time goes (they add up to `time_per_batch_s`): the bottleneck
+    /// stage's compute, pipeline fill and drain, pipeline sends, the exposed gradient
+    /// all-reduce and the optimizer step.
+    pub compute_s: f64,
+    pub bubble_s: f64,
+    pub pp_comm_s: f64,
+    pub dp_comm_s: f64,
+    pub optimizer_s: f64,
     /// (predicted − measured) / measured.
     pub signed_error: f64,
 }
 
-/// A GPT model (multi-head attention, 4h FFN) of `layers` × `hidden` with `heads` heads.
-fn gpt_template(layers: u64, hidden: u64, heads: u64, vocab: u64) -> Template {
-    Template {
-        family: Family::Gpt,
-        layers,
-        hidden,
-        heads,
-        kv_heads: heads,
-        ffn_hidden: 4 * hidden,
-        vocab,
-    }
-}
-
-/// Mixed-precision Adam training of `template`, as the Megatron-LM runs use.
-fn training(
-    name: &str,
-    source: &Path,
-    template: Template,
-    seq_len: u64,
-    global_batch: u64,
-) -> Workload {
-    Workload {
-        name: name.to_string(),
-        global_batch,
-        seq_len,
-        precision: Precision::Fp16,
-        optimizer: Optimizer::Adam,
-        model: Model::Template(template),
-        source: source.to_path_buf(),
+/// `error` with its field prefixed by the CSV row it came from.
+fn in_row(row: usize, error: InputError) -> InputError {
+    match error {
+        InputError::Invalid {
+            file,
+            field,
+            reason,
+        } => InputError::Invalid {
+            file,
+            field: format!("row {row}, {field}"),
+            reason,
+        },
+        other => other,
     }
 }
 
@@ -114,6 +114,69 @@ pub fn megatron_flops_per_iteration(
     }
 }
 
+/// What a run's publication leaves out of its plan: one row of a run-plans file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunPlan {
+    /// Samples per micro-batch (Megatron-LM's `--micro-batch-size`).
+    micro_batch: u32,
+    /// Gradient all-reduce overlapped with the last micro-batch's backward pass (PyTorch DDP,
+    /// `--DDP-impl torch`) or run after it (`--DDP-impl local`).
+    dp_overlap: bool,
+}
+
+/// Run plans by model name, read from a CSV of `model,micro_batch,dp_overlap` (`#` starts a
+/// comment line, for the plans' provenance).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunPlans {
+    file: PathBuf,
+    by_model: BTreeMap<String, RunPlan>,
+}
+
+#[derive(Deserialize)]
+struct RunPlanRow {
+    model: String,
+    micro_batch: u32,
+    dp_overlap: bool,
+}
+
+impl RunPlans {
+    /// Reads a run-plans file; every model at most once, every micro-batch positive.
+    pub fn load(file: &Path) -> Result<RunPlans, InputError> {
+        let text = crate::error::read_input(file)?;
+        let mut reader = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .comment(Some(b'#'))
+            .from_reader(text.as_bytes());
+        let mut by_model = BTreeMap::new();
+        for (i, record) in reader.deserialize::<RunPlanRow>().enumerate() {
+            let row = i + 1;
+            let plan = record.map_err(|e| InputError::malformed(file, "CSV", e.to_string()))?;
+            if plan.micro_batch == 0 {
+                return Err(InputError::invalid(
+                    file,
+                    format!("row {row}, micro_batch"),
+                    "must be a positive number of samples",
+                ));
+            }
+            let held = RunPlan {
+                micro_batch: plan.micro_batch,
+                dp_overlap: plan.dp_overlap,
+            };
+            if by_model.insert(plan.model.clone(), held).is_some() {
+                return Err(InputError::invalid(
+                    file,
+                    format!("row {row}, model"),
+                    format!("`{}` is listed twice", plan.model),
+                ));
+            }
+        }
+        Ok(RunPlans {
+            file: file.to_path_buf(),
+            by_model,
+        })
+    }
+}
+
 fn recompute_mode(file: &Path, row: usize, text: &str) -> Result<RecomputeMode, InputError> {
     recompute_from_name(text).ok_or_else(|| {
         InputError::invalid(
@@ -124,10 +187,13 @@ fn recompute_mode(file: &Path, row: usize, text: &str) -> Result<RecomputeMode, 
     })
 }
 
-/// Every run of `runs_csv` planned on `arch` with its (t, p, d) and recompute mode held and
-/// the micro-batch searched; predicted TFLOP/s per GPU against the measured ones.
+/// Every run of `runs_csv` planned on `arch` with its (t, p, d) and recompute mode held, and
+/// its micro-batch and gradient all-reduce overlap held from `plans` where listed (else the
+/// micro-batch is searched and the all-reduce overlapped, the best the model finds); predicted
+/// TFLOP/s per GPU against the measured ones.
 pub fn validate_runs(
     runs_csv: &Path,
+    plans: &RunPlans,
     arch: &ArchConfig,
     cache: &ScheduleCache,
 ) -> Result<Vec<RunError>, EvaluateError> {
@@ -135,12 +201,46 @@ pub fn validate_runs(
     let mut reader = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
+    let runs = reader
+        .deserialize::<PublishedRun>()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| InputError::malformed(runs_csv, "CSV", e.to_string()))?;
+    if let Some(unmatched) = plans
+        .by_model
+        .keys()
+        .find(|model| !runs.iter().any(|run| &&run.model == model))
+    {
+        return Err(InputError::invalid(
+            &plans.file,
+            "model",
+            format!("`{unmatched}` is no run of {}", runs_csv.display()),
+        )
+        .into());
+    }
     let mut out = Vec::new();
-    for (i, record) in reader.deserialize::<PublishedRun>().enumerate() {
+    for (i, run) in runs.into_iter().enumerate() {
         let row = i + 1;
-        let run = record.map_err(|e| InputError::malformed(runs_csv, "CSV", e.to_string()))?;
         let recompute = recompute_mode(runs_csv, row, &run.recompute)?;
-        if run.tp * run.pp * run.dp != run.gpus {
+        if !(run.measured_tflops_per_gpu.is_finite() && run.measured_tflops_per_gpu > 0.0) {
+            return Err(InputError::invalid(
+                runs_csv,
+                format!("row {row}, measured_tflops_per_gpu"),
+                format!(
+                    "{} is not a positive throughput",
+                    run.measured_tflops_per_gpu
+                ),
+            )
+            .into());
+        }
+        if run.gpus == 0 {
+            return Err(InputError::invalid(
+                runs_csv,
+                format!("row {row}, gpus"),
+                "must be at least 1",
+            )
+            .into());
+        }
+        if u64::from(run.tp) * u64::from(run.pp) * u64::from(run.dp) != u64::from(run.gpus) {
             return Err(InputError::invalid(
                 runs_csv,
                 format!("row {row}, gpus"),
@@ -151,23 +251,27 @@ pub fn validate_runs(
             )
             .into());
         }
-        let workload = training(
-            &run.model,
-            runs_csv,
-            gpt_template(run.layers, run.hidden, run.heads, run.vocab),
-            run.seq,
-            run.global_batch,
-        );
+        // Megatron-LM's runs: fp16 weights and activations, Adam with fp32 master weights.
+        let sizes = GptSizes {
+            layers: run.layers,
+            hidden: run.hidden,
+            heads: run.heads,
+            vocab: run.vocab,
+            seq_len: run.seq,
+            global_batch: run.global_batch,
+        };
+        let workload = Workload::gpt(&run.model, runs_csv, sizes, Precision::Fp16)
+            .map_err(|e| in_row(row, e))?;
+        let held = plans.by_model.get(&run.model).copied();
         let options = PlanOptions {
-            micro_batches: vec![1, 2, 4, 8, 16],
+            micro_batches: held.map_or(vec![1, 2, 4, 8, 16], |p| vec![p.micro_batch]),
             recompute: vec![recompute],
             fixed: Fixed {
                 tp: Some(run.tp),
                 pp: Some(run.pp),
                 dp: Some(run.dp),
             },
-            // Megatron-LM of these runs all-reduced gradients after the backward pass.
-            dp_overlap: false,
+            dp_overlap: held.is_none_or(|p| p.dp_overlap),
             ..PlanOptions::searching(run.gpus)
         };
         let e = evaluate(&workload, arch, &options, cache)?;
@@ -180,6 +284,7 @@ pub fn validate_runs(
             recompute,
         );
         let predicted = flops / (e.plan.time_per_batch_s * f64::from(run.gpus)) / 1e12;
+        let split = e.plan.time_split;
         out.push(RunError {
             source: format!("{}:{row} ({})", runs_csv.display(), run.source),
             model: run.model,
@@ -188,10 +293,19 @@ pub fn validate_runs(
             pp: run.pp,
             dp: run.dp,
             recompute,
-            micro_batch: Some(e.plan.micro_batch),
+            micro_batch: e.plan.micro_batch,
+            micro_batch_held: held.is_some(),
+            dp_overlap: options.dp_overlap,
             measured_tflops_per_gpu: run.measured_tflops_per_gpu,
             predicted_tflops_per_gpu: predicted,
+            measured_time_per_batch_s: flops
+                / (run.measured_tflops_per_gpu * 1e12 * f64::from(run.gpus)),
             time_per_batch_s: e.plan.time_per_batch_s,
+            compute_s: split.compute_s,
+            bubble_s: split.bubble_s,
+            pp_comm_s: split.pp_comm_s,
+            dp_comm_s: split.dp_comm_s,
+            optimizer_s: split.optimizer_s,
             signed_error: (predicted - run.measured_tflops_per_gpu) / run.measured_tflops_per_gpu,
         });
     }
@@ -217,16 +331,20 @@ pub fn gpt_block_latency(
     cache: &ScheduleCache,
     block: BlockShape,
 ) -> Result<(f64, f64), EvaluateError> {
-    let mut workload = training(
-        "block",
-        &PathBuf::from("measured block"),
-        gpt_template(1, block.hidden, block.heads, 1024),
-        block.seq_len,
-        block.micro_batch,
-    );
-    if block.elem_bytes == 4 {
-        workload.precision = Precision::Fp32;
-    }
+    let sizes = GptSizes {
+        layers: 1,
+        hidden: block.hidden,
+        heads: block.heads,
+        vocab: 1024,
+        seq_len: block.seq_len,
+        global_batch: block.micro_batch,
+    };
+    let precision = if block.elem_bytes == 4 {
+        Precision::Fp32
+    } else {
+        Precision::Fp16
+    };
+    let workload = Workload::gpt("block", Path::new("measured block"), sizes, precision)?;
     let micro_batch = u32::try_from(block.micro_batch)
         .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
     let graph = workload.layer_graph(block.tensor_parallel, micro_batch, false)?;

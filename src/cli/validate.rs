@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
     block_latency, kernel_errors, load_measurements, summarise, summarise_errors, validate_runs,
-    ErrorSummary, KernelError, RunError,
+    ErrorSummary, KernelError, RunError, RunPlans,
 };
 use tandem::report::table;
 use tandem::schedule::{ScheduleCache, SolverOptions};
@@ -28,6 +28,11 @@ pub struct Args {
     /// Published end-to-end runs (CSV with the columns of ../shared/reference/published_runs.csv).
     #[arg(long)]
     runs: Option<PathBuf>,
+    /// What the runs' publication leaves out of their plans (CSV `model,micro_batch,dp_overlap`,
+    /// e.g. calibration/published_run_plans.csv): held for the runs it names; the others get
+    /// the best micro-batch the model finds and an overlapped gradient all-reduce.
+    #[arg(long, requires = "runs")]
+    run_plans: Option<PathBuf>,
     /// Directory for kernels.csv, runs.csv, summary.csv and summary.md.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -64,7 +69,11 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     }
     let mut run_rows = Vec::new();
     if let Some(runs) = &args.runs {
-        run_rows = validate_runs(runs, &arch, &cache)?;
+        let plans = match &args.run_plans {
+            Some(file) => RunPlans::load(file)?,
+            None => RunPlans::default(),
+        };
+        run_rows = validate_runs(runs, &plans, &arch, &cache)?;
         let rows: Vec<Vec<String>> = run_rows.iter().map(run_row).collect();
         let header = [
             "model",
@@ -74,6 +83,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "d",
             "recompute",
             "b",
+            "dp overlap",
             "measured",
             "predicted",
             "error",
@@ -126,7 +136,16 @@ fn run_row(r: &RunError) -> Vec<String> {
         r.pp.to_string(),
         r.dp.to_string(),
         recompute_name(r.recompute).to_string(),
-        r.micro_batch.map_or("-".into(), |b| b.to_string()),
+        format!(
+            "{}{}",
+            r.micro_batch,
+            if r.micro_batch_held {
+                ""
+            } else {
+                " (searched)"
+            }
+        ),
+        if r.dp_overlap { "yes" } else { "no" }.to_string(),
         format!("{:.1}", r.measured_tflops_per_gpu),
         format!("{:.1}", r.predicted_tflops_per_gpu),
         format!("{:+.1} %", 100.0 * r.signed_error),

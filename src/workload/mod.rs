@@ -150,7 +150,29 @@ pub struct Workload {
     pub source: PathBuf,
 }
 
+/// The sizes of a GPT given as numbers rather than a file (a published run, a measured block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GptSizes {
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub vocab: u64,
+    pub seq_len: u64,
+    pub global_batch: u64,
+}
+
 impl Workload {
+    /// A GPT (multi-head attention, 4h feed-forward) trained with Adam at `precision`,
+    /// validated as a workload file is; errors name `source` and the field.
+    pub fn gpt(
+        name: &str,
+        source: &Path,
+        sizes: GptSizes,
+        precision: Precision,
+    ) -> Result<Workload, InputError> {
+        RawTemplate::gpt(name, sizes, precision).validate(source)
+    }
+
     /// Loads a workload: `.toml` is a model template, `.json` an operator DAG.
     pub fn load(path: &Path) -> Result<Workload, InputError> {
         let text = read_input(path)?;

@@ -14,7 +14,7 @@ use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKin
 use super::ops::{
     build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector, Feeds, Node,
 };
-use super::{Family, Model, Optimizer, Precision, Workload};
+use super::{Family, GptSizes, Model, Optimizer, Precision, Workload};
 use crate::error::InputError;
 
 /// The raw TOML form. Sizes are read as signed integers so a negative value gets a message
@@ -34,6 +34,28 @@ pub(crate) struct RawTemplate {
     global_batch: i64,
     precision: Option<String>,
     optimizer: Option<String>,
+}
+
+impl RawTemplate {
+    /// A GPT (multi-head attention, 4h feed-forward) trained with Adam at `precision`, from
+    /// sizes given as numbers; [`RawTemplate::validate`] checks them as it checks a file's.
+    pub(crate) fn gpt(name: &str, sizes: GptSizes, precision: Precision) -> RawTemplate {
+        let size = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        RawTemplate {
+            name: name.to_string(),
+            family: "gpt".to_string(),
+            layers: size(sizes.layers),
+            hidden: size(sizes.hidden),
+            heads: size(sizes.heads),
+            kv_heads: None,
+            ffn_hidden: None,
+            vocab: size(sizes.vocab),
+            seq_len: size(sizes.seq_len),
+            global_batch: size(sizes.global_batch),
+            precision: Some(precision.name().to_string()),
+            optimizer: Some("adam".to_string()),
+        }
+    }
 }
 
 /// Largest accepted value of each size: far above any real model, low enough that parameter
