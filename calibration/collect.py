@@ -22,6 +22,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 COLUMNS = [
     "gpu", "sm_clock_mhz", "mem_clock_mhz", "driver", "cuda", "torch", "dtype", "kernel",
@@ -86,15 +87,18 @@ class Writer:
         self.burst = burst
 
     def time(self, kernel, fn, batch=1, m=0, n=0, k=0, elements=0, row_len=0, group=1,
-             dtype=None):
-        median_s, min_s, max_s = time_cuda(fn, self.warmup, self.repeats, self.burst)
+             dtype=None, timing=None):
+        """Times `fn` and writes a row; `timing` = (warmup, repeats, burst) overrides the
+        command line's (whole training steps take seconds each)."""
+        warmup, repeats, burst = timing or (self.warmup, self.repeats, self.burst)
+        median_s, min_s, max_s = time_cuda(fn, warmup, repeats, burst)
         row = dict(self.env)
         if dtype:
             row["dtype"] = dtype
         row.update(kernel=kernel, batch=batch, m=m, n=n, k=k, elements=elements,
                    row_len=row_len, group=group, median_s=f"{median_s:.9e}",
-                   min_s=f"{min_s:.9e}", max_s=f"{max_s:.9e}", repeats=self.repeats,
-                   burst=self.burst)
+                   min_s=f"{min_s:.9e}", max_s=f"{max_s:.9e}", repeats=repeats,
+                   burst=burst)
         self.csv.writerow(row)
         self.file.flush()
         print(f"{kernel:>12} b={batch} m={m} n={n} k={k} elems={elements} row={row_len}: "
@@ -300,6 +304,74 @@ def run_tp_blocks(w, dtype, quick, profile):
             time_block(w, dtype, batch, 2048, hidden, heads, tp, profile)
 
 
+class GPT(torch.nn.Module):
+    """A GPT as tandem's `gpt` template builds it: token and learned position embeddings with
+    dropout, `layers` blocks, a final LayerNorm and a language-model head tied to the token
+    embedding; the loss is a softmax cross-entropy over fp32 logits. Under full recompute each
+    block keeps only its input and reruns its forward in the backward pass."""
+
+    def __init__(self, layers, hidden, heads, vocab, seq, dtype, recompute):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocab, hidden)
+        self.positions = torch.nn.Embedding(seq, hidden)
+        self.drop = torch.nn.Dropout(0.1)
+        self.blocks = torch.nn.ModuleList(Block(hidden, heads, dtype) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(hidden)
+        self.recompute = recompute
+        self.to(device="cuda", dtype=dtype)
+
+    def forward(self, tokens, targets):
+        x = self.drop(self.tokens(tokens) + self.positions.weight[:, None, :])
+        for block in self.blocks:
+            if self.recompute == "full":
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        logits = F.linear(self.norm(x), self.tokens.weight)
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def time_step(w, dtype, layers, hidden, heads, batch, recompute, vocab=51200, seq=2048):
+    """One training iteration on one GPU, as each GPU of a data-parallel run does it: forward,
+    loss, backward and a mixed-precision Adam step (fp32 main weights and moments, gradients
+    copied up, weights copied back), for one micro-batch of `batch` sequences."""
+    model = GPT(layers, hidden, heads, vocab, seq, dtype, recompute)
+    params = list(model.parameters())
+    main = [p.detach().float().requires_grad_() for p in params]
+    for m in main:
+        m.grad = torch.zeros_like(m)
+    optimizer = torch.optim.Adam(main, lr=1e-6, fused=True)
+    tokens = torch.randint(vocab, (seq, batch), device="cuda")
+    targets = torch.randint(vocab, (seq, batch), device="cuda")
+
+    def step():
+        for p in params:
+            p.grad = None
+        model(tokens, targets).backward()
+        for p, m in zip(params, main):
+            m.grad.copy_(p.grad)
+        optimizer.step()
+        with torch.no_grad():
+            for p, m in zip(params, main):
+                p.copy_(m)
+
+    w.time(f"train_step_{recompute}", step, batch=batch, m=seq, n=hidden, k=heads,
+           elements=vocab, row_len=1, group=layers, timing=(2, 5, 1))
+    del model, params, main, optimizer, tokens, targets
+    torch.cuda.empty_cache()
+
+
+def run_steps(w, dtype, quick):
+    """Whole training iterations (group = layers, elements = vocabulary): GPT-1.7B at
+    micro-batch 16 under full recompute is exactly each GPU's share of the first run of
+    ../shared/reference/published_runs.csv (t = p = 1) without its gradient all-reduce."""
+    cases = [(2, 1024, 16, 1, "full"), (2, 1024, 16, 1, "none")] if quick else [
+        (24, 2304, 24, 16, "full"), (24, 2304, 24, 4, "full"), (24, 2304, 24, 1, "none"),
+        (24, 2304, 24, 2, "none"), (8, 4096, 32, 4, "full")]
+    for layers, hidden, heads, batch, recompute in cases:
+        time_step(w, dtype, layers, hidden, heads, batch, recompute)
+
+
 class Profile:
     """Per-kernel CUDA time of one run of a block (torch.profiler), for finding which kernels
     a prediction misses. Columns: the shape columns of kernels.csv, `pass`, the CUDA kernel
@@ -367,6 +439,7 @@ SECTIONS = {
     "tp_blocks": run_tp_blocks,
     "loss": run_loss,
     "optimizer": run_optimizer,
+    "steps": run_steps,
     "collectives": None,  # NCCL workers, spawned below when more than one GPU is visible
 }
 

@@ -6,13 +6,14 @@ use std::path::Path;
 use std::process::{Command, Output};
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    block_latency, calibrate, load_measurements, summarise, validate_runs, RunPlans, Target,
+    calibrate, composite_latency, gpt_block_latency, load_measurements, summarise, validate_runs,
+    BlockShape, RunPlans, StepShape, Target,
 };
 use tandem::cost::CostModel;
 use tandem::placement::{RecomputeMode, Stage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
 use tandem::search::{evaluate, layer_costs, PlanOptions};
-use tandem::workload::{OpKind, Workload};
+use tandem::workload::{GptSizes, OpKind, Workload};
 
 const CHIPS: [&str; 3] = ["tpuv4", "a100", "h100"];
 const GIB: u64 = 1 << 30;
@@ -618,7 +619,7 @@ fn h100_calibration_predicts_measured_blocks() {
         else {
             continue;
         };
-        let predicted_s = block_latency(&fitted, &cache, m).expect("block schedules");
+        let predicted_s = composite_latency(&fitted, &cache, m).expect("block schedules");
         let error = (predicted_s - m.measured_s) / m.measured_s;
         println!(
             "{} b{micro_batch} s{seq_len} h{hidden} t{tensor_parallel}: measured {:.3} ms, \
@@ -644,14 +645,95 @@ fn h100_calibration_predicts_measured_blocks() {
     assert!(mean < 0.08, "mean block error {:.1} %", 100.0 * mean);
 }
 
+/// The header of collect.py's `kernels.csv`.
+const COLLECTED_HEADER: &str = "gpu,sm_clock_mhz,mem_clock_mhz,driver,cuda,torch,dtype,kernel,\
+                                batch,m,n,k,elements,row_len,group,median_s,min_s,max_s,\
+                                repeats,burst";
+
+/// A measured training step (collect.py's `train_step_*` rows: batch micro-batch, m sequence,
+/// n hidden, k heads, group layers, elements vocabulary) is predicted as one device's whole
+/// iteration. For GPT-1.7B at micro-batch 16 under full recompute that is the per-GPU work of
+/// the first published run: its compute and optimizer step (its all-reduce is hidden).
+#[test]
+fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
+    let dir = scratch_dir("train-step");
+    let row = |kernel: &str, heads: u64, vocab: u64| {
+        format!("A100,1410,1593,1,11.1,1.8,fp16,{kernel},16,2048,2304,{heads},{vocab},1,24,3.5,3.5,3.5,5,1")
+    };
+    let rows = [
+        COLLECTED_HEADER.to_string(),
+        row("train_step_full", 24, 51200),
+        row("train_step_none", 24, 51200),
+    ];
+    std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
+    let loaded = load_measurements(&dir).expect("loads");
+    let gpt_1_7b = GptSizes {
+        layers: 24,
+        hidden: 2304,
+        heads: 24,
+        vocab: 51200,
+        seq_len: 2048,
+        global_batch: 16,
+    };
+    assert_eq!(
+        loaded[0].target,
+        Target::Step(StepShape {
+            sizes: gpt_1_7b,
+            recompute: RecomputeMode::Full,
+        })
+    );
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let a100 = chip("a100");
+    let full_s = composite_latency(&a100, &cache, &loaded[0]).expect("step plans");
+    let plans = RunPlans::load(Path::new("calibration/published_run_plans.csv")).expect("plans");
+    let run = &validate_runs(published_runs_csv(), &plans, &a100, &cache).expect("runs")[0];
+    assert_eq!(run.dp_comm_s, 0.0);
+    assert!(
+        (full_s - (run.compute_s + run.optimizer_s)).abs() < 1e-12 * full_s,
+        "step {full_s} s, run 1 without its all-reduce {} s",
+        run.compute_s + run.optimizer_s
+    );
+    // Without recompute (which does not fit in 80 GB, but a measured step ran) the backward
+    // drops the 24 blocks' forwards and the embedding's, not the head's.
+    let none_s = composite_latency(&a100, &cache, &loaded[1]).expect("step plans");
+    let block = BlockShape {
+        micro_batch: 16,
+        seq_len: 2048,
+        hidden: 2304,
+        heads: 24,
+        tensor_parallel: 1,
+        elem_bytes: 2,
+    };
+    let (block_fwd_s, _) = gpt_block_latency(&a100, &cache, block).expect("block schedules");
+    let recomputed_s = full_s - none_s;
+    assert!(
+        recomputed_s > 24.0 * block_fwd_s && recomputed_s < 24.0 * block_fwd_s * 1.01,
+        "recomputed {recomputed_s} s, 24 block forwards {} s",
+        24.0 * block_fwd_s
+    );
+
+    for (text, field) in [
+        (row("train_step_full", 25, 51200), "row 1, k"),
+        (row("train_step_full", 24, 0), "row 1, shape"),
+    ] {
+        std::fs::write(
+            dir.join("kernels.csv"),
+            [COLLECTED_HEADER, &text].join("\n"),
+        )
+        .expect("write");
+        let err = load_measurements(&dir).expect_err(field).to_string();
+        assert!(err.contains("kernels.csv") && err.contains(field), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// collect.py rows beyond the plain GEMM: the two transposed layouts load as GEMMs of their own
 /// class, a block's `group` is its tensor-parallel slice, and a slice that does not divide the
 /// heads is refused with the file, row and field.
 #[test]
 fn collected_layouts_and_block_slices_load() {
     let dir = scratch_dir("collected-rows");
-    let header = "gpu,sm_clock_mhz,mem_clock_mhz,driver,cuda,torch,dtype,kernel,batch,m,n,k,\
-                  elements,row_len,group,median_s,min_s,max_s,repeats,burst";
+    let header = COLLECTED_HEADER;
     let row = |kernel: &str, shape: &str, group: u32| {
         format!(
             "H100,1980,2619,580,13.0,2.11,bf16,{kernel},{shape},0,0,{group},1e-3,1e-3,1e-3,30,10"
@@ -691,7 +773,7 @@ fn collected_layouts_and_block_slices_load() {
     // The slice runs 1/8 of the block's GEMM work: it is predicted well below the whole block.
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let a100 = chip("a100");
-    let slice_s = block_latency(&a100, &cache, &loaded[2]).expect("slice schedules");
+    let slice_s = composite_latency(&a100, &cache, &loaded[2]).expect("slice schedules");
     let mut whole = loaded[2].clone();
     if let Target::Block {
         tensor_parallel, ..
@@ -699,7 +781,7 @@ fn collected_layouts_and_block_slices_load() {
     {
         *tensor_parallel = 1;
     }
-    let whole_s = block_latency(&a100, &cache, &whole).expect("block schedules");
+    let whole_s = composite_latency(&a100, &cache, &whole).expect("block schedules");
     assert!(
         slice_s < whole_s / 6.0 && slice_s > whole_s / 9.0,
         "{slice_s} vs {whole_s}"

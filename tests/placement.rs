@@ -252,6 +252,37 @@ fn branching_stage_load_is_critical_path_and_full_recompute_reruns_forward() {
     assert!(err.reasons[0].contains("edge 2 → 3 goes from stage 1 back to stage 0"));
 }
 
+/// A layer that keeps as much under full recompute as without (a GPT's head, which holds its
+/// logits) is not recomputed: its backward adds no forward, and its activations are counted
+/// once, not again as the working set of a recomputed layer.
+#[test]
+fn full_recompute_spares_layers_that_keep_their_activations() {
+    let mut head = layer("head", 3e-3, 4e-3, P, 4 * A);
+    head.activation_bytes = ActivationBytes {
+        none: 4 * A,
+        selective: 4 * A,
+        full: 4 * A,
+    };
+    let mut problem = uniform_problem(1, 1);
+    problem.graphs[0].layers = vec![layer("block", 1e-3, 2e-3, P, A), head];
+    problem.graphs[0].edges = chain(2, EDGE);
+    problem.recompute = RecomputeMode::Full;
+    let fixed = FixedPlan {
+        tp: 1,
+        dp: 1,
+        stages: vec![FixedStage {
+            layers: vec![0, 1],
+            devices: 1,
+        }],
+    };
+    let plan = evaluate_fixed(&problem, &fixed).unwrap();
+    // block: 2 ms backward + 1 ms recomputed forward; head: 4 ms backward only.
+    assert!(close(plan.stages[0].bwd_s, 2e-3 + 1e-3 + 4e-3));
+    assert!(close(plan.time_per_batch_s, 4e-3 + 7e-3));
+    // Kept: block input A/8 and the head's 4A; working set: the block's A (not the head's).
+    assert_eq!(plan.stages[0].memory.activations, A / 8 + 4 * A + A);
+}
+
 #[test]
 fn infeasible_names_stage_and_gib() {
     // One 3 G-parameter layer: 48 GiB-ish of Adam state on a 40 GiB device, any plan.

@@ -8,7 +8,8 @@
 //!   `layernorm_*.csv` (M, N, G elements/s) and `gelu_*.csv` (n, G elements/s), all fp16.
 
 use crate::error::InputError;
-use crate::workload::{CollectiveKind, OpKind, Pass, VectorOp};
+use crate::placement::RecomputeMode;
+use crate::workload::{CollectiveKind, GptSizes, OpKind, Pass, VectorOp};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,41 @@ pub enum Target {
         heads: u64,
         tensor_parallel: u32,
     },
+    /// One whole training iteration of a GPT on one device.
+    Step(StepShape),
+}
+
+/// A measured training step: embedding, the blocks, the tied language-model head and loss,
+/// forward, backward (recomputing as `recompute` says) and the mixed-precision Adam step, for
+/// one micro-batch (`sizes.global_batch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepShape {
+    pub sizes: GptSizes,
+    pub recompute: RecomputeMode,
+}
+
+impl StepShape {
+    /// The shape in words for reports, e.g. `L24 b16 s2048 h2304 a24 v51200`.
+    pub fn label(&self) -> String {
+        let s = &self.sizes;
+        format!(
+            "L{} b{} s{} h{} a{} v{}",
+            s.layers, s.global_batch, s.seq_len, s.hidden, s.heads, s.vocab
+        )
+    }
+
+    fn has_zero_size(&self) -> bool {
+        let s = &self.sizes;
+        [
+            s.layers,
+            s.global_batch,
+            s.seq_len,
+            s.hidden,
+            s.heads,
+            s.vocab,
+        ]
+        .contains(&0)
+    }
 }
 
 /// One measured kernel: what ran and how long it took (median).
@@ -299,6 +335,25 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 heads: r.k,
                 tensor_parallel: r.group,
             },
+            // A training step: batch = micro-batch, m = sequence, n = hidden, k = heads,
+            // group = layers, elements = vocabulary; the name says what is recomputed.
+            "train_step_none" | "train_step_selective" | "train_step_full" => {
+                Target::Step(StepShape {
+                    sizes: GptSizes {
+                        layers: u64::from(r.group),
+                        hidden: r.n,
+                        heads: r.k,
+                        vocab: r.elements,
+                        seq_len: r.m,
+                        global_batch: r.batch,
+                    },
+                    recompute: match r.kernel.as_str() {
+                        "train_step_none" => RecomputeMode::None,
+                        "train_step_selective" => RecomputeMode::Selective,
+                        _ => RecomputeMode::Full,
+                    },
+                })
+            }
             other => return Err(bad("kernel", format!("unknown kernel `{other}`"))),
         };
         let zero = match target {
@@ -319,6 +374,7 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                     || heads == 0
                     || tensor_parallel == 0
             }
+            Target::Step(step) => step.has_zero_size(),
         };
         if zero {
             return Err(bad(
@@ -341,6 +397,18 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                         "a {tensor_parallel}-way slice needs heads ({heads}) divisible by it and \
                          hidden ({hidden}) divisible by heads"
                     ),
+                ));
+            }
+        }
+        if let Target::Step(StepShape {
+            sizes: GptSizes { hidden, heads, .. },
+            ..
+        }) = target
+        {
+            if hidden % heads != 0 {
+                return Err(bad(
+                    "k",
+                    format!("{heads} heads do not divide hidden size {hidden}"),
                 ));
             }
         }

@@ -9,10 +9,10 @@
 mod measurements;
 mod runs;
 
-pub use measurements::{load_measurements, CollectedRow, Measurement, Target};
+pub use measurements::{load_measurements, CollectedRow, Measurement, StepShape, Target};
 pub use runs::{
-    block_latency, gpt_block_latency, megatron_flops_per_iteration, validate_runs, BlockShape,
-    RunError, RunPlans,
+    composite_latency, gpt_block_latency, gpt_step_latency, megatron_flops_per_iteration,
+    validate_runs, BlockShape, RunError, RunPlans,
 };
 
 use crate::arch::{ArchConfig, Efficiency};
@@ -106,13 +106,13 @@ fn predict_op(arch: &ArchConfig, kind: OpKind, elem_bytes: u32) -> f64 {
     }
 }
 
-/// Predicted against measured for every operator measurement; blocks are priced by
-/// `predict_block` (which needs the workload and scheduling stages), or skipped when it
-/// returns `None`.
+/// Predicted against measured for every measurement; blocks and training steps are priced by
+/// `predict_composite` (which needs the workload, scheduling and placement stages), or
+/// skipped when it returns `None`.
 pub fn kernel_errors(
     arch: &ArchConfig,
     measurements: &[Measurement],
-    predict_block: impl Fn(&Measurement) -> Option<f64>,
+    predict_composite: impl Fn(&Measurement) -> Option<f64>,
 ) -> Vec<KernelError> {
     measurements
         .iter()
@@ -127,9 +127,10 @@ pub fn kernel_errors(
                     tensor_parallel,
                     ..
                 } => (
-                    predict_block(m)?,
+                    predict_composite(m)?,
                     format!("b{micro_batch} s{seq_len} h{hidden} a{heads} t{tensor_parallel}"),
                 ),
+                Target::Step(step) => (predict_composite(m)?, step.label()),
             };
             Some(KernelError {
                 source: m.source.clone(),

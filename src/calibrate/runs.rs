@@ -2,7 +2,7 @@
 //! (and, from a run-plans file, their micro-batch and gradient all-reduce overlap), and single
 //! GPT blocks, predicted from chip facts and kernel calibration only.
 
-use super::{Measurement, Target};
+use super::{Measurement, StepShape, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
@@ -324,6 +324,15 @@ pub struct BlockShape {
     pub elem_bytes: u32,
 }
 
+/// The training precision of a measurement taken with `elem_bytes`-byte operands.
+fn measured_precision(elem_bytes: u32) -> Precision {
+    if elem_bytes == 4 {
+        Precision::Fp32
+    } else {
+        Precision::Fp16
+    }
+}
+
 /// Forward and backward latency of one device's share of a GPT block on `arch`, without the
 /// tensor-parallel collectives (what one GPU times of a slice).
 pub fn gpt_block_latency(
@@ -339,11 +348,7 @@ pub fn gpt_block_latency(
         seq_len: block.seq_len,
         global_batch: block.micro_batch,
     };
-    let precision = if block.elem_bytes == 4 {
-        Precision::Fp32
-    } else {
-        Precision::Fp16
-    };
+    let precision = measured_precision(block.elem_bytes);
     let workload = Workload::gpt("block", Path::new("measured block"), sizes, precision)?;
     let micro_batch = u32::try_from(block.micro_batch)
         .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
@@ -364,28 +369,66 @@ pub fn gpt_block_latency(
     Ok((schedule("fwd", &layer.fwd)?, schedule("bwd", &layer.bwd)?))
 }
 
-/// The predicted latency of a measured GPT block (its forward or backward schedule); `None`
-/// for a measurement of something else or a block that cannot be scheduled.
-pub fn block_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
-    let Target::Block {
-        backward,
-        micro_batch,
-        seq_len,
-        hidden,
-        heads,
-        tensor_parallel,
-    } = m.target
-    else {
-        return None;
+/// HBM assumed for a measured training step (1 EiB): any that ran fits.
+const MEASURED_STEP_HBM_BYTES: u64 = 1 << 60;
+
+/// The predicted time of one training iteration of a GPT on one device (a measured
+/// [`Target::Step`]): its single micro-batch's forward and backward, then the optimizer step,
+/// planned with t = p = d = 1.
+pub fn gpt_step_latency(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    step: StepShape,
+    precision: Precision,
+) -> Result<f64, EvaluateError> {
+    let sizes = step.sizes;
+    let workload = Workload::gpt("step", Path::new("measured step"), sizes, precision)?;
+    let micro_batch = u32::try_from(sizes.global_batch)
+        .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
+    let options = PlanOptions {
+        micro_batches: vec![micro_batch],
+        recompute: vec![step.recompute],
+        fixed: Fixed {
+            tp: Some(1),
+            pp: Some(1),
+            dp: Some(1),
+        },
+        // The step ran, so it fit; the model's time does not depend on the capacity.
+        hbm_bytes: Some(MEASURED_STEP_HBM_BYTES),
+        ..PlanOptions::searching(1)
     };
-    let shape = BlockShape {
-        micro_batch,
-        seq_len,
-        hidden,
-        heads,
-        tensor_parallel,
-        elem_bytes: m.elem_bytes,
-    };
-    let (fwd_s, bwd_s) = gpt_block_latency(arch, cache, shape).ok()?;
-    Some(if backward { bwd_s } else { fwd_s })
+    Ok(evaluate(&workload, arch, &options, cache)?
+        .plan
+        .time_per_batch_s)
+}
+
+/// The predicted latency of a measurement that spans many operators: a GPT block's forward
+/// or backward schedule, or a whole training step; `None` for a single operator or a shape
+/// that cannot be planned.
+pub fn composite_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
+    match m.target {
+        Target::Op(_) => None,
+        Target::Block {
+            backward,
+            micro_batch,
+            seq_len,
+            hidden,
+            heads,
+            tensor_parallel,
+        } => {
+            let shape = BlockShape {
+                micro_batch,
+                seq_len,
+                hidden,
+                heads,
+                tensor_parallel,
+                elem_bytes: m.elem_bytes,
+            };
+            let (fwd_s, bwd_s) = gpt_block_latency(arch, cache, shape).ok()?;
+            Some(if backward { bwd_s } else { fwd_s })
+        }
+        Target::Step(step) => {
+            gpt_step_latency(arch, cache, step, measured_precision(m.elem_bytes)).ok()
+        }
+    }
 }

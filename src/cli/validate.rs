@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    block_latency, kernel_errors, load_measurements, summarise, summarise_errors, validate_runs,
-    ErrorSummary, KernelError, RunError, RunPlans,
+    composite_latency, kernel_errors, load_measurements, summarise, summarise_errors,
+    validate_runs, ErrorSummary, KernelError, RunError, RunPlans,
 };
 use tandem::report::table;
 use tandem::schedule::{ScheduleCache, SolverOptions};
@@ -59,7 +59,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut kernel_rows: Vec<KernelError> = Vec::new();
     if let Some(dir) = &args.kernels {
         let measurements = load_measurements(dir)?;
-        kernel_rows = kernel_errors(&arch, &measurements, |m| block_latency(&arch, &cache, m));
+        kernel_rows = kernel_errors(&arch, &measurements, |m| {
+            composite_latency(&arch, &cache, m)
+        });
         let s = summarise(&kernel_rows);
         println!("kernels ({}): predicted vs measured", dir.display());
         println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));

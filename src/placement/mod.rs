@@ -30,8 +30,9 @@
 //!   ZeRO-1) + activations of the micro-batch being processed + stash of the other in-flight
 //!   micro-batches. In flight at a stage: 1F1B `s` (stages from this one to the last), GPipe
 //!   `m` (all). Under full recompute a layer keeps only its input (`activation_bytes.full`)
-//!   and the micro-batch being processed also holds the largest single layer's full
-//!   activations while that layer is recomputed.
+//!   and the micro-batch being processed also holds the largest recomputed layer's full
+//!   activations while that layer is recomputed. A layer that keeps as much under full
+//!   recompute as without (a GPT's head) is not recomputed: its backward adds no forward.
 //! * **Data-parallel gradient all-reduce:** ring over the `d·k` copies of each stage on the
 //!   tier spanning `(d − 1)·block + k·t` devices; with ZeRO-1 a reduce-scatter of gradients
 //!   and an all-gather of weights. With overlap the stage's last backward hides up to its

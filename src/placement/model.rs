@@ -36,13 +36,15 @@ pub(crate) fn predecessors(n: usize, edges: &[(usize, usize, u64)]) -> Vec<Vec<u
     preds
 }
 
-/// Backward time of a layer with its recomputation.
+/// Backward time of a layer with its recomputation (full recompute reruns the forward of the
+/// layers that drop activations for it).
 fn backward_s(layer: &LayerCost, mode: RecomputeMode) -> f64 {
     layer.bwd_s
         + match mode {
             RecomputeMode::None => 0.0,
             RecomputeMode::Selective => layer.selective_recompute_s,
-            RecomputeMode::Full => layer.fwd_s,
+            RecomputeMode::Full if layer.activation_bytes.recomputed_under_full() => layer.fwd_s,
+            RecomputeMode::Full => 0.0,
         }
 }
 
@@ -103,7 +105,9 @@ pub(crate) fn stage_metrics(
         sm.params += layer.params;
         sm.optimizer_s += layer.optimizer_step_s;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
-        largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
+        if layer.activation_bytes.recomputed_under_full() {
+            largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
+        }
     }
     sm.act_one = sm.stash_per_micro_batch
         + if mode == RecomputeMode::Full {
@@ -157,7 +161,9 @@ pub(crate) fn chain_stage_metrics(
         sm.params += layer.params;
         sm.optimizer_s += layer.optimizer_step_s;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
-        largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
+        if layer.activation_bytes.recomputed_under_full() {
+            largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
+        }
         sm.act_one = sm.stash_per_micro_batch
             + if mode == RecomputeMode::Full {
                 largest_full_working_set

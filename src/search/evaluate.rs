@@ -112,12 +112,16 @@ impl LayerCosts {
         let per_micro_batch: f64 = self
             .energy_j
             .iter()
-            .map(|[fwd, bwd, selective]| {
+            .zip(&self.graph.layers)
+            .map(|([fwd, bwd, selective], layer)| {
                 fwd + bwd
                     + match recompute {
                         RecomputeMode::None => 0.0,
                         RecomputeMode::Selective => *selective,
-                        RecomputeMode::Full => *fwd,
+                        RecomputeMode::Full if layer.activation_bytes.recomputed_under_full() => {
+                            *fwd
+                        }
+                        RecomputeMode::Full => 0.0,
                     }
             })
             .sum();
@@ -305,7 +309,9 @@ impl LayerWork {
             let [f, b, s] = layer_bounds(layer, cost)?;
             let n = *count as f64;
             fwd_bwd += n * (f + b);
-            fwd += n * f;
+            if layer.activation_bytes.recomputed_under_full() {
+                fwd += n * f;
+            }
             selective += n * s;
         }
         let t = f64::from(self.tp);

@@ -189,6 +189,15 @@ pub struct ActivationBytes {
     pub full: u64,
 }
 
+impl ActivationBytes {
+    /// Whether full recompute reruns the layer's forward: only a layer that keeps less under
+    /// it than without recompute has anything to recompute (a GPT's head keeps its logits
+    /// and is never recomputed).
+    pub fn recomputed_under_full(&self) -> bool {
+        self.full < self.none
+    }
+}
+
 /// One layer of the model at a given tensor-parallel width and micro-batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Layer {

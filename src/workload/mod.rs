@@ -289,7 +289,7 @@ impl Workload {
         let recomputed: f64 = graph
             .layers
             .iter()
-            .filter(|l| l.activation_bytes.full < l.activation_bytes.none)
+            .filter(|l| l.activation_bytes.recomputed_under_full())
             .map(|l| gemm_flops(&l.fwd.ops))
             .sum();
         model + recomputed * self.global_batch as f64
