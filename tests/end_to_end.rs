@@ -713,8 +713,8 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
     );
 
     for (text, field) in [
-        (row("train_step_full", 25, 51200), "row 1, k"),
-        (row("train_step_full", 24, 0), "row 1, shape"),
+        (row("train_step_full", 25, 51200), "row 1, heads"),
+        (row("train_step_full", 24, 0), "row 1, vocab"),
     ] {
         std::fs::write(
             dir.join("kernels.csv"),

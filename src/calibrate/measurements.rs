@@ -7,9 +7,10 @@
 //!   `matmul_*.csv` (M, N, K, `0.1900ms`, `101.7Tflops`), `softmax_*.csv` and
 //!   `layernorm_*.csv` (M, N, G elements/s) and `gelu_*.csv` (n, G elements/s), all fp16.
 
+use super::in_row;
 use crate::error::InputError;
 use crate::placement::RecomputeMode;
-use crate::workload::{CollectiveKind, GptSizes, OpKind, Pass, VectorOp};
+use crate::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -50,19 +51,6 @@ impl StepShape {
             "L{} b{} s{} h{} a{} v{}",
             s.layers, s.global_batch, s.seq_len, s.hidden, s.heads, s.vocab
         )
-    }
-
-    fn has_zero_size(&self) -> bool {
-        let s = &self.sizes;
-        [
-            s.layers,
-            s.global_batch,
-            s.seq_len,
-            s.hidden,
-            s.heads,
-            s.vocab,
-        ]
-        .contains(&0)
     }
 }
 
@@ -374,7 +362,8 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                     || heads == 0
                     || tensor_parallel == 0
             }
-            Target::Step(step) => step.has_zero_size(),
+            // Checked below as a workload file's sizes are.
+            Target::Step(_) => false,
         };
         if zero {
             return Err(bad(
@@ -400,17 +389,9 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 ));
             }
         }
-        if let Target::Step(StepShape {
-            sizes: GptSizes { hidden, heads, .. },
-            ..
-        }) = target
-        {
-            if hidden % heads != 0 {
-                return Err(bad(
-                    "k",
-                    format!("{heads} heads do not divide hidden size {hidden}"),
-                ));
-            }
+        if let Target::Step(step) = target {
+            Workload::gpt(&r.kernel, file, step.sizes, Precision::Fp16)
+                .map_err(|e| in_row(row, e))?;
         }
         out.push(Measurement {
             source: format!("{}:{row}", file.display()),

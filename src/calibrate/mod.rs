@@ -17,6 +17,7 @@ pub use runs::{
 
 use crate::arch::{ArchConfig, Efficiency};
 use crate::cost::{collective_cost, fit_efficiency, predicted_latency_s, KernelSample};
+use crate::error::InputError;
 use crate::workload::OpKind;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -74,6 +75,22 @@ pub fn summarise_errors<'a>(errors: impl IntoIterator<Item = (&'a str, f64)>) ->
         out.push(summary("all", &all));
     }
     out
+}
+
+/// `error` with its field prefixed by the CSV row it came from.
+fn in_row(row: usize, error: InputError) -> InputError {
+    match error {
+        InputError::Invalid {
+            file,
+            field,
+            reason,
+        } => InputError::Invalid {
+            file,
+            field: format!("row {row}, {field}"),
+            reason,
+        },
+        other => other,
+    }
 }
 
 fn shape(kind: &OpKind) -> String {

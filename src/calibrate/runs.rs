@@ -2,7 +2,7 @@
 //! (and, from a run-plans file, their micro-batch and gradient all-reduce overlap), and single
 //! GPT blocks, predicted from chip facts and kernel calibration only.
 
-use super::{Measurement, StepShape, Target};
+use super::{in_row, Measurement, StepShape, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
@@ -66,22 +66,6 @@ pub struct RunError {
     pub optimizer_s: f64,
     /// (predicted − measured) / measured.
     pub signed_error: f64,
-}
-
-/// `error` with its field prefixed by the CSV row it came from.
-fn in_row(row: usize, error: InputError) -> InputError {
-    match error {
-        InputError::Invalid {
-            file,
-            field,
-            reason,
-        } => InputError::Invalid {
-            file,
-            field: format!("row {row}, {field}"),
-            reason,
-        },
-        other => other,
-    }
 }
 
 /// FLOPs per iteration as Narayanan et al. (2021, §5.1) count them for a GPT of `layers` ×
