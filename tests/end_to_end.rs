@@ -13,7 +13,7 @@ use tandem::cost::CostModel;
 use tandem::placement::{RecomputeMode, Stage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
 use tandem::search::{evaluate, layer_costs, PlanOptions};
-use tandem::workload::{GptSizes, OpKind, Workload};
+use tandem::workload::{GptSizes, OpKind, Precision, Workload};
 
 const CHIPS: [&str; 3] = ["tpuv4", "a100", "h100"];
 const GIB: u64 = 1 << 30;
@@ -609,29 +609,22 @@ fn h100_calibration_predicts_measured_blocks() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let mut errors = Vec::new();
     for m in &measurements {
-        let Target::Block {
-            micro_batch,
-            seq_len,
-            hidden,
-            tensor_parallel,
-            ..
-        } = m.target
-        else {
+        let Target::Block { shape, .. } = m.target else {
             continue;
         };
         let predicted_s = composite_latency(&fitted, &cache, m).expect("block schedules");
         let error = (predicted_s - m.measured_s) / m.measured_s;
         println!(
-            "{} b{micro_batch} s{seq_len} h{hidden} t{tensor_parallel}: measured {:.3} ms, \
-             predicted {:.3} ms ({:+.1} %)",
+            "{} {}: measured {:.3} ms, predicted {:.3} ms ({:+.1} %)",
             m.class,
+            shape.label(),
             m.measured_s * 1e3,
             predicted_s * 1e3,
             100.0 * error
         );
         // The two smallest blocks are bound by PyTorch's host-side dispatch (block_profile.csv:
         // the GPU idles 18-67 % between their kernels), which the model does not describe.
-        if hidden * seq_len * micro_batch > 2048 * 2048 {
+        if shape.hidden * shape.seq_len * shape.micro_batch > 2048 * 2048 {
             assert!(error.abs() < 0.15, "{}: {:+.1} %", m.source, 100.0 * error);
             errors.push(error);
         }
@@ -702,9 +695,9 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
         hidden: 2304,
         heads: 24,
         tensor_parallel: 1,
-        elem_bytes: 2,
     };
-    let (block_fwd_s, _) = gpt_block_latency(&a100, &cache, block).expect("block schedules");
+    let (block_fwd_s, _) =
+        gpt_block_latency(&a100, &cache, block, Precision::Fp16).expect("block schedules");
     let recomputed_s = full_s - none_s;
     assert!(
         recomputed_s > 24.0 * block_fwd_s && recomputed_s < 24.0 * block_fwd_s * 1.01,
@@ -763,11 +756,13 @@ fn collected_layouts_and_block_slices_load() {
         loaded[2].target,
         Target::Block {
             backward: true,
-            micro_batch: 4,
-            hidden: 6144,
-            heads: 48,
-            tensor_parallel: 8,
-            ..
+            shape: BlockShape {
+                micro_batch: 4,
+                seq_len: 2048,
+                hidden: 6144,
+                heads: 48,
+                tensor_parallel: 8,
+            },
         }
     ));
     // The slice runs 1/8 of the block's GEMM work: it is predicted well below the whole block.
@@ -775,11 +770,8 @@ fn collected_layouts_and_block_slices_load() {
     let a100 = chip("a100");
     let slice_s = composite_latency(&a100, &cache, &loaded[2]).expect("slice schedules");
     let mut whole = loaded[2].clone();
-    if let Target::Block {
-        tensor_parallel, ..
-    } = &mut whole.target
-    {
-        *tensor_parallel = 1;
+    if let Target::Block { shape, .. } = &mut whole.target {
+        shape.tensor_parallel = 1;
     }
     let whole_s = composite_latency(&a100, &cache, &whole).expect("block schedules");
     assert!(

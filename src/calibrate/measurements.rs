@@ -22,16 +22,30 @@ pub enum Target {
     /// One GPT transformer block (LayerNorm, attention, GeLU MLP), forward or backward; with
     /// `tensor_parallel` > 1, one device's slice of a Megatron-LM tensor-parallel block
     /// without its collectives (one GPU cannot time them).
-    Block {
-        backward: bool,
-        micro_batch: u64,
-        seq_len: u64,
-        hidden: u64,
-        heads: u64,
-        tensor_parallel: u32,
-    },
+    Block { backward: bool, shape: BlockShape },
     /// One whole training iteration of a GPT on one device.
     Step(StepShape),
+}
+
+/// A measured GPT block: micro-batch, sequence, hidden size and heads, sliced
+/// `tensor_parallel` ways (1 = the whole block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockShape {
+    pub micro_batch: u64,
+    pub seq_len: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub tensor_parallel: u32,
+}
+
+impl BlockShape {
+    /// The shape in words for reports, e.g. `b4 s2048 h6144 a48 t8`.
+    pub fn label(&self) -> String {
+        format!(
+            "b{} s{} h{} a{} t{}",
+            self.micro_batch, self.seq_len, self.hidden, self.heads, self.tensor_parallel
+        )
+    }
 }
 
 /// A measured training step: embedding, the blocks, the tied language-model head and loss,
@@ -317,11 +331,13 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             // group = tensor-parallel degree of the slice.
             "block_fwd" | "block_bwd" => Target::Block {
                 backward: r.kernel == "block_bwd",
-                micro_batch: r.batch,
-                seq_len: r.m,
-                hidden: r.n,
-                heads: r.k,
-                tensor_parallel: r.group,
+                shape: BlockShape {
+                    micro_batch: r.batch,
+                    seq_len: r.m,
+                    hidden: r.n,
+                    heads: r.k,
+                    tensor_parallel: r.group,
+                },
             },
             // A training step: batch = micro-batch, m = sequence, n = hidden, k = heads,
             // group = layers, elements = vocabulary; the name says what is recomputed.
@@ -348,19 +364,8 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Target::Op(OpKind::Gemm { m, n, k, .. }) => m == 0 || n == 0 || k == 0,
             Target::Op(OpKind::Vector { elements, .. }) => elements == 0,
             Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
-            Target::Block {
-                micro_batch,
-                seq_len,
-                hidden,
-                heads,
-                tensor_parallel,
-                ..
-            } => {
-                micro_batch == 0
-                    || seq_len == 0
-                    || hidden == 0
-                    || heads == 0
-                    || tensor_parallel == 0
+            Target::Block { shape: b, .. } => {
+                [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
             }
             // Checked below as a workload file's sizes are.
             Target::Step(_) => false,
@@ -372,9 +377,13 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             ));
         }
         if let Target::Block {
-            hidden,
-            heads,
-            tensor_parallel,
+            shape:
+                BlockShape {
+                    hidden,
+                    heads,
+                    tensor_parallel,
+                    ..
+                },
             ..
         } = target
         {

@@ -9,10 +9,12 @@
 mod measurements;
 mod runs;
 
-pub use measurements::{load_measurements, CollectedRow, Measurement, StepShape, Target};
+pub use measurements::{
+    load_measurements, BlockShape, CollectedRow, Measurement, StepShape, Target,
+};
 pub use runs::{
     composite_latency, gpt_block_latency, gpt_step_latency, megatron_flops_per_iteration,
-    validate_runs, BlockShape, RunError, RunPlans,
+    validate_runs, RunError, RunPlans,
 };
 
 use crate::arch::{ArchConfig, Efficiency};
@@ -136,17 +138,7 @@ pub fn kernel_errors(
         .filter_map(|m| {
             let (predicted_s, shape) = match m.target {
                 Target::Op(kind) => (predict_op(arch, kind, m.elem_bytes), shape(&kind)),
-                Target::Block {
-                    micro_batch,
-                    seq_len,
-                    hidden,
-                    heads,
-                    tensor_parallel,
-                    ..
-                } => (
-                    predict_composite(m)?,
-                    format!("b{micro_batch} s{seq_len} h{hidden} a{heads} t{tensor_parallel}"),
-                ),
+                Target::Block { shape, .. } => (predict_composite(m)?, shape.label()),
                 Target::Step(step) => (predict_composite(m)?, step.label()),
             };
             Some(KernelError {

@@ -2,7 +2,7 @@
 //! (and, from a run-plans file, their micro-batch and gradient all-reduce overlap), and single
 //! GPT blocks, predicted from chip facts and kernel calibration only.
 
-use super::{in_row, Measurement, StepShape, Target};
+use super::{in_row, BlockShape, Measurement, StepShape, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
@@ -296,18 +296,6 @@ pub fn validate_runs(
     Ok(out)
 }
 
-/// A measured GPT block: hidden `hidden`, `heads` heads, sequence `seq_len`, micro-batch
-/// `micro_batch`, sliced `tensor_parallel` ways, operands of `elem_bytes` bytes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BlockShape {
-    pub micro_batch: u64,
-    pub seq_len: u64,
-    pub hidden: u64,
-    pub heads: u64,
-    pub tensor_parallel: u32,
-    pub elem_bytes: u32,
-}
-
 /// The training precision of a measurement taken with `elem_bytes`-byte operands.
 fn measured_precision(elem_bytes: u32) -> Precision {
     if elem_bytes == 4 {
@@ -323,6 +311,7 @@ pub fn gpt_block_latency(
     arch: &ArchConfig,
     cache: &ScheduleCache,
     block: BlockShape,
+    precision: Precision,
 ) -> Result<(f64, f64), EvaluateError> {
     let sizes = GptSizes {
         layers: 1,
@@ -332,7 +321,6 @@ pub fn gpt_block_latency(
         seq_len: block.seq_len,
         global_batch: block.micro_batch,
     };
-    let precision = measured_precision(block.elem_bytes);
     let workload = Workload::gpt("block", Path::new("measured block"), sizes, precision)?;
     let micro_batch = u32::try_from(block.micro_batch)
         .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
@@ -390,29 +378,13 @@ pub fn gpt_step_latency(
 /// or backward schedule, or a whole training step; `None` for a single operator or a shape
 /// that cannot be planned.
 pub fn composite_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
+    let precision = measured_precision(m.elem_bytes);
     match m.target {
         Target::Op(_) => None,
-        Target::Block {
-            backward,
-            micro_batch,
-            seq_len,
-            hidden,
-            heads,
-            tensor_parallel,
-        } => {
-            let shape = BlockShape {
-                micro_batch,
-                seq_len,
-                hidden,
-                heads,
-                tensor_parallel,
-                elem_bytes: m.elem_bytes,
-            };
-            let (fwd_s, bwd_s) = gpt_block_latency(arch, cache, shape).ok()?;
+        Target::Block { backward, shape } => {
+            let (fwd_s, bwd_s) = gpt_block_latency(arch, cache, shape, precision).ok()?;
             Some(if backward { bwd_s } else { fwd_s })
         }
-        Target::Step(step) => {
-            gpt_step_latency(arch, cache, step, measured_precision(m.elem_bytes)).ok()
-        }
+        Target::Step(step) => gpt_step_latency(arch, cache, step, precision).ok(),
     }
 }
