@@ -446,6 +446,44 @@ fn bad_chip_files_name_file_field_and_reason() {
     assert_mentions(&m, &["efficiency.tensor_compute", "(0, 1]", "1.2"]);
 
     let m = chip_error(
+        "a100.toml",
+        "softmax_bandwidth.toml",
+        "softmax = 0.74",
+        "softmax = 1.5",
+    );
+    assert_mentions(
+        &m,
+        &[
+            "efficiency.vector_op_hbm_bandwidth.softmax",
+            "(0, 1]",
+            "1.5",
+        ],
+    );
+
+    let m = chip_error(
+        "a100.toml",
+        "gelu_overhead.toml",
+        "gelu = 47.2e-6",
+        "gelu = -47.2e-6",
+    );
+    assert_mentions(
+        &m,
+        &[
+            "efficiency.vector_op_overhead_s.gelu",
+            "non-negative",
+            "-0.0000472",
+        ],
+    );
+
+    let m = chip_error(
+        "a100.toml",
+        "unknown_primitive.toml",
+        "softmax = 0.74",
+        "softmax = 0.74\nsoftmx = 0.5",
+    );
+    assert_mentions(&m, &["unknown field", "softmx"]);
+
+    let m = chip_error(
         "tpuv4.toml",
         "zero_clock.toml",
         "clock_hz = 1.05e9",

@@ -276,7 +276,7 @@ fn vector_op_on_a100_is_memory_bound_for_large_n() {
         assert!(c.compute_s < c.hbm_s);
         assert_close(
             c.latency_s,
-            c.hbm_bytes / (a100.hbm.bandwidth_bytes_per_s * a100.efficiency.hbm_bandwidth)
+            c.hbm_bytes / (a100.hbm.bandwidth_bytes_per_s * a100.efficiency.hbm_bandwidth_for(op))
                 + a100.efficiency.vector_overhead_for(op),
             "memory-bound latency",
         );
@@ -634,6 +634,11 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         .efficiency
         .vector_op_overhead_s
         .set(VectorOp::Gelu, Some(20e-6));
+    // Softmax streams slower than the other kernels.
+    truth
+        .efficiency
+        .vector_op_hbm_bandwidth
+        .set(VectorOp::Softmax, Some(0.5));
     // Compute-bound, memory-bound and overhead-bound GEMMs; small and large vector ops.
     let kinds = [
         OpKind::Gemm {
@@ -722,6 +727,18 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         "gelu overhead",
     );
     assert_eq!(fitted.vector_op_overhead_s.get(VectorOp::Softmax), None);
+    near(
+        fitted.hbm_bandwidth_for(VectorOp::Softmax),
+        0.5,
+        0.005,
+        "softmax bandwidth",
+    );
+    near(
+        fitted.hbm_bandwidth_for(VectorOp::Gelu),
+        0.7,
+        0.005,
+        "gelu bandwidth",
+    );
     start.efficiency = fitted;
     for (class, err) in class_errors(&start, &samples) {
         assert!(err < 0.01, "{class:?}: {err}");
@@ -761,6 +778,12 @@ fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
             fitted.vector_overhead_for(op),
             1e-6,
             &format!("{op:?} overhead"),
+        );
+        near(
+            e.hbm_bandwidth_for(op),
+            fitted.hbm_bandwidth_for(op),
+            0.01,
+            &format!("{op:?} bandwidth"),
         );
     }
     assert!(e.tensor_compute <= 1.0 && e.hbm_bandwidth <= 1.0 && e.link_bandwidth <= 1.0);

@@ -423,11 +423,11 @@ fn published_megatron_runs_with_their_plans_held() {
         assert!(r.micro_batch_held, "{}", r.model);
         // Regression guard at today's accuracy (serial GPU kernels, backward vector traffic,
         // bias and norm-weight gradients, optimizer step, collectives at the achieved link
-        // bandwidth, the authors' micro-batch and DDP): every run within +5..+20 %
-        // (optimistic). The validation issue's target (mean 5 %, max 10 %) is not met;
+        // bandwidth, per-primitive kernel bandwidths, the authors' micro-batch and DDP): every
+        // run within +5..+18 % (optimistic). The validation issue's target (mean 5 %, max 10 %) is not met;
         // BENCHMARKS.md says where the gap lies.
         assert!(
-            (0.05..0.20).contains(&r.signed_error),
+            (0.05..0.18).contains(&r.signed_error),
             "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
             r.predicted_tflops_per_gpu,
@@ -440,7 +440,7 @@ fn published_megatron_runs_with_their_plans_held() {
         [(16, true), (16, true), (16, true), (8, true), (4, false)]
     );
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.17, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.15, "mean error {:.1} %", 100.0 * mean);
 }
 
 /// Without a run-plans file the micro-batch is searched and the all-reduce overlapped (the
@@ -827,7 +827,7 @@ fn a100_calibration_cross_validates() {
 
 /// The optimizer step is Adam over each layer's parameters on one device: fp32 weights,
 /// gradients and both moments read, weights and moments written (28 B per parameter) at the
-/// A100's calibrated HBM bandwidth (0.84 × 2039 GB/s), plus one vector-kernel overhead.
+/// A100's calibrated HBM bandwidth (0.83 × 2039 GB/s), plus one vector-kernel overhead.
 #[test]
 fn optimizer_step_streams_adam_state_through_hbm() {
     let gpt3 = workload("gpt3-175b");
@@ -842,7 +842,7 @@ fn optimizer_step_streams_adam_state_through_hbm() {
         "{}",
         block.params
     );
-    let expected_s = block.params as f64 * 28.0 / (2039e9 * 0.84) + 14.3e-6;
+    let expected_s = block.params as f64 * 28.0 / (2039e9 * 0.83) + 12.6e-6;
     assert!(
         (block.optimizer_step_s - expected_s).abs() <= 1e-9 * expected_s,
         "{} s vs {expected_s} s",

@@ -7,6 +7,7 @@ use std::path::Path;
 use super::config::{ArchConfig, EnergyCosts, Hbm, Tier, VectorCycles};
 use super::config::{Efficiency, GlobalBuffer, TensorCores, VectorCores};
 use crate::error::{parse_toml, read_input, InputError};
+use crate::workload::VectorOp;
 
 /// Reads and validates one chip file. Errors name the file, the field and the reason.
 pub fn load_chip(path: &Path) -> Result<ArchConfig, InputError> {
@@ -131,6 +132,25 @@ pub(crate) fn validate_environment(
         &field("efficiency.vector_overhead_s"),
         eff.vector_overhead_s,
     )?;
+    for op in VectorOp::ALL {
+        let name = op.name();
+        if let Some(value) = eff.vector_op_hbm_bandwidth.get(op) {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(InputError::invalid(
+                    file,
+                    field(&format!("efficiency.vector_op_hbm_bandwidth.{name}")),
+                    format!("must be a fraction of peak in (0, 1], got {value}"),
+                ));
+            }
+        }
+        if let Some(value) = eff.vector_op_overhead_s.get(op) {
+            non_negative(
+                file,
+                &field(&format!("efficiency.vector_op_overhead_s.{name}")),
+                value,
+            )?;
+        }
+    }
 
     let cycles = env.vector_cycles;
     for (name, value) in [

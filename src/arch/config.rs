@@ -70,16 +70,20 @@ pub struct Efficiency {
     pub vector_overhead_s: f64,
     /// Per-primitive overrides of `vector_overhead_s` (kernels differ in launch and
     /// prologue work); unset primitives use `vector_overhead_s`.
-    pub vector_op_overhead_s: VectorOpOverheads,
+    pub vector_op_overhead_s: PerVectorOp,
+    /// Per-primitive overrides of `hbm_bandwidth` for vector kernels (implementations
+    /// stream at different rates: a softmax that holds its row in registers runs at lower
+    /// occupancy than an element-wise kernel); unset primitives use `hbm_bandwidth`.
+    pub vector_op_hbm_bandwidth: PerVectorOp,
     /// Fraction of link bandwidth collectives achieve.
     pub link_bandwidth: f64,
 }
 
-/// Optional fixed overhead per vector primitive, in seconds (`[efficiency.vector_op_overhead_s]`
-/// in a chip file, keyed by the primitive's snake_case name).
+/// An optional value per vector primitive (a chip file's `[efficiency.vector_op_overhead_s]`
+/// and `[efficiency.vector_op_hbm_bandwidth]`, keyed by the primitive's snake_case name).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct VectorOpOverheads {
+pub struct PerVectorOp {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub add: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,8 +114,8 @@ pub struct VectorOpOverheads {
     pub column_sum: Option<f64>,
 }
 
-impl VectorOpOverheads {
-    /// The override for `op`, if the chip file sets one.
+impl PerVectorOp {
+    /// The value for `op`, if the chip file sets one.
     pub fn get(&self, op: VectorOp) -> Option<f64> {
         match op {
             VectorOp::Add => self.add,
@@ -130,11 +134,9 @@ impl VectorOpOverheads {
             VectorOp::ColumnSum => self.column_sum,
         }
     }
-}
 
-impl VectorOpOverheads {
-    /// Sets (or with `None` clears) the override for `op`.
-    pub fn set(&mut self, op: VectorOp, overhead_s: Option<f64>) {
+    /// Sets (or with `None` clears) the value for `op`.
+    pub fn set(&mut self, op: VectorOp, value: Option<f64>) {
         let slot = match op {
             VectorOp::Add => &mut self.add,
             VectorOp::Mul => &mut self.mul,
@@ -151,7 +153,7 @@ impl VectorOpOverheads {
             VectorOp::Update => &mut self.update,
             VectorOp::ColumnSum => &mut self.column_sum,
         };
-        *slot = overhead_s;
+        *slot = value;
     }
 }
 
@@ -161,6 +163,13 @@ impl Efficiency {
         self.vector_op_overhead_s
             .get(op)
             .unwrap_or(self.vector_overhead_s)
+    }
+
+    /// Achieved fraction of peak HBM bandwidth of one vector kernel of primitive `op`.
+    pub fn hbm_bandwidth_for(&self, op: VectorOp) -> f64 {
+        self.vector_op_hbm_bandwidth
+            .get(op)
+            .unwrap_or(self.hbm_bandwidth)
     }
 }
 
@@ -172,7 +181,8 @@ impl Default for Efficiency {
             hbm_bandwidth: 1.0,
             gemm_overhead_s: 0.0,
             vector_overhead_s: 0.0,
-            vector_op_overhead_s: VectorOpOverheads::default(),
+            vector_op_overhead_s: PerVectorOp::default(),
+            vector_op_hbm_bandwidth: PerVectorOp::default(),
             link_bandwidth: 1.0,
         }
     }

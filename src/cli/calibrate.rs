@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{calibrate, load_measurements, summarise, ErrorSummary};
 use tandem::report::{percent, table};
+use tandem::workload::VectorOp;
 
 /// Fit the chip's efficiency parameters (achieved fraction of peak compute and HBM bandwidth,
 /// kernel overheads) to measured GEMM and vector kernels, report the fit by two-fold
@@ -98,7 +99,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         args.measurements.display()
     );
     let e = &fit.efficiency;
-    let rows = vec![
+    let mut rows = vec![
         vec![
             "tensor_compute".into(),
             format!("{:.3}", before.tensor_compute),
@@ -120,6 +121,31 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!("{:.2e}", e.vector_overhead_s),
         ],
     ];
+    for op in VectorOp::ALL {
+        let (bw_before, bw_after) = (
+            before.vector_op_hbm_bandwidth.get(op),
+            e.vector_op_hbm_bandwidth.get(op),
+        );
+        let (oh_before, oh_after) = (
+            before.vector_op_overhead_s.get(op),
+            e.vector_op_overhead_s.get(op),
+        );
+        let name = op.name();
+        if bw_before.is_some() || bw_after.is_some() {
+            rows.push(vec![
+                format!("hbm_bandwidth[{name}]"),
+                format!("{:.3}", before.hbm_bandwidth_for(op)),
+                format!("{:.3}", e.hbm_bandwidth_for(op)),
+            ]);
+        }
+        if oh_before.is_some() || oh_after.is_some() {
+            rows.push(vec![
+                format!("vector_overhead_s[{name}]"),
+                format!("{:.2e}", before.vector_overhead_for(op)),
+                format!("{:.2e}", e.vector_overhead_for(op)),
+            ]);
+        }
+    }
     println!("{}", table(&["parameter", "before", "fitted"], rows));
     println!("held-out error (fit on one half of each class's shapes, scored on the other):");
     println!("{}", table(&SUMMARY_HEADER, summary_rows(&held_out)));

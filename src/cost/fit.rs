@@ -1,11 +1,15 @@
 //! Fits a chip's efficiency parameters to measured kernel latencies (DESIGN §4, §8).
 //!
 //! The parameters are few and physical: the achieved fraction of peak tensor throughput,
-//! the achieved fraction of HBM bandwidth, the fixed GEMM overhead, and one fixed overhead
-//! per measured vector primitive. The objective is the mean relative latency error per
-//! kernel class (GEMM, then each vector primitive), averaged over classes so a large sweep
-//! of one kernel does not drown the others. It is minimised by deterministic coordinate
-//! descent on shrinking grids (the model has max() kinks, so no gradients).
+//! the achieved fraction of HBM bandwidth, the fixed GEMM overhead, and per measured vector
+//! primitive a fixed overhead and its own achieved fraction of HBM bandwidth. The objective
+//! is the mean relative latency error per kernel class (GEMM, then each vector primitive),
+//! averaged over classes so a large sweep of one kernel does not drown the others. It is
+//! minimised by deterministic coordinate descent on shrinking grids (the model has max()
+//! kinks, so no gradients), in two stages: first the shared parameters with every class
+//! (so the shared bandwidth is what kernels achieve in general, the value unmeasured
+//! primitives use), then each measured primitive's bandwidth and overhead with the shared
+//! ones held.
 
 use super::{gemm_cost, vector_cost};
 use crate::arch::{ArchConfig, Efficiency};
@@ -93,12 +97,15 @@ enum Param {
     HbmBandwidth,
     GemmOverhead,
     VectorOverhead(VectorOp),
+    VectorBandwidth(VectorOp),
 }
 
 impl Param {
     fn range(self) -> (f64, f64) {
         match self {
-            Param::TensorCompute | Param::HbmBandwidth => FRACTION_RANGE,
+            Param::TensorCompute | Param::HbmBandwidth | Param::VectorBandwidth(_) => {
+                FRACTION_RANGE
+            }
             Param::GemmOverhead | Param::VectorOverhead(_) => OVERHEAD_RANGE_S,
         }
     }
@@ -109,6 +116,7 @@ impl Param {
             Param::HbmBandwidth => eff.hbm_bandwidth,
             Param::GemmOverhead => eff.gemm_overhead_s,
             Param::VectorOverhead(op) => eff.vector_overhead_for(op),
+            Param::VectorBandwidth(op) => eff.hbm_bandwidth_for(op),
         }
     }
 
@@ -118,6 +126,7 @@ impl Param {
             Param::HbmBandwidth => eff.hbm_bandwidth = value,
             Param::GemmOverhead => eff.gemm_overhead_s = value,
             Param::VectorOverhead(op) => eff.vector_op_overhead_s.set(op, Some(value)),
+            Param::VectorBandwidth(op) => eff.vector_op_hbm_bandwidth.set(op, Some(value)),
         }
     }
 }
@@ -126,7 +135,7 @@ impl Param {
 /// inform them (tensor terms without GEMMs, vector compute, links) keep `arch`'s values.
 /// The default `vector_overhead_s` becomes the smallest fitted per-primitive overhead (the
 /// leanest measured kernel: the best guess for unmeasured ones), and only primitives that
-/// differ from it keep an override.
+/// differ from it keep an override; each measured primitive keeps its own bandwidth.
 pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency {
     let has_gemm = samples
         .iter()
@@ -151,33 +160,15 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
     params.extend(vector_ops.iter().map(|&op| Param::VectorOverhead(op)));
 
     let mut trial = arch.clone();
-    for p in &params {
-        // Start every fitted parameter inside its range.
-        let (lo, hi) = p.range();
-        let v = p.get(&trial.efficiency).clamp(lo, hi);
-        p.set(&mut trial.efficiency, v);
+    for &op in &vector_ops {
+        trial.efficiency.vector_op_hbm_bandwidth.set(op, None);
     }
-    let mut best_obj = objective(&trial, samples);
-    for round in 0..ROUNDS {
-        for &p in &params {
-            let (lo, hi) = p.range();
-            let width = (hi - lo) / 4f64.powi(round as i32);
-            let centre = p.get(&trial.efficiency);
-            let start = (centre - width / 2.0).max(lo);
-            let end = (centre + width / 2.0).min(hi);
-            let mut best_v = centre;
-            for i in 0..GRID_POINTS {
-                let v = start + (end - start) * i as f64 / (GRID_POINTS - 1) as f64;
-                p.set(&mut trial.efficiency, v);
-                let obj = objective(&trial, samples);
-                if obj < best_obj {
-                    best_obj = obj;
-                    best_v = v;
-                }
-            }
-            p.set(&mut trial.efficiency, best_v);
-        }
-    }
+    descend(&mut trial, samples, &params);
+    let own: Vec<Param> = vector_ops
+        .iter()
+        .flat_map(|&op| [Param::VectorBandwidth(op), Param::VectorOverhead(op)])
+        .collect();
+    descend(&mut trial, samples, &own);
 
     let mut eff = trial.efficiency;
     let fitted: Vec<(VectorOp, f64)> = vector_ops
@@ -191,5 +182,41 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
                 .set(op, (s != default_s).then_some(s));
         }
     }
+    for &op in &vector_ops {
+        let bandwidth = eff.hbm_bandwidth_for(op);
+        eff.vector_op_hbm_bandwidth
+            .set(op, (bandwidth != eff.hbm_bandwidth).then_some(bandwidth));
+    }
     eff
+}
+
+/// Coordinate descent of `params` of `trial` on shrinking grids, each started inside its
+/// range.
+fn descend(trial: &mut ArchConfig, samples: &[KernelSample], params: &[Param]) {
+    for p in params {
+        let (lo, hi) = p.range();
+        let v = p.get(&trial.efficiency).clamp(lo, hi);
+        p.set(&mut trial.efficiency, v);
+    }
+    let mut best_obj = objective(trial, samples);
+    for round in 0..ROUNDS {
+        for &p in params {
+            let (lo, hi) = p.range();
+            let width = (hi - lo) / 4f64.powi(round as i32);
+            let centre = p.get(&trial.efficiency);
+            let start = (centre - width / 2.0).max(lo);
+            let end = (centre + width / 2.0).min(hi);
+            let mut best_v = centre;
+            for i in 0..GRID_POINTS {
+                let v = start + (end - start) * i as f64 / (GRID_POINTS - 1) as f64;
+                p.set(&mut trial.efficiency, v);
+                let obj = objective(trial, samples);
+                if obj < best_obj {
+                    best_obj = obj;
+                    best_v = v;
+                }
+            }
+            p.set(&mut trial.efficiency, best_v);
+        }
+    }
 }

@@ -54,6 +54,46 @@ pub enum VectorOp {
     ColumnSum,
 }
 
+impl VectorOp {
+    /// Every primitive, in declaration order.
+    pub const ALL: [VectorOp; 14] = [
+        VectorOp::Add,
+        VectorOp::Mul,
+        VectorOp::Gelu,
+        VectorOp::Silu,
+        VectorOp::Relu,
+        VectorOp::Softmax,
+        VectorOp::LayerNorm,
+        VectorOp::RmsNorm,
+        VectorOp::Dropout,
+        VectorOp::Rotary,
+        VectorOp::Embedding,
+        VectorOp::CrossEntropy,
+        VectorOp::Update,
+        VectorOp::ColumnSum,
+    ];
+
+    /// The snake_case name chip files and CSVs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            VectorOp::Add => "add",
+            VectorOp::Mul => "mul",
+            VectorOp::Gelu => "gelu",
+            VectorOp::Silu => "silu",
+            VectorOp::Relu => "relu",
+            VectorOp::Softmax => "softmax",
+            VectorOp::LayerNorm => "layer_norm",
+            VectorOp::RmsNorm => "rms_norm",
+            VectorOp::Dropout => "dropout",
+            VectorOp::Rotary => "rotary",
+            VectorOp::Embedding => "embedding",
+            VectorOp::CrossEntropy => "cross_entropy",
+            VectorOp::Update => "update",
+            VectorOp::ColumnSum => "column_sum",
+        }
+    }
+}
+
 /// Whether a vector kernel is a forward primitive or its backward, which reads the incoming
 /// gradient besides the saved tensors and so moves more bytes.
 #[derive(
