@@ -29,6 +29,7 @@ fn record() -> SweepRecord {
         ilp_node_limit: solver.node_limit,
         ilp_relative_gap: solver.relative_gap,
         search_node_limit: solver.search_node_limit,
+        use_ilp: solver.use_ilp,
     }
 }
 

@@ -106,6 +106,7 @@ fn record(
         ilp_node_limit: SolverOptions::default().node_limit,
         ilp_relative_gap: SolverOptions::default().relative_gap,
         search_node_limit: SolverOptions::default().search_node_limit,
+        use_ilp: true,
     }
 }
 
@@ -236,6 +237,52 @@ fn resume_after_interruption_gives_the_same_files() {
     };
     let err = run_sweep(&sweep, &other, &options).expect_err("different inputs");
     assert!(err.to_string().contains("run.toml differs"), "{err}");
+}
+
+/// A list-only sweep (`--no-ilp`) prices every layer at its list schedule, which the exact
+/// schedules (search, then ILP) only improve on: no point it evaluates is faster than the
+/// same point evaluated exactly, some are slower, and run.toml records the choice.
+#[test]
+fn list_only_sweep_is_never_faster_than_the_exact_one() {
+    let dir = scratch("list-only");
+    let space = small_space(&dir, "space", (0, 2), (5, 7), (0, 2));
+    let exact = record(
+        vec![tiny_workload(&dir)],
+        space,
+        Objective::Throughput,
+        false,
+    );
+    let mut list = exact.clone();
+    list.use_ilp = false;
+    sweep_into(&exact, &dir.join("exact"), Shard::WHOLE, false);
+    sweep_into(&list, &dir.join("list"), Shard::WHOLE, false);
+    let run_toml = std::fs::read_to_string(dir.join("list").join("run.toml")).expect("run.toml");
+    assert!(run_toml.contains("use_ilp = false"), "{run_toml}");
+    let times = |name: &str| -> Vec<(Option<u64>, Option<f64>)> {
+        tandem::search::read_points(&dir.join(name).join(POINTS_CSV))
+            .expect("points.csv")
+            .into_iter()
+            .map(|r| (r.point, r.time_per_batch_s))
+            .collect()
+    };
+    let (exact_times, list_times) = (times("exact"), times("list"));
+    assert_eq!(exact_times.len(), list_times.len());
+    let mut slower = 0;
+    for ((point, exact_s), (list_point, list_s)) in exact_times.iter().zip(&list_times) {
+        assert_eq!(point, list_point);
+        let (Some(exact_s), Some(list_s)) = (exact_s, list_s) else {
+            assert_eq!(exact_s.is_some(), list_s.is_some(), "point {point:?}");
+            continue;
+        };
+        assert!(
+            *list_s >= exact_s * (1.0 - 1e-12),
+            "point {point:?}: list {list_s} s < exact {exact_s} s"
+        );
+        if *list_s > exact_s * (1.0 + 1e-9) {
+            slower += 1;
+        }
+    }
+    assert!(slower > 0, "no point differs: the flag was not exercised");
 }
 
 /// Three shards merged give the files of one run; a missing shard is named.

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tandem::arch::load_chip;
+use tandem::arch::{load_chip, Efficiency, PerVectorOp};
 use tandem::calibrate::{calibrate, load_measurements, summarise, ErrorSummary};
 use tandem::report::{percent, table};
 use tandem::workload::VectorOp;
@@ -121,24 +121,20 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!("{:.2e}", e.vector_overhead_s),
         ],
     ];
+    // Per-primitive values, where either file sets one.
     for op in VectorOp::ALL {
-        let (bw_before, bw_after) = (
-            before.vector_op_hbm_bandwidth.get(op),
-            e.vector_op_hbm_bandwidth.get(op),
-        );
-        let (oh_before, oh_after) = (
-            before.vector_op_overhead_s.get(op),
-            e.vector_op_overhead_s.get(op),
-        );
         let name = op.name();
-        if bw_before.is_some() || bw_after.is_some() {
+        let set = |table: fn(&Efficiency) -> &PerVectorOp| {
+            table(&before).get(op).or(table(e).get(op)).is_some()
+        };
+        if set(|e| &e.vector_op_hbm_bandwidth) {
             rows.push(vec![
                 format!("hbm_bandwidth[{name}]"),
                 format!("{:.3}", before.hbm_bandwidth_for(op)),
                 format!("{:.3}", e.hbm_bandwidth_for(op)),
             ]);
         }
-        if oh_before.is_some() || oh_after.is_some() {
+        if set(|e| &e.vector_op_overhead_s) {
             rows.push(vec![
                 format!("vector_overhead_s[{name}]"),
                 format!("{:.2e}", before.vector_overhead_for(op)),

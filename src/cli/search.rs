@@ -1,7 +1,7 @@
 //! `tandem search`: a design-space sweep (configurations × HBM × micro-batch × recompute) with
 //! the best plan per point, streamed to CSV, and its summaries.
 
-use super::common::{SolverLimits, SweepAxes};
+use super::common::{SolverArgs, SweepAxes};
 use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long)]
     no_prune: bool,
     #[command(flatten)]
-    solver: SolverLimits,
+    solver: SolverArgs,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -79,10 +79,11 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         hbm_bytes,
         objective: args.objective,
         prune: !args.no_prune,
-        ilp_time_limit_s: args.solver.ilp_time_limit_s,
-        ilp_node_limit: args.solver.ilp_node_limit,
-        ilp_relative_gap: args.solver.ilp_gap,
-        search_node_limit: args.solver.search_node_limit,
+        ilp_time_limit_s: args.solver.limits.ilp_time_limit_s,
+        ilp_node_limit: args.solver.limits.ilp_node_limit,
+        ilp_relative_gap: args.solver.limits.ilp_gap,
+        search_node_limit: args.solver.limits.search_node_limit,
+        use_ilp: !args.solver.no_ilp,
     };
     let sweep = Sweep::from_record(&record)?;
     eprintln!(

@@ -300,6 +300,7 @@ impl Comparison {
             ilp_node_limit: self.solver.node_limit,
             ilp_relative_gap: self.solver.relative_gap,
             search_node_limit: self.solver.search_node_limit,
+            use_ilp: self.solver.use_ilp,
         };
         let sweep = Sweep::from_record(&record)?;
         let resume = sweep_dir.join(super::RUN_TOML).exists();

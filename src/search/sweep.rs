@@ -153,6 +153,14 @@ pub struct SweepRecord {
     /// Absent from sweeps recorded before the depth-first search existed: they ran without it.
     #[serde(default)]
     pub search_node_limit: u32,
+    /// Whether layer schedules may go past the list schedule (depth-first search and ILP);
+    /// absent from sweeps recorded before `--no-ilp` existed: they did.
+    #[serde(default = "past_the_list_schedule")]
+    pub use_ilp: bool,
+}
+
+fn past_the_list_schedule() -> bool {
+    true
 }
 
 /// Why a sweep cannot run or finish.
@@ -219,7 +227,7 @@ impl Sweep {
             node_limit: record.ilp_node_limit,
             search_node_limit: record.search_node_limit,
             relative_gap: record.ilp_relative_gap,
-            use_ilp: true,
+            use_ilp: record.use_ilp,
         };
         solver.validate()?;
         let hardware_flops = workloads
