@@ -181,11 +181,18 @@ def run_vector(w, dtype, quick):
     for count in counts:
         x = torch.randn(count, device=dev, dtype=dtype)
         g = torch.randn(count, device=dev, dtype=dtype)
+        shape = dict(elements=count, row_len=1)
         with torch.no_grad():
-            w.time("gelu", lambda: F.gelu(x, approximate="tanh"), elements=count, row_len=1)
-            w.time("silu", lambda: F.silu(x), elements=count, row_len=1)
-            w.time("mul", lambda: x * g, elements=count, row_len=1)
-        del x, g
+            w.time("gelu", lambda: F.gelu(x, approximate="tanh"), **shape)
+            w.time("silu", lambda: F.silu(x), **shape)
+            w.time("mul", lambda: x * g, **shape)
+            # Training-mode dropout draws its random numbers and writes the byte keep-mask
+            # besides the output; its backward scales the gradient by that mask.
+            w.time("dropout", lambda: F.dropout(x, 0.1, training=True), **shape)
+        xg = x.detach().requires_grad_()
+        y = F.dropout(xg, 0.1, training=True)
+        w.time("dropout_bwd", lambda: torch.autograd.grad(y, xg, g, retain_graph=True), **shape)
+        del x, g, xg, y
 
 
 def run_attention(w, dtype, quick):

@@ -13,7 +13,7 @@ use tandem::cost::CostModel;
 use tandem::placement::{RecomputeMode, Stage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
 use tandem::search::{evaluate, layer_costs, PlanOptions};
-use tandem::workload::{GptSizes, OpKind, Precision, Workload};
+use tandem::workload::{GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
 
 const CHIPS: [&str; 3] = ["tpuv4", "a100", "h100"];
 const GIB: u64 = 1 << 30;
@@ -721,7 +721,8 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
 }
 
 /// collect.py rows beyond the plain GEMM: the two transposed layouts load as GEMMs of their own
-/// class, a block's `group` is its tensor-parallel slice, and a slice that does not divide the
+/// class, dropout and its backward as the dropout primitive's two passes, a block's `group` is
+/// its tensor-parallel slice, and a slice that does not divide the
 /// heads is refused with the file, row and field.
 #[test]
 fn collected_layouts_and_block_slices_load() {
@@ -737,12 +738,30 @@ fn collected_layouts_and_block_slices_load() {
         row("gemm_nt", "1,2048,768,6144", 1),
         row("gemm_tn", "1,768,6144,2048", 1),
         row("block_bwd", "4,2048,6144,48", 8),
+        "H100,1980,2619,580,13.0,2.11,bf16,dropout,0,0,0,0,268435456,1,1,1e-3,1e-3,1e-3,30,10"
+            .into(),
+        "H100,1980,2619,580,13.0,2.11,bf16,dropout_bwd,0,0,0,0,268435456,1,1,1e-3,1e-3,1e-3,30,10"
+            .into(),
     ]
     .join("\n");
     std::fs::write(dir.join("kernels.csv"), good).expect("write");
     let loaded = load_measurements(&dir).expect("loads");
     let classes: Vec<&str> = loaded.iter().map(|m| m.class.as_str()).collect();
-    assert_eq!(classes, ["gemm_nt", "gemm_tn", "block_bwd"]);
+    assert_eq!(
+        classes,
+        ["gemm_nt", "gemm_tn", "block_bwd", "dropout", "dropout_bwd"]
+    );
+    for (measured, pass) in loaded[3..].iter().zip([Pass::Forward, Pass::Backward]) {
+        assert_eq!(
+            measured.target,
+            Target::Op(OpKind::Vector {
+                op: VectorOp::Dropout,
+                elements: 1 << 28,
+                row_len: 1,
+                pass,
+            })
+        );
+    }
     assert!(matches!(
         loaded[1].target,
         Target::Op(OpKind::Gemm {

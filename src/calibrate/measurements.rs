@@ -320,6 +320,8 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             "gelu" => op(vector(VectorOp::Gelu)),
             "silu" => op(vector(VectorOp::Silu)),
             "mul" => op(vector(VectorOp::Mul)),
+            "dropout" => op(vector(VectorOp::Dropout)),
+            "dropout_bwd" => op(vector_pass(VectorOp::Dropout, Pass::Backward)),
             "add" => op(vector(VectorOp::Add)),
             "cross_entropy" => op(vector(VectorOp::CrossEntropy)),
             "cross_entropy_bwd" => op(vector_pass(VectorOp::CrossEntropy, Pass::Backward)),
