@@ -743,3 +743,17 @@ fn gpt_block_backward_has_bias_and_norm_weight_gradients() {
     op_index(llama_bwd, "ln1.wgrad");
     op_index(llama_bwd, "ln2.wgrad");
 }
+
+/// The names chip files key per-primitive values by are serde's names of the primitives, and
+/// `VectorOp::ALL` lists each primitive once.
+#[test]
+fn vector_primitive_names_are_their_serde_names() {
+    let names: BTreeSet<&str> = VectorOp::ALL.iter().map(|op| op.name()).collect();
+    assert_eq!(names.len(), VectorOp::ALL.len());
+    for op in VectorOp::ALL {
+        assert_eq!(
+            serde_json::to_value(op).expect("serialises"),
+            serde_json::Value::String(op.name().to_string())
+        );
+    }
+}
