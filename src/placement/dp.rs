@@ -632,21 +632,18 @@ struct Rows {
 /// `K' − clo`) into the row's cells (`cur`, indexed by `K − lo`): by the crossing walk when
 /// [`walkable`], else by trying every option on every cell. Both give the same cells.
 fn combine(rows: &Rows, opts: &[Opt], prev: (&[f64], &[f64]), cur: (&mut [f64], &mut [f64])) {
-    if walkable(opts, prev) {
-        combine_walk(rows, opts, prev.0, cur);
+    if walkable(opts, prev.0) {
+        combine_walk(rows, opts, prev, cur);
     } else {
         combine_every(rows, opts, prev, cur);
     }
 }
 
-/// No exposed all-reduce is involved (every `e` is 0, as with free links or a fully
-/// overlapped all-reduce), the stage's values fall with `k` and the remainder's with `K'`,
-/// and there are enough options for the walk to pay off.
-fn walkable(opts: &[Opt], (prev_v, prev_e): (&[f64], &[f64])) -> bool {
+/// The stage's values fall with `k` and the remainder's with `K'`, and there are enough
+/// options for the walk to pay off.
+fn walkable(opts: &[Opt], prev_v: &[f64]) -> bool {
     opts.len() >= MIN_WALK_OPTIONS
-        && opts.iter().all(|o| o.e == 0.0)
         && opts.windows(2).all(|w| w[1].value <= w[0].value)
-        && prev_e.iter().all(|&e| e == 0.0 || e == f64::INFINITY)
         && prev_v.windows(2).all(|w| w[1] <= w[0])
 }
 
@@ -682,17 +679,24 @@ fn combine_every(
     }
 }
 
-/// [`combine_every`] in O(cells + options) on [`walkable`] input: each cell takes the smaller
-/// of `max(value_k, prev[K − k])` over `k`, the maximum of a falling and a rising sequence,
-/// which is smallest where they cross; the crossing moves one way as `K` grows, and the cell
-/// gets the same minimum, tested the same way.
+/// [`combine_every`] in O(cells + options + ties) on [`walkable`] input: each cell takes the
+/// smallest `max(value_k, prev[K − k])` over `k`, the maximum of a falling and a rising
+/// sequence, which is smallest where they cross; the crossing moves one way as `K` grows.
+/// The options that tie at that minimum are contiguous around the crossing, and the cell
+/// gets the least exposed all-reduce among them, tested the same way.
 fn combine_walk(
     rows: &Rows,
     opts: &[Opt],
-    prev_v: &[f64],
+    (prev_v, prev_e): (&[f64], &[f64]),
     (todo_v, todo_e): (&mut [f64], &mut [f64]),
 ) {
-    let remainder = |o: &Opt, big_k: u32| prev_v[(big_k - o.k - rows.clo) as usize];
+    let at = |i: usize, big_k: u32| (big_k - opts[i].k - rows.clo) as usize;
+    let value = |i: usize, big_k: u32| opts[i].value.max(prev_v[at(i, big_k)]);
+    // Without exposed all-reduce (free links, or an all-reduce hidden behind the backward
+    // pass) every tie has the same exposure: no need to look for the least. (An empty
+    // remainder's infinite exposure comes with an infinite value, which is pruned.)
+    let unexposed =
+        opts.iter().all(|o| o.e == 0.0) && prev_e.iter().all(|&e| e == 0.0 || e == f64::INFINITY);
     // Options whose remainder K − k lies in clo..=chi are opts[first..end]; both ends and the
     // crossing only move right as K grows (a larger K meets smaller remainders).
     let (mut first, mut end, mut cross) = (0, 0, 0);
@@ -709,24 +713,34 @@ fn combine_walk(
         // Options before the crossing are bound by their own value, those after by the
         // remainder's: the minimum is at one of the two options around it.
         cross = cross.max(first);
-        while cross < end && opts[cross].value > remainder(&opts[cross], big_k) {
+        while cross < end && opts[cross].value > prev_v[at(cross, big_k)] {
             cross += 1;
         }
-        let v = [
+        let (v, best) = [
             cross.checked_sub(1).filter(|&i| i >= first),
             (cross < end).then_some(cross),
         ]
         .into_iter()
         .flatten()
-        .map(|i| opts[i].value.max(remainder(&opts[i], big_k)))
-        .fold(f64::INFINITY, f64::min);
+        .map(|i| (value(i, big_k), i))
+        .fold((f64::INFINITY, end), |a, b| if b.0 < a.0 { b } else { a });
         if v * rows.c_min >= rows.prune_s {
             continue;
         }
+        let e = if unexposed {
+            0.0
+        } else {
+            let ties = |i: &usize| value(*i, big_k) == v;
+            let left = (first..best).rev().take_while(ties).last().unwrap_or(best);
+            let right = (best + 1..end).take_while(ties).last().unwrap_or(best);
+            (left..=right)
+                .map(|i| opts[i].e.max(prev_e[at(i, big_k)]))
+                .fold(f64::INFINITY, f64::min)
+        };
         let cell = (big_k - rows.lo) as usize;
-        if better(v, 0.0, todo_v[cell], todo_e[cell]) {
+        if better(v, e, todo_v[cell], todo_e[cell]) {
             todo_v[cell] = v;
-            todo_e[cell] = 0.0;
+            todo_e[cell] = e;
         }
     }
 }
@@ -984,13 +998,15 @@ mod tests {
 
     proptest! {
         /// On inputs it accepts, the crossing walk fills the cells bit for bit as the general
-        /// every-option-every-cell loop does, ties and pruning included.
+        /// every-option-every-cell loop does, ties (of values, then of exposed all-reduce) and
+        /// pruning included.
         #[test]
         fn walk_fills_cells_as_trying_every_option_does(
             ks in proptest::collection::btree_set(1u32..32, MIN_WALK_OPTIONS..16),
-            option_values in proptest::collection::vec(1u32..40, 16),
-            prev_values in proptest::collection::vec(1u32..40, 1..16),
+            option_values in proptest::collection::vec((1u32..40, 0u32..4), 16),
+            prev_values in proptest::collection::vec((1u32..40, 0u32..4), 1..16),
             prev_inf in 0usize..4,
+            exposed in any::<bool>(),
             cells in proptest::collection::vec((1u32..60, 0u32..3), 1..30),
             clo in 0u32..6,
             lo_offset in 0u32..20,
@@ -999,16 +1015,20 @@ mod tests {
         ) {
             let ks: Vec<u32> = ks.into_iter().collect();
             // Small integers make ties between options, remainders and cells common.
-            let values = falling(option_values.iter().map(|&v| f64::from(v)).collect(), 0);
+            // Exposed all-reduce in any order (the walk only needs the values sorted), or none.
+            let half = if exposed { 0.5 } else { 0.0 };
+            let values = falling(option_values.iter().map(|&(v, _)| f64::from(v)).collect(), 0);
             let opts: Vec<Opt> = ks
                 .iter()
                 .zip(values)
-                .map(|(&k, value)| Opt { k, value, e: 0.0 })
+                .zip(&option_values)
+                .map(|((&k, value), &(_, e))| Opt { k, value, e: f64::from(e) * half })
                 .collect();
-            let prev_v = falling(prev_values.iter().map(|&v| f64::from(v)).collect(), prev_inf);
+            let prev_v = falling(prev_values.iter().map(|&(v, _)| f64::from(v)).collect(), prev_inf);
             let prev_e: Vec<f64> = prev_v
                 .iter()
-                .map(|&v| if v.is_finite() { 0.0 } else { f64::INFINITY })
+                .zip(&prev_values)
+                .map(|(&v, &(_, e))| if v.is_finite() { f64::from(e) * half } else { f64::INFINITY })
                 .collect();
             let chi = clo + prev_v.len() as u32 - 1;
             let lo = clo + lo_offset;
@@ -1030,35 +1050,28 @@ mod tests {
             let (mut general_v, mut general_e) = (start_v.clone(), start_e.clone());
             combine_every(&rows, &opts, (&prev_v, &prev_e), (&mut general_v, &mut general_e));
             let (mut fast_v, mut fast_e) = (start_v, start_e);
-            prop_assert!(walkable(&opts, (&prev_v, &prev_e)));
-            combine_walk(&rows, &opts, &prev_v, (&mut fast_v, &mut fast_e));
+            prop_assert!(walkable(&opts, &prev_v));
+            combine_walk(&rows, &opts, (&prev_v, &prev_e), (&mut fast_v, &mut fast_e));
             prop_assert_eq!(fast_v, general_v);
             prop_assert_eq!(fast_e, general_e);
         }
     }
 
     #[test]
-    fn walk_declines_rising_exposed_or_few_options() {
+    fn walk_declines_rising_values_or_few_options() {
         let falling: Vec<Opt> = (1..=10)
             .map(|k| Opt {
                 k,
                 value: 20.0 / f64::from(k),
-                e: 0.0,
+                e: 0.1 * f64::from(k),
             })
             .collect();
         let falling_prev = [3.0, 2.0, 1.0];
-        assert!(walkable(&falling, (&falling_prev, &[0.0; 3])));
-        assert!(!walkable(&falling, (&[1.0, 2.0, 3.0], &[0.0; 3])));
-        assert!(!walkable(&falling, (&falling_prev, &[0.0, 0.5, 0.0])));
-        let mut exposed = falling.clone();
-        exposed[3].e = 0.5;
-        assert!(!walkable(&exposed, (&falling_prev, &[0.0; 3])));
+        assert!(walkable(&falling, &falling_prev));
+        assert!(!walkable(&falling, &[1.0, 2.0, 3.0]));
         let mut rising = falling.clone();
         rising[5].value = 30.0;
-        assert!(!walkable(&rising, (&falling_prev, &[0.0; 3])));
-        assert!(!walkable(
-            &falling[..MIN_WALK_OPTIONS - 1],
-            (&falling_prev, &[0.0; 3])
-        ));
+        assert!(!walkable(&rising, &falling_prev));
+        assert!(!walkable(&falling[..MIN_WALK_OPTIONS - 1], &falling_prev));
     }
 }
