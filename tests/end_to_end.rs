@@ -728,20 +728,19 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
 fn collected_layouts_and_block_slices_load() {
     let dir = scratch_dir("collected-rows");
     let header = COLLECTED_HEADER;
-    let row = |kernel: &str, shape: &str, group: u32| {
-        format!(
-            "H100,1980,2619,580,13.0,2.11,bf16,{kernel},{shape},0,0,{group},1e-3,1e-3,1e-3,30,10"
-        )
+    // `shape`: batch, m, n, k, elements, row_len.
+    let collected = |kernel: &str, shape: &str, group: u32| {
+        format!("H100,1980,2619,580,13.0,2.11,bf16,{kernel},{shape},{group},1e-3,1e-3,1e-3,30,10")
     };
+    let row =
+        |kernel: &str, gemm: &str, group: u32| collected(kernel, &format!("{gemm},0,0"), group);
     let good = [
         header.to_string(),
         row("gemm_nt", "1,2048,768,6144", 1),
         row("gemm_tn", "1,768,6144,2048", 1),
         row("block_bwd", "4,2048,6144,48", 8),
-        "H100,1980,2619,580,13.0,2.11,bf16,dropout,0,0,0,0,268435456,1,1,1e-3,1e-3,1e-3,30,10"
-            .into(),
-        "H100,1980,2619,580,13.0,2.11,bf16,dropout_bwd,0,0,0,0,268435456,1,1,1e-3,1e-3,1e-3,30,10"
-            .into(),
+        collected("dropout", "0,0,0,0,268435456,1", 1),
+        collected("dropout_bwd", "0,0,0,0,268435456,1", 1),
     ]
     .join("\n");
     std::fs::write(dir.join("kernels.csv"), good).expect("write");
