@@ -19,6 +19,8 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
+import time
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +29,7 @@ import torch.utils.checkpoint
 COLUMNS = [
     "gpu", "sm_clock_mhz", "mem_clock_mhz", "driver", "cuda", "torch", "dtype", "kernel",
     "batch", "m", "n", "k", "elements", "row_len", "group", "median_s", "min_s", "max_s",
-    "repeats", "burst",
+    "repeats", "burst", "timing", "sm_clock_run_mhz", "power_run_w",
 ]
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -55,29 +57,91 @@ def environment(dtype):
     }
 
 
-def time_cuda(fn, warmup, repeats, burst):
+class ClockSampler:
+    """The GPU's SM clock and board power, sampled by `nvidia-smi` every 20 ms in the background,
+    so each row can record the clock the GPU actually held while it was timed (a sustained load
+    may run below the maximum clock that `sm_clock_mhz` records)."""
+
+    def __init__(self):
+        self.samples = []  # (monotonic seconds, SM clock MHz, power W)
+        try:
+            self.process = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                 "-lms", "20", "-i", "0"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.process = None
+            return
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            try:
+                clock, power = (float(x) for x in line.split(","))
+            except ValueError:
+                continue
+            self.samples.append((time.monotonic(), clock, power))
+
+    def during(self, start, end):
+        """Median SM clock (MHz) and power (W) sampled in [start, end]; empty strings when no
+        sample fell in the window (a short row, or no nvidia-smi)."""
+        window = [(c, p) for t, c, p in list(self.samples) if start <= t <= end]
+        if not window:
+            return "", ""
+        return (f"{statistics.median(c for c, _ in window):.0f}",
+                f"{statistics.median(p for _, p in window):.1f}")
+
+    def stop(self):
+        if self.process:
+            self.process.terminate()
+
+
+def graphed(fn, burst):
+    """`burst` calls of `fn()` captured once in a CUDA graph, as a function that replays them:
+    the GPU then runs them back to back with no host in between, so a small kernel is timed by
+    its GPU time rather than by PyTorch's host-side dispatch (8-20 us per call), which a busy
+    training step hides behind the kernels ahead of it. A backward pass through autograd is
+    captured together with its forward (autograd runs the backward on the stream its forward
+    ran on)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(burst):
+            fn()
+    return graph.replay
+
+
+def time_cuda(fn, warmup, repeats, burst, graph):
     """Median, min and max seconds per call of `fn()` over `repeats` samples after `warmup`
-    calls. A sample times `burst` calls launched back to back between two CUDA events, so each
-    launch overlaps the previous kernel as in a training step; `burst` = 1 times isolated calls,
-    which adds the host's launch latency to every kernel."""
-    for _ in range(warmup):
-        fn()
+    calls, and the timing used (`graph` or `eager`). A sample times `burst` calls between two
+    CUDA events: with `graph`, one replay of them captured in a CUDA graph (see `graphed`);
+    eagerly, launched back to back from the host, so each launch overlaps the previous kernel
+    and only kernels shorter than their dispatch time are host-bound; `burst` = 1 eagerly times
+    isolated calls, which adds the host's launch latency to every kernel."""
+    replay = graphed(fn, burst) if graph else None
+    sample = replay or (lambda: [fn() for _ in range(burst)])
+    for _ in range(warmup if replay is None else max(1, warmup // burst)):
+        sample()
     torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(burst):
-            fn()
+        sample()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e-3 / burst)
-    return statistics.median(times), min(times), max(times)
+    return statistics.median(times), min(times), max(times), "graph" if replay else "eager"
 
 
 class Writer:
-    def __init__(self, path, env, warmup, repeats, burst):
+    def __init__(self, path, env, warmup, repeats, burst, graph, clocks=None):
         self.file = open(path, "w", newline="")
         self.csv = csv.DictWriter(self.file, fieldnames=COLUMNS)
         self.csv.writeheader()
@@ -85,24 +149,36 @@ class Writer:
         self.warmup = warmup
         self.repeats = repeats
         self.burst = burst
+        self.graph = graph
+        self.clocks = clocks
 
     def time(self, kernel, fn, batch=1, m=0, n=0, k=0, elements=0, row_len=0, group=1,
-             dtype=None, timing=None):
+             dtype=None, timing=None, baseline=None):
         """Times `fn` and writes a row; `timing` = (warmup, repeats, burst) overrides the
-        command line's (whole training steps take seconds each)."""
+        command line's and times eagerly (whole training steps take seconds each and run as
+        a user runs them). With `baseline`, the row is the time of `fn` minus the median time
+        of `baseline`: a backward pass is timed as its forward and backward together minus the
+        forward, since autograd only replays in a CUDA graph when the forward was captured
+        with it."""
         warmup, repeats, burst = timing or (self.warmup, self.repeats, self.burst)
-        median_s, min_s, max_s = time_cuda(fn, warmup, repeats, burst)
+        graph = self.graph and timing is None
+        start = time.monotonic()
+        median_s, min_s, max_s, method = time_cuda(fn, warmup, repeats, burst, graph)
+        if baseline:
+            base_s = time_cuda(baseline, warmup, repeats, burst, graph)[0]
+            median_s, min_s, max_s = median_s - base_s, min_s - base_s, max_s - base_s
+        clock, power = self.clocks.during(start, time.monotonic()) if self.clocks else ("", "")
         row = dict(self.env)
         if dtype:
             row["dtype"] = dtype
         row.update(kernel=kernel, batch=batch, m=m, n=n, k=k, elements=elements,
                    row_len=row_len, group=group, median_s=f"{median_s:.9e}",
                    min_s=f"{min_s:.9e}", max_s=f"{max_s:.9e}", repeats=repeats,
-                   burst=burst)
+                   burst=burst, timing=method, sm_clock_run_mhz=clock, power_run_w=power)
         self.csv.writerow(row)
         self.file.flush()
         print(f"{kernel:>12} b={batch} m={m} n={n} k={k} elems={elements} row={row_len}: "
-              f"{median_s * 1e6:10.1f} us", file=sys.stderr)
+              f"{median_s * 1e6:10.1f} us  {clock or '-'} MHz {power or '-'} W", file=sys.stderr)
 
 
 def gemm_shapes(quick):
@@ -189,10 +265,12 @@ def run_vector(w, dtype, quick):
             # Training-mode dropout draws its random numbers and writes the byte keep-mask
             # besides the output; its backward scales the gradient by that mask.
             w.time("dropout", lambda: F.dropout(x, 0.1, training=True), **shape)
-        xg = x.detach().requires_grad_()
-        y = F.dropout(xg, 0.1, training=True)
-        w.time("dropout_bwd", lambda: torch.autograd.grad(y, xg, g, retain_graph=True), **shape)
-        del x, g, xg, y
+        # The backward kernel itself, as autograd runs it: through torch.autograd.grad each call
+        # also pays ~80 us of Python autograd dispatch, which hides the kernel below 2^26.
+        _, mask = torch.ops.aten.native_dropout(x, 0.1, True)
+        w.time("dropout_bwd", lambda: torch.ops.aten.native_dropout_backward(g, mask, 1 / 0.9),
+               **shape)
+        del x, g, mask
 
 
 def run_attention(w, dtype, quick):
@@ -215,27 +293,33 @@ def run_attention(w, dtype, quick):
 def run_loss(w, dtype, quick):
     """Softmax cross-entropy over the vocabulary (the language-model head's loss), forward and
     its gradient, for whole and 8-way vocabulary-parallel logits."""
-    shapes = [(2048, 51200)] if quick else [(2048, 51200), (8192, 51200), (8192, 6400),
+    shapes = [(2048, 51200)] if quick else [(2048, 51200), (4096, 51200), (8192, 51200),
+                                            (8192, 25600), (8192, 12800), (8192, 6400),
                                             (32768, 6400)]
     for tokens, vocab in shapes:
         logits = torch.randn(tokens, vocab, device="cuda", dtype=dtype, requires_grad=True)
         target = torch.randint(vocab, (tokens,), device="cuda")
         shape = dict(elements=tokens * vocab, row_len=vocab)
-        with torch.no_grad():
-            w.time("cross_entropy", lambda: F.cross_entropy(logits, target), **shape)
-        loss = F.cross_entropy(logits, target)
+
+        def forward():
+            with torch.no_grad():
+                F.cross_entropy(logits, target)
+
+        w.time("cross_entropy", forward, **shape)
         w.time("cross_entropy_bwd",
-               lambda: torch.autograd.grad(loss, logits, retain_graph=True), **shape)
-        del logits, target, loss
+               lambda: torch.autograd.grad(F.cross_entropy(logits, target), logits),
+               baseline=forward, **shape)
+        del logits, target
 
 
 def run_optimizer(w, dtype, quick):
     """One fused Adam step over fp32 parameters (mixed-precision training keeps fp32 main
     weights): weights, gradients and both moments in, weights and moments out."""
-    for count in ([2**22, 2**26] if quick else [2**20, 2**22, 2**24, 2**26, 2**28]):
+    for count in ([2**22, 2**26] if quick else [2**e for e in range(20, 29)]):
         param = torch.zeros(count, device="cuda", dtype=torch.float32, requires_grad=True)
         param.grad = torch.randn_like(param)
-        optimizer = torch.optim.Adam([param], lr=1e-6, fused=True)
+        # capturable: the step counter lives on the GPU, so the step can be graph-captured.
+        optimizer = torch.optim.Adam([param], lr=1e-6, fused=True, capturable=True)
         w.time("adam", optimizer.step, elements=count, row_len=1, dtype="fp32")
         del param, optimizer
 
@@ -278,22 +362,24 @@ def time_block(w, dtype, batch, seq, hidden, heads, tp, profile):
     block = Block(hidden, heads, dtype, tp)
     x = torch.randn(seq, batch, hidden, device="cuda", dtype=dtype, requires_grad=True)
 
+    inputs = [x] + list(block.parameters())
+    grad = torch.randn_like(x)
+
     def forward():
         with torch.no_grad():
             block(x)
 
-    out = block(x)
-    grad = torch.randn_like(out)
-
-    def backward():
-        torch.autograd.grad(out, [x] + list(block.parameters()), grad, retain_graph=True)
-
     shape = dict(batch=batch, m=seq, n=hidden, k=heads, group=tp)
-    for kernel, fn in [("block_fwd", forward), ("block_bwd", backward)]:
-        w.time(kernel, fn, **shape)
-        if profile:
-            profile.record(kernel, fn, shape)
-    del block, x, out, grad
+    w.time("block_fwd", forward, **shape)
+    w.time("block_bwd", lambda: torch.autograd.grad(block(x), inputs, grad), baseline=forward,
+           **shape)
+    if profile:
+        out = block(x)
+        profile.record("block_fwd", forward, shape)
+        profile.record("block_bwd",
+                       lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True), shape)
+        del out
+    del block, x, inputs, grad
 
 
 def run_blocks(w, dtype, quick, profile):
@@ -338,7 +424,7 @@ class GPT(torch.nn.Module):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
-def time_step(w, dtype, layers, hidden, heads, batch, recompute, vocab=51200, seq=2048):
+def time_step(w, dtype, layers, hidden, heads, batch, recompute, profile, vocab=51200, seq=2048):
     """One training iteration on one GPU, as each GPU of a data-parallel run does it: forward,
     loss, backward and a mixed-precision Adam step (fp32 main weights and moments, gradients
     copied up, weights copied back), for one micro-batch of `batch` sequences."""
@@ -362,13 +448,16 @@ def time_step(w, dtype, layers, hidden, heads, batch, recompute, vocab=51200, se
             for p, m in zip(params, main):
                 p.copy_(m)
 
-    w.time(f"train_step_{recompute}", step, batch=batch, m=seq, n=hidden, k=heads,
-           elements=vocab, row_len=1, group=layers, timing=(2, 5, 1))
+    kernel = f"train_step_{recompute}"
+    shape = dict(batch=batch, m=seq, n=hidden, k=heads, elements=vocab, row_len=1, group=layers)
+    w.time(kernel, step, timing=(2, 5, 1), **shape)
+    if profile:
+        profile.record(kernel, step, shape, warmup=1)
     del model, params, main, optimizer, tokens, targets
     torch.cuda.empty_cache()
 
 
-def run_steps(w, dtype, quick):
+def run_steps(w, dtype, quick, profile):
     """Whole training iterations (group = layers, elements = vocabulary): GPT-1.7B at
     micro-batch 16 under full recompute is exactly each GPU's share of the first run of
     ../shared/reference/published_runs.csv (t = p = 1) without its gradient all-reduce."""
@@ -376,15 +465,22 @@ def run_steps(w, dtype, quick):
         (24, 2304, 24, 16, "full"), (24, 2304, 24, 4, "full"), (24, 2304, 24, 1, "none"),
         (24, 2304, 24, 2, "none"), (8, 4096, 32, 4, "full")]
     for layers, hidden, heads, batch, recompute in cases:
-        time_step(w, dtype, layers, hidden, heads, batch, recompute)
+        try:
+            time_step(w, dtype, layers, hidden, heads, batch, recompute, profile)
+        except torch.cuda.OutOfMemoryError:
+            # GPT-1.7B at micro-batch 16 needs about 60 GB; a smaller GPU skips that row.
+            print(f"train_step_{recompute} {layers} x {hidden} b={batch}: out of GPU memory, "
+                  "skipped", file=sys.stderr)
+            torch.cuda.empty_cache()
 
 
 class Profile:
-    """Per-kernel CUDA time of one run of a block (torch.profiler), for finding which kernels
-    a prediction misses. Columns: the shape columns of kernels.csv, `pass`, the CUDA kernel
-    `name`, its `calls` and `total_s`."""
+    """Per-kernel CUDA time of one run of a block or training step (torch.profiler), for finding
+    which kernels a prediction misses. Columns: the shape columns of kernels.csv, `pass` (the
+    kernel column of the timed row), the CUDA kernel `name`, its `calls` and `total_s`."""
 
-    COLUMNS = ["gpu", "dtype", "pass", "batch", "m", "n", "k", "group", "name", "calls", "total_s"]
+    COLUMNS = ["gpu", "dtype", "pass", "batch", "m", "n", "k", "elements", "group", "name",
+               "calls", "total_s"]
 
     def __init__(self, path, env, warmup):
         self.file = open(path, "w", newline="")
@@ -393,9 +489,9 @@ class Profile:
         self.env = env
         self.warmup = warmup
 
-    def record(self, kernel, fn, shape):
+    def record(self, kernel, fn, shape, warmup=None):
         from torch.profiler import ProfilerActivity, profile
-        for _ in range(self.warmup):
+        for _ in range(self.warmup if warmup is None else warmup):
             fn()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -408,7 +504,7 @@ class Profile:
             if total_us <= 0:
                 continue
             row = {"gpu": self.env["gpu"], "dtype": self.env["dtype"], "pass": kernel}
-            row.update(shape, name=event.key, calls=event.count,
+            row.update({c: shape[c] for c in self.COLUMNS if c in shape}, name=event.key, calls=event.count,
                        total_s=f"{total_us * 1e-6:.9e}")
             self.csv.writerow(row)
         self.file.flush()
@@ -421,7 +517,7 @@ def collective_worker(rank, world, path, env, dtype_name, warmup, repeats, burst
     dist.init_process_group("nccl", rank=rank, world_size=world)
     torch.cuda.set_device(rank)
     dtype = DTYPES[dtype_name]
-    writer = Writer(path, env, warmup, repeats, burst) if rank == 0 else None
+    writer = Writer(path, env, warmup, repeats, burst, graph=False) if rank == 0 else None
     counts = [2**20, 2**26] if quick else [2**16, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28]
     for count in counts:
         x = torch.randn(count, device="cuda", dtype=dtype)
@@ -432,7 +528,7 @@ def collective_worker(rank, world, path, env, dtype_name, warmup, repeats, burst
             if writer:
                 writer.time(kernel, fn, elements=count, row_len=1, group=world)
             else:
-                time_cuda(fn, warmup, repeats, burst)
+                time_cuda(fn, warmup, repeats, burst, graph=False)
         dist.barrier()
     dist.destroy_process_group()
 
@@ -460,6 +556,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=30, help="timed samples per kernel")
     parser.add_argument("--burst", type=int, default=10,
                         help="back-to-back calls per sample (default 10; 1 = isolated calls)")
+    parser.add_argument("--eager", action="store_true",
+                        help="launch every timed call from the host instead of replaying a CUDA "
+                             "graph of them (small kernels then time PyTorch's dispatch)")
     parser.add_argument("--quick", action="store_true", help="a small sweep (a few minutes)")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to time (default all: {','.join(SECTIONS)})")
@@ -467,8 +566,8 @@ def main():
                         help="output CSV name, ending in kernels.csv (default kernels.csv); the "
                              "environment goes to the same name ending in environment.json")
     parser.add_argument("--profile", action="store_true",
-                        help="also write the per-kernel CUDA time of every block to "
-                             "<file stem>block_profile.csv")
+                        help="also write the per-kernel CUDA time of every block and training "
+                             "step to <file stem>profile.csv")
     args = parser.parse_args()
     sections = [x.strip() for x in args.only.split(",") if x.strip()]
     unknown = [x for x in sections if x not in SECTIONS]
@@ -486,14 +585,16 @@ def main():
     meta = dict(env, command=" ".join([sys.executable] + sys.argv), python=platform.python_version(),
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                 gpus=torch.cuda.device_count(), warmup=args.warmup, repeats=args.repeats,
-                burst=args.burst)
+                burst=args.burst, timing="eager" if args.eager else "graph")
     with open(os.path.join(args.out, stem + "environment.json"), "w") as f:
         json.dump(meta, f, indent=2)
-    w = Writer(os.path.join(args.out, args.file), env, args.warmup, args.repeats, args.burst)
-    profile = (Profile(os.path.join(args.out, stem + "block_profile.csv"), env, args.warmup)
+    clocks = ClockSampler()
+    w = Writer(os.path.join(args.out, args.file), env, args.warmup, args.repeats, args.burst,
+               not args.eager, clocks)
+    profile = (Profile(os.path.join(args.out, stem + "profile.csv"), env, args.warmup)
                if args.profile else None)
     for section in sections:
-        if section in ("blocks", "tp_blocks"):
+        if section in ("blocks", "tp_blocks", "steps"):
             SECTIONS[section](w, dtype, args.quick, profile)
         elif section != "collectives":
             SECTIONS[section](w, dtype, args.quick)
@@ -504,6 +605,7 @@ def main():
             args=(world, os.path.join(args.out, "collectives_kernels.csv"), env, args.dtype,
                   args.warmup, args.repeats, args.burst, args.quick),
             nprocs=world)
+    clocks.stop()
     print(f"wrote {args.out}", file=sys.stderr)
 
 

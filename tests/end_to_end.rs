@@ -576,11 +576,12 @@ fn bad_published_runs_name_file_row_and_field() {
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
-/// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM, kernels timed
-/// back to back as in a training step): the fit cross-validates, and whole GPT blocks — never
-/// used by the fit — are predicted from the fitted kernels with the serial-kernel model: full
-/// blocks and one device's slice of each published Megatron-LM run's block (its collectives
-/// removed), forward and backward.
+/// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM, kernels and
+/// blocks replayed from CUDA graphs, so timed by the GPU alone as in a busy training step): the
+/// fit cross-validates, and whole GPT blocks — never used by the fit — are predicted from the
+/// fitted kernels with the serial-kernel model: full blocks and one device's slice of each
+/// published Megatron-LM run's block (its collectives removed), forward and backward; whole
+/// training iterations under full recompute (run eagerly, the GPU busy throughout) too.
 #[test]
 fn h100_calibration_predicts_measured_blocks() {
     let dir = Path::new(concat!(
@@ -598,43 +599,58 @@ fn h100_calibration_predicts_measured_blocks() {
             100.0 * s.mean_abs_error
         );
         // GEMMs of all three layouts: the model prices them alike. Transformer slices with
-        // few output tiles (M = 2048) are wave-quantised in the model but not in cuBLAS,
-        // which keeps the mean above the 8 % the A100 reaches on its large shapes.
+        // few output tiles (M = 2048) are wave-quantised in the model but not in cuBLAS, and
+        // under the 700 W power cap the SM clock wanders between 1.3 and 1.8 GHz from row to
+        // row (sm_clock_run_mhz), which keeps the mean above the 8 % the A100 reaches.
         if s.class.starts_with("gemm") {
-            assert!(s.count >= 80 && s.mean_abs_error < 0.10, "{s:?}");
+            assert!(s.count >= 80 && s.mean_abs_error < 0.12, "{s:?}");
         }
     }
     let mut fitted = arch.clone();
     fitted.efficiency = calibration.efficiency;
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let mut errors = Vec::new();
+    let mut block_errors = Vec::new();
+    let mut full_recompute_steps = 0;
     for m in &measurements {
-        let Target::Block { shape, .. } = m.target else {
-            continue;
+        let label = match m.target {
+            Target::Block { shape, .. } => shape.label(),
+            Target::Step(step) => step.label(),
+            Target::Op(_) => continue,
         };
-        let predicted_s = composite_latency(&fitted, &cache, m).expect("block schedules");
+        let predicted_s = composite_latency(&fitted, &cache, m).expect("schedules");
         let error = (predicted_s - m.measured_s) / m.measured_s;
         println!(
-            "{} {}: measured {:.3} ms, predicted {:.3} ms ({:+.1} %)",
+            "{} {label}: measured {:.3} ms, predicted {:.3} ms ({:+.1} %)",
             m.class,
-            shape.label(),
             m.measured_s * 1e3,
             predicted_s * 1e3,
             100.0 * error
         );
-        // The two smallest blocks are bound by PyTorch's host-side dispatch (block_profile.csv:
-        // the GPU idles 18-67 % between their kernels), which the model does not describe.
-        if shape.hidden * shape.seq_len * shape.micro_batch > 2048 * 2048 {
-            assert!(error.abs() < 0.15, "{}: {:+.1} %", m.source, 100.0 * error);
-            errors.push(error);
+        match m.target {
+            Target::Block { .. } => {
+                assert!(error.abs() < 0.15, "{}: {:+.1} %", m.source, 100.0 * error);
+                block_errors.push(error);
+            }
+            // Optimistic by PyTorch's own kernels (profile.csv): its softmax backward is a
+            // full-size multiply then a reduction, and the QKV gradient is stacked from q, k, v.
+            // Iterations without recompute run micro-batches too small to hide the host.
+            Target::Step(step) if step.recompute == RecomputeMode::Full => {
+                assert!(error.abs() < 0.13, "{}: {:+.1} %", m.source, 100.0 * error);
+                full_recompute_steps += 1;
+            }
+            _ => {}
         }
     }
     assert_eq!(
-        errors.len(),
-        24,
+        block_errors.len(),
+        28,
         "two full blocks and five slices at b 1 and 4, fwd and bwd"
     );
-    let mean = errors.iter().map(|e| e.abs()).sum::<f64>() / errors.len() as f64;
+    assert_eq!(
+        full_recompute_steps, 3,
+        "GPT-1.7B at b 16 and 4, 8 x 4096 at b 4"
+    );
+    let mean = block_errors.iter().map(|e| e.abs()).sum::<f64>() / block_errors.len() as f64;
     assert!(mean < 0.08, "mean block error {:.1} %", 100.0 * mean);
 }
 
