@@ -239,6 +239,17 @@ def run_gemms(w, dtype, quick):
         del a, b
 
 
+def time_softmax(w, x, dy, shape):
+    """Softmax over the last dimension of `x` and its backward kernel as autograd runs it
+    (`_softmax_backward_data`: PyTorch multiplies dy by y over the whole tensor, then reduces
+    each row)."""
+    y = torch.softmax(x, dim=-1)
+    w.time("softmax", lambda: torch.softmax(x, dim=-1), **shape)
+    w.time("softmax_bwd", lambda: torch.ops.aten._softmax_backward_data(dy, y, -1, x.dtype),
+           **shape)
+    del y
+
+
 def run_vector(w, dtype, quick):
     dev = "cuda"
     rows = [4096] if quick else [4096, 16384]
@@ -246,12 +257,20 @@ def run_vector(w, dtype, quick):
     for rcount in rows:
         for width in widths:
             x = torch.randn(rcount, width, device=dev, dtype=dtype)
+            dy = torch.randn_like(x)
             ln = torch.nn.LayerNorm(width, device=dev, dtype=dtype)
+            shape = dict(elements=rcount * width, row_len=width)
             with torch.no_grad():
-                w.time("softmax", lambda: torch.softmax(x, dim=-1),
-                       elements=rcount * width, row_len=width)
-                w.time("layernorm", lambda: ln(x), elements=rcount * width, row_len=width)
-            del x, ln
+                time_softmax(w, x, dy, shape)
+                w.time("layernorm", lambda: ln(x), **shape)
+                # The input-gradient kernel alone, as autograd runs it; the weight gradients
+                # are column sums of their own.
+                _, mean, rstd = torch.ops.aten.native_layer_norm(x, [width], ln.weight,
+                                                                 ln.bias, 1e-5)
+                w.time("layernorm_bwd", lambda: torch.ops.aten.native_layer_norm_backward(
+                    dy, x, [width], mean, rstd, ln.weight, ln.bias, [True, False, False]),
+                       **shape)
+            del x, dy, ln, mean, rstd
 
     counts = [2**20, 2**24] if quick else [2**16, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28]
     for count in counts:
@@ -260,6 +279,8 @@ def run_vector(w, dtype, quick):
         shape = dict(elements=count, row_len=1)
         with torch.no_grad():
             w.time("gelu", lambda: F.gelu(x, approximate="tanh"), **shape)
+            w.time("gelu_bwd", lambda: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
+                   **shape)
             w.time("silu", lambda: F.silu(x), **shape)
             w.time("mul", lambda: x * g, **shape)
             # Training-mode dropout draws its random numbers and writes the byte keep-mask
@@ -282,12 +303,12 @@ def run_attention(w, dtype, quick):
         kt = torch.randn(heads, head_dim, seq, device=dev, dtype=dtype)
         v = torch.randn(heads, seq, head_dim, device=dev, dtype=dtype)
         s = torch.randn(heads, seq, seq, device=dev, dtype=dtype)
+        ds = torch.randn_like(s)
         with torch.no_grad():
             w.time("attention_qk", lambda: torch.bmm(q, kt), batch=heads, m=seq, n=seq, k=head_dim)
-            w.time("softmax", lambda: torch.softmax(s, dim=-1),
-                   elements=heads * seq * seq, row_len=seq)
+            time_softmax(w, s, ds, dict(elements=heads * seq * seq, row_len=seq))
             w.time("attention_av", lambda: torch.bmm(s, v), batch=heads, m=seq, n=head_dim, k=seq)
-        del q, kt, v, s
+        del q, kt, v, s, ds
 
 
 def run_loss(w, dtype, quick):

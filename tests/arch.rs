@@ -462,6 +462,20 @@ fn bad_chip_files_name_file_field_and_reason() {
 
     let m = chip_error(
         "a100.toml",
+        "softmax_backward_bandwidth.toml",
+        "softmax = 0.74",
+        "softmax = 0.74\n\n[efficiency.vector_op_backward_hbm_bandwidth]\nsoftmax = 0.0",
+    );
+    assert_mentions(
+        &m,
+        &[
+            "efficiency.vector_op_backward_hbm_bandwidth.softmax",
+            "(0, 1]",
+        ],
+    );
+
+    let m = chip_error(
+        "a100.toml",
         "gelu_overhead.toml",
         "gelu = 47.2e-6",
         "gelu = -47.2e-6",

@@ -276,7 +276,9 @@ fn vector_op_on_a100_is_memory_bound_for_large_n() {
         assert!(c.compute_s < c.hbm_s);
         assert_close(
             c.latency_s,
-            c.hbm_bytes / (a100.hbm.bandwidth_bytes_per_s * a100.efficiency.hbm_bandwidth_for(op))
+            c.hbm_bytes
+                / (a100.hbm.bandwidth_bytes_per_s
+                    * a100.efficiency.hbm_bandwidth_for(op, Pass::Forward))
                 + a100.efficiency.vector_overhead_for(op),
             "memory-bound latency",
         );
@@ -634,11 +636,19 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         .efficiency
         .vector_op_overhead_s
         .set(VectorOp::Gelu, Some(20e-6));
-    // Softmax streams slower than the other kernels.
+    truth
+        .efficiency
+        .vector_op_overhead_s
+        .set(VectorOp::LayerNorm, Some(30e-6));
+    // Softmax streams slower than the other kernels, its backward kernel at a rate of its own.
     truth
         .efficiency
         .vector_op_hbm_bandwidth
         .set(VectorOp::Softmax, Some(0.5));
+    truth
+        .efficiency
+        .vector_op_backward_hbm_bandwidth
+        .set(VectorOp::Softmax, Some(0.6));
     // Compute-bound, memory-bound and overhead-bound GEMMs; small and large vector ops.
     let kinds = [
         OpKind::Gemm {
@@ -676,6 +686,30 @@ fn fit_recovers_known_parameters_on_toy_chip() {
             elements: 1 << 24,
             row_len: 64,
             pass: Pass::Forward,
+        },
+        OpKind::Vector {
+            op: VectorOp::Softmax,
+            elements: 1 << 12,
+            row_len: 64,
+            pass: Pass::Backward,
+        },
+        OpKind::Vector {
+            op: VectorOp::LayerNorm,
+            elements: 1 << 10,
+            row_len: 64,
+            pass: Pass::Forward,
+        },
+        OpKind::Vector {
+            op: VectorOp::LayerNorm,
+            elements: 1 << 24,
+            row_len: 64,
+            pass: Pass::Forward,
+        },
+        OpKind::Vector {
+            op: VectorOp::Softmax,
+            elements: 1 << 24,
+            row_len: 64,
+            pass: Pass::Backward,
         },
         OpKind::Vector {
             op: VectorOp::Gelu,
@@ -728,16 +762,31 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     );
     assert_eq!(fitted.vector_op_overhead_s.get(VectorOp::Softmax), None);
     near(
-        fitted.hbm_bandwidth_for(VectorOp::Softmax),
+        fitted.hbm_bandwidth_for(VectorOp::Softmax, Pass::Forward),
         0.5,
         0.005,
         "softmax bandwidth",
     );
     near(
-        fitted.hbm_bandwidth_for(VectorOp::Gelu),
+        fitted.hbm_bandwidth_for(VectorOp::Softmax, Pass::Backward),
+        0.6,
+        0.005,
+        "softmax backward bandwidth",
+    );
+    near(
+        fitted.hbm_bandwidth_for(VectorOp::Gelu, Pass::Forward),
         0.7,
         0.005,
         "gelu bandwidth",
+    );
+    // GeLU's backward was not measured: it streams at the primitive's rate.
+    assert_eq!(
+        fitted.vector_op_backward_hbm_bandwidth.get(VectorOp::Gelu),
+        None
+    );
+    assert_eq!(
+        fitted.hbm_bandwidth_for(VectorOp::Gelu, Pass::Backward),
+        fitted.hbm_bandwidth_for(VectorOp::Gelu, Pass::Forward)
     );
     start.efficiency = fitted;
     for (class, err) in class_errors(&start, &samples) {
@@ -780,8 +829,8 @@ fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
             &format!("{op:?} overhead"),
         );
         near(
-            e.hbm_bandwidth_for(op),
-            fitted.hbm_bandwidth_for(op),
+            e.hbm_bandwidth_for(op, Pass::Forward),
+            fitted.hbm_bandwidth_for(op, Pass::Forward),
             0.01,
             &format!("{op:?} bandwidth"),
         );

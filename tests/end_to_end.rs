@@ -628,14 +628,14 @@ fn h100_calibration_predicts_measured_blocks() {
         );
         match m.target {
             Target::Block { .. } => {
-                assert!(error.abs() < 0.15, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.12, "{}: {:+.1} %", m.source, 100.0 * error);
                 block_errors.push(error);
             }
-            // Optimistic by PyTorch's own kernels (profile.csv): its softmax backward is a
-            // full-size multiply then a reduction, and the QKV gradient is stacked from q, k, v.
-            // Iterations without recompute run micro-batches too small to hide the host.
+            // Optimistic by kernels the model has no operator for (profile.csv: the QKV
+            // gradient stacked from q, k, v; dtype copies) and PyTorch's softmax at 2048-long
+            // rows. Iterations without recompute run micro-batches too small to hide the host.
             Target::Step(step) if step.recompute == RecomputeMode::Full => {
-                assert!(error.abs() < 0.13, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.11, "{}: {:+.1} %", m.source, 100.0 * error);
                 full_recompute_steps += 1;
             }
             _ => {}
@@ -651,7 +651,7 @@ fn h100_calibration_predicts_measured_blocks() {
         "GPT-1.7B at b 16 and 4, 8 x 4096 at b 4"
     );
     let mean = block_errors.iter().map(|e| e.abs()).sum::<f64>() / block_errors.len() as f64;
-    assert!(mean < 0.08, "mean block error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.06, "mean block error {:.1} %", 100.0 * mean);
 }
 
 /// The header of collect.py's `kernels.csv`.
@@ -737,7 +737,8 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
 }
 
 /// collect.py rows beyond the plain GEMM: the two transposed layouts load as GEMMs of their own
-/// class, dropout and its backward as the dropout primitive's two passes, a block's `group` is
+/// class, dropout and its backward as the dropout primitive's two passes, the softmax,
+/// LayerNorm and GeLU backward kernels as their primitive's backward, a block's `group` is
 /// its tensor-parallel slice, and a slice that does not divide the
 /// heads is refused with the file, row and field.
 #[test]
@@ -757,6 +758,9 @@ fn collected_layouts_and_block_slices_load() {
         row("block_bwd", "4,2048,6144,48", 8),
         collected("dropout", "0,0,0,0,268435456,1", 1),
         collected("dropout_bwd", "0,0,0,0,268435456,1", 1),
+        collected("softmax_bwd", "0,0,0,0,134217728,2048", 1),
+        collected("layernorm_bwd", "0,0,0,0,67108864,4096", 1),
+        collected("gelu_bwd", "0,0,0,0,16777216,1", 1),
     ]
     .join("\n");
     std::fs::write(dir.join("kernels.csv"), good).expect("write");
@@ -764,15 +768,31 @@ fn collected_layouts_and_block_slices_load() {
     let classes: Vec<&str> = loaded.iter().map(|m| m.class.as_str()).collect();
     assert_eq!(
         classes,
-        ["gemm_nt", "gemm_tn", "block_bwd", "dropout", "dropout_bwd"]
+        [
+            "gemm_nt",
+            "gemm_tn",
+            "block_bwd",
+            "dropout",
+            "dropout_bwd",
+            "softmax_bwd",
+            "layernorm_bwd",
+            "gelu_bwd"
+        ]
     );
-    for (measured, pass) in loaded[3..].iter().zip([Pass::Forward, Pass::Backward]) {
+    let vectors = [
+        (VectorOp::Dropout, 1 << 28, 1, Pass::Forward),
+        (VectorOp::Dropout, 1 << 28, 1, Pass::Backward),
+        (VectorOp::Softmax, 1 << 27, 2048, Pass::Backward),
+        (VectorOp::LayerNorm, 1 << 26, 4096, Pass::Backward),
+        (VectorOp::Gelu, 1 << 24, 1, Pass::Backward),
+    ];
+    for (measured, (op, elements, row_len, pass)) in loaded[3..].iter().zip(vectors) {
         assert_eq!(
             measured.target,
             Target::Op(OpKind::Vector {
-                op: VectorOp::Dropout,
-                elements: 1 << 28,
-                row_len: 1,
+                op,
+                elements,
+                row_len,
                 pass,
             })
         );

@@ -134,13 +134,21 @@ pub(crate) fn validate_environment(
     )?;
     for op in VectorOp::ALL {
         let name = op.name();
-        if let Some(value) = eff.vector_op_hbm_bandwidth.get(op) {
-            if !(value > 0.0 && value <= 1.0) {
-                return Err(InputError::invalid(
-                    file,
-                    field(&format!("efficiency.vector_op_hbm_bandwidth.{name}")),
-                    format!("must be a fraction of peak in (0, 1], got {value}"),
-                ));
+        for (table, values) in [
+            ("vector_op_hbm_bandwidth", &eff.vector_op_hbm_bandwidth),
+            (
+                "vector_op_backward_hbm_bandwidth",
+                &eff.vector_op_backward_hbm_bandwidth,
+            ),
+        ] {
+            if let Some(value) = values.get(op) {
+                if !(value > 0.0 && value <= 1.0) {
+                    return Err(InputError::invalid(
+                        file,
+                        field(&format!("efficiency.{table}.{name}")),
+                        format!("must be a fraction of peak in (0, 1], got {value}"),
+                    ));
+                }
             }
         }
         if let Some(value) = eff.vector_op_overhead_s.get(op) {

@@ -1,7 +1,7 @@
 //! The accelerator template (DESIGN §3): tensor cores, vector cores, on-chip buffers, HBM,
 //! clock and interconnect tiers. Real chips and searched configurations share this type.
 
-use crate::workload::VectorOp;
+use crate::workload::{Pass, VectorOp};
 use serde::{Deserialize, Serialize};
 
 /// `count` systolic arrays of `rows × cols` MACs, each with its own local buffer.
@@ -75,12 +75,18 @@ pub struct Efficiency {
     /// stream at different rates: a softmax that holds its row in registers runs at lower
     /// occupancy than an element-wise kernel); unset primitives use `hbm_bandwidth`.
     pub vector_op_hbm_bandwidth: PerVectorOp,
+    /// Per-primitive overrides for backward kernels, which are often other implementations
+    /// (PyTorch's softmax backward is a full-size multiply and then a row reduction; dropout's
+    /// backward draws no random numbers); unset primitives use their forward value.
+    #[serde(skip_serializing_if = "PerVectorOp::is_empty")]
+    pub vector_op_backward_hbm_bandwidth: PerVectorOp,
     /// Fraction of link bandwidth collectives achieve.
     pub link_bandwidth: f64,
 }
 
-/// An optional value per vector primitive (a chip file's `[efficiency.vector_op_overhead_s]`
-/// and `[efficiency.vector_op_hbm_bandwidth]`, keyed by the primitive's snake_case name).
+/// An optional value per vector primitive (a chip file's `[efficiency.vector_op_overhead_s]`,
+/// `[efficiency.vector_op_hbm_bandwidth]` and `[efficiency.vector_op_backward_hbm_bandwidth]`,
+/// keyed by the primitive's snake_case name).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PerVectorOp {
@@ -115,6 +121,11 @@ pub struct PerVectorOp {
 }
 
 impl PerVectorOp {
+    /// Whether no primitive has a value.
+    pub fn is_empty(&self) -> bool {
+        VectorOp::ALL.iter().all(|&op| self.get(op).is_none())
+    }
+
     /// The value for `op`, if the chip file sets one.
     pub fn get(&self, op: VectorOp) -> Option<f64> {
         match op {
@@ -165,10 +176,15 @@ impl Efficiency {
             .unwrap_or(self.vector_overhead_s)
     }
 
-    /// Achieved fraction of peak HBM bandwidth of one vector kernel of primitive `op`.
-    pub fn hbm_bandwidth_for(&self, op: VectorOp) -> f64 {
-        self.vector_op_hbm_bandwidth
-            .get(op)
+    /// Achieved fraction of peak HBM bandwidth of one vector kernel of primitive `op` in
+    /// `pass`: the backward's own value, else the primitive's, else the shared one.
+    pub fn hbm_bandwidth_for(&self, op: VectorOp, pass: Pass) -> f64 {
+        let backward = match pass {
+            Pass::Backward => self.vector_op_backward_hbm_bandwidth.get(op),
+            Pass::Forward => None,
+        };
+        backward
+            .or(self.vector_op_hbm_bandwidth.get(op))
             .unwrap_or(self.hbm_bandwidth)
     }
 }
@@ -183,6 +199,7 @@ impl Default for Efficiency {
             vector_overhead_s: 0.0,
             vector_op_overhead_s: PerVectorOp::default(),
             vector_op_hbm_bandwidth: PerVectorOp::default(),
+            vector_op_backward_hbm_bandwidth: PerVectorOp::default(),
             link_bandwidth: 1.0,
         }
     }

@@ -315,9 +315,12 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 })
             }
             "softmax" => op(vector(VectorOp::Softmax)),
+            "softmax_bwd" => op(vector_pass(VectorOp::Softmax, Pass::Backward)),
             "layernorm" => op(vector(VectorOp::LayerNorm)),
+            "layernorm_bwd" => op(vector_pass(VectorOp::LayerNorm, Pass::Backward)),
             "rmsnorm" => op(vector(VectorOp::RmsNorm)),
             "gelu" => op(vector(VectorOp::Gelu)),
+            "gelu_bwd" => op(vector_pass(VectorOp::Gelu, Pass::Backward)),
             "silu" => op(vector(VectorOp::Silu)),
             "mul" => op(vector(VectorOp::Mul)),
             "dropout" => op(vector(VectorOp::Dropout)),

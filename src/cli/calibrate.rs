@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use tandem::arch::{load_chip, Efficiency, PerVectorOp};
 use tandem::calibrate::{calibrate, load_measurements, summarise, ErrorSummary};
 use tandem::report::{percent, table};
-use tandem::workload::VectorOp;
+use tandem::workload::{Pass, VectorOp};
 
 /// Fit the chip's efficiency parameters (achieved fraction of peak compute and HBM bandwidth,
 /// kernel overheads) to measured GEMM and vector kernels, report the fit by two-fold
@@ -130,8 +130,15 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         if set(|e| &e.vector_op_hbm_bandwidth) {
             rows.push(vec![
                 format!("hbm_bandwidth[{name}]"),
-                format!("{:.3}", before.hbm_bandwidth_for(op)),
-                format!("{:.3}", e.hbm_bandwidth_for(op)),
+                format!("{:.3}", before.hbm_bandwidth_for(op, Pass::Forward)),
+                format!("{:.3}", e.hbm_bandwidth_for(op, Pass::Forward)),
+            ]);
+        }
+        if set(|e| &e.vector_op_backward_hbm_bandwidth) {
+            rows.push(vec![
+                format!("hbm_bandwidth[{name} backward]"),
+                format!("{:.3}", before.hbm_bandwidth_for(op, Pass::Backward)),
+                format!("{:.3}", e.hbm_bandwidth_for(op, Pass::Backward)),
             ]);
         }
         if set(|e| &e.vector_op_overhead_s) {

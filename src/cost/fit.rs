@@ -9,11 +9,12 @@
 //! kinks, so no gradients), in two stages: first the shared parameters with every class
 //! (so the shared bandwidth is what kernels achieve in general, the value unmeasured
 //! primitives use), then each measured primitive's bandwidth and overhead with the shared
-//! ones held.
+//! ones held. A primitive's measured backward kernels are a class of their own and get their
+//! own bandwidth (they are often another implementation); its overhead is shared by both.
 
 use super::{gemm_cost, vector_cost};
 use crate::arch::{ArchConfig, Efficiency};
-use crate::workload::{OpKind, VectorOp};
+use crate::workload::{OpKind, Pass, VectorOp};
 use std::collections::BTreeMap;
 
 /// Search ranges: fractions of peak, and overheads up to 200 µs.
@@ -59,19 +60,19 @@ pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> Option<f
     }
 }
 
-/// Mean relative latency error per kernel class (`None` = GEMM, `Some(op)` = that vector
-/// primitive), in a deterministic order.
+/// Mean relative latency error per kernel class (`None` = GEMM, `Some((op, pass))` = that
+/// vector primitive's forward or backward kernels), in a deterministic order.
 pub fn class_errors(
     arch: &ArchConfig,
     samples: &[KernelSample],
-) -> BTreeMap<Option<VectorOp>, f64> {
-    let mut sums: BTreeMap<Option<VectorOp>, (f64, usize)> = BTreeMap::new();
+) -> BTreeMap<Option<(VectorOp, Pass)>, f64> {
+    let mut sums: BTreeMap<Option<(VectorOp, Pass)>, (f64, usize)> = BTreeMap::new();
     for s in samples {
         let Some(predicted_s) = predicted_latency_s(arch, s) else {
             continue;
         };
         let class = match s.kind {
-            OpKind::Vector { op, .. } => Some(op),
+            OpKind::Vector { op, pass, .. } => Some((op, pass)),
             _ => None,
         };
         let entry = sums.entry(class).or_insert((0.0, 0));
@@ -98,14 +99,16 @@ enum Param {
     GemmOverhead,
     VectorOverhead(VectorOp),
     VectorBandwidth(VectorOp),
+    VectorBackwardBandwidth(VectorOp),
 }
 
 impl Param {
     fn range(self) -> (f64, f64) {
         match self {
-            Param::TensorCompute | Param::HbmBandwidth | Param::VectorBandwidth(_) => {
-                FRACTION_RANGE
-            }
+            Param::TensorCompute
+            | Param::HbmBandwidth
+            | Param::VectorBandwidth(_)
+            | Param::VectorBackwardBandwidth(_) => FRACTION_RANGE,
             Param::GemmOverhead | Param::VectorOverhead(_) => OVERHEAD_RANGE_S,
         }
     }
@@ -116,7 +119,8 @@ impl Param {
             Param::HbmBandwidth => eff.hbm_bandwidth,
             Param::GemmOverhead => eff.gemm_overhead_s,
             Param::VectorOverhead(op) => eff.vector_overhead_for(op),
-            Param::VectorBandwidth(op) => eff.hbm_bandwidth_for(op),
+            Param::VectorBandwidth(op) => eff.hbm_bandwidth_for(op, Pass::Forward),
+            Param::VectorBackwardBandwidth(op) => eff.hbm_bandwidth_for(op, Pass::Backward),
         }
     }
 
@@ -127,6 +131,9 @@ impl Param {
             Param::GemmOverhead => eff.gemm_overhead_s = value,
             Param::VectorOverhead(op) => eff.vector_op_overhead_s.set(op, Some(value)),
             Param::VectorBandwidth(op) => eff.vector_op_hbm_bandwidth.set(op, Some(value)),
+            Param::VectorBackwardBandwidth(op) => {
+                eff.vector_op_backward_hbm_bandwidth.set(op, Some(value))
+            }
         }
     }
 }
@@ -135,18 +142,26 @@ impl Param {
 /// inform them (tensor terms without GEMMs, vector compute, links) keep `arch`'s values.
 /// The default `vector_overhead_s` becomes the smallest fitted per-primitive overhead (the
 /// leanest measured kernel: the best guess for unmeasured ones), and only primitives that
-/// differ from it keep an override; each measured primitive keeps its own bandwidth.
+/// differ from it keep an override; each measured primitive keeps its own bandwidth, and its
+/// measured backward kernels theirs where it differs.
 pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency {
     let has_gemm = samples
         .iter()
         .any(|s| matches!(s.kind, OpKind::Gemm { .. }));
-    let mut vector_ops: Vec<VectorOp> = samples
-        .iter()
-        .filter_map(|s| match s.kind {
-            OpKind::Vector { op, .. } => Some(op),
-            _ => None,
-        })
-        .collect();
+    let measured = |pass: Pass| {
+        let mut ops: Vec<VectorOp> = samples
+            .iter()
+            .filter_map(|s| match s.kind {
+                OpKind::Vector { op, pass: p, .. } if p == pass => Some(op),
+                _ => None,
+            })
+            .collect();
+        ops.sort();
+        ops.dedup();
+        ops
+    };
+    let (forward_ops, backward_ops) = (measured(Pass::Forward), measured(Pass::Backward));
+    let mut vector_ops = [forward_ops.clone(), backward_ops.clone()].concat();
     vector_ops.sort();
     vector_ops.dedup();
 
@@ -162,11 +177,24 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
     let mut trial = arch.clone();
     for &op in &vector_ops {
         trial.efficiency.vector_op_hbm_bandwidth.set(op, None);
+        trial
+            .efficiency
+            .vector_op_backward_hbm_bandwidth
+            .set(op, None);
     }
     descend(&mut trial, samples, &params);
     let own: Vec<Param> = vector_ops
         .iter()
-        .flat_map(|&op| [Param::VectorBandwidth(op), Param::VectorOverhead(op)])
+        .flat_map(|&op| {
+            let forward = forward_ops
+                .contains(&op)
+                .then_some(Param::VectorBandwidth(op));
+            let backward = backward_ops
+                .contains(&op)
+                .then_some(Param::VectorBackwardBandwidth(op));
+            [forward, backward, Some(Param::VectorOverhead(op))]
+        })
+        .flatten()
         .collect();
     descend(&mut trial, samples, &own);
 
@@ -182,10 +210,17 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
                 .set(op, (s != default_s).then_some(s));
         }
     }
-    for &op in &vector_ops {
-        let bandwidth = eff.hbm_bandwidth_for(op);
+    for &op in &forward_ops {
+        let bandwidth = eff.hbm_bandwidth_for(op, Pass::Forward);
         eff.vector_op_hbm_bandwidth
             .set(op, (bandwidth != eff.hbm_bandwidth).then_some(bandwidth));
+    }
+    for &op in &backward_ops {
+        let backward = eff.hbm_bandwidth_for(op, Pass::Backward);
+        eff.vector_op_backward_hbm_bandwidth.set(op, None);
+        let forward = eff.hbm_bandwidth_for(op, Pass::Forward);
+        eff.vector_op_backward_hbm_bandwidth
+            .set(op, (backward != forward).then_some(backward));
     }
     eff
 }

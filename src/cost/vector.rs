@@ -186,7 +186,7 @@ pub fn vector_cost(
     let glb_bytes = hbm_bytes;
     let local_bytes = n * ((reads + local_rereads + writes) * ebf + extra_bytes);
 
-    let hbm_s = hbm_bytes / (arch.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth_for(op));
+    let hbm_s = hbm_bytes / (arch.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth_for(op, pass));
     let glb_bw =
         arch.glb.bandwidth_bytes_per_s * f64::from(cores) / f64::from(arch.vector.count.max(1));
     let glb_s = glb_bytes / glb_bw;
