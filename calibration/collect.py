@@ -5,9 +5,10 @@ Usage (set-up and schema: calibration/README.md):
 
     python3 calibration/collect.py --out calibration/data/<gpu>/ [--dtype bf16] [--quick]
 
-Every kernel is warmed up, then timed with CUDA events over repeated runs; the CSV records the
-median and the spread. With more than one visible GPU, all-reduce and all-gather are timed
-with NCCL across all of them.
+Every kernel is warmed up, then timed with CUDA events over repeated replays of a CUDA graph
+of it (its GPU time, as in a busy training step); the CSV records the median and the spread,
+and the SM clock and power the GPU held meanwhile. Whole training steps run eagerly. With
+more than one visible GPU, all-reduce and all-gather are timed with NCCL across all of them.
 """
 
 import argparse
@@ -525,8 +526,8 @@ class Profile:
             if total_us <= 0:
                 continue
             row = {"gpu": self.env["gpu"], "dtype": self.env["dtype"], "pass": kernel}
-            row.update({c: shape[c] for c in self.COLUMNS if c in shape}, name=event.key, calls=event.count,
-                       total_s=f"{total_us * 1e-6:.9e}")
+            row.update({c: shape[c] for c in self.COLUMNS if c in shape}, name=event.key,
+                       calls=event.count, total_s=f"{total_us * 1e-6:.9e}")
             self.csv.writerow(row)
         self.file.flush()
 
