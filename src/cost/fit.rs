@@ -217,7 +217,6 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
     }
     for &op in &backward_ops {
         let backward = eff.hbm_bandwidth_for(op, Pass::Backward);
-        eff.vector_op_backward_hbm_bandwidth.set(op, None);
         let forward = eff.hbm_bandwidth_for(op, Pass::Forward);
         eff.vector_op_backward_hbm_bandwidth
             .set(op, (backward != forward).then_some(backward));
