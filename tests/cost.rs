@@ -294,6 +294,19 @@ fn vector_op_on_a100_is_memory_bound_for_large_n() {
         a100.vector.count,
     );
     assert_close(c.hbm_bytes, 6.0 * n as f64, "add bytes");
+    // A layout copy (and its backward, the inverse copy) reads and writes each element once
+    // and does no arithmetic: 2 · 2 bytes per element at the shared bandwidth, 0.83 of
+    // 2039 GB/s, plus the default 12.6 µs: 2^28 elements take 0.647 ms.
+    for pass in [Pass::Forward, Pass::Backward] {
+        let c = vector_cost(&a100, VectorOp::Copy, pass, n, 1, 2, a100.vector.count);
+        assert_close(c.hbm_bytes, 4.0 * n as f64, "copy bytes");
+        assert_eq!(c.compute_s, 0.0);
+        assert_close(
+            c.latency_s,
+            4.0 * n as f64 / (2.039e12 * 0.83) + 12.6e-6,
+            "copy latency",
+        );
+    }
 }
 
 #[test]

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use tandem::calibrate::megatron_flops_per_iteration;
 use tandem::placement::RecomputeMode;
 use tandem::workload::{
-    CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, Precision, VectorOp, Workload,
+    CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, Pass, Precision, VectorOp,
+    Workload,
 };
 
 fn load(name: &str) -> Workload {
@@ -742,6 +743,58 @@ fn gpt_block_backward_has_bias_and_norm_weight_gradients() {
     assert_eq!(column_sums(llama_bwd), 2);
     op_index(llama_bwd, "ln1.wgrad");
     op_index(llama_bwd, "ln2.wgrad");
+}
+
+/// The layout copies every Megatron-LM (and PyTorch) block runs: the attention context back to
+/// token-major rows before the projection (and its gradient back), and the QKV gradient
+/// assembled from the q, k and v gradients before the projection's backward; and the loss over
+/// fp32 logits, as the memory model keeps them.
+#[test]
+fn gpt_block_has_layout_copies_and_the_loss_runs_over_fp32_logits() {
+    let w = load("workloads/gpt3-175b.toml");
+    let (h, s, b, t) = (12_288u64, 2048u64, 2u64, 4u64);
+    let tokens = s * b;
+    let graph = w.layer_graph(t as u32, b as u32, false).expect("graph");
+    let copy = |graph: &OpGraph, name: &str, elements: u64, pass: Pass| {
+        let i = op_index(graph, name);
+        let op = &graph.ops[i];
+        assert_eq!(
+            op.kind,
+            OpKind::Vector {
+                op: VectorOp::Copy,
+                elements,
+                row_len: 1,
+                pass,
+            },
+            "{name}"
+        );
+        assert_eq!(op.flops, 0.0, "{name} moves data only");
+        assert_eq!(
+            (op.bytes_read, op.bytes_written),
+            (2 * elements, 2 * elements),
+            "{name}: one fp16 read and one write per element"
+        );
+        i
+    };
+    let fwd = &block(&graph).fwd;
+    let transpose = copy(fwd, "context_transpose", tokens * h / t, Pass::Forward);
+    assert!(reaches(fwd, op_index(fwd, "av"), transpose));
+    assert!(reaches(fwd, transpose, op_index(fwd, "proj")));
+    let bwd = &block(&graph).bwd;
+    copy(bwd, "context_transpose.bwd", tokens * h / t, Pass::Backward);
+    let concat = copy(bwd, "qkv_split.bwd", tokens * 3 * h / t, Pass::Backward);
+    for from in ["qk.grad_a", "qk.grad_b", "av.grad_b"] {
+        assert!(reaches(bwd, op_index(bwd, from), concat), "{from}");
+    }
+    for to in ["qkv.dgrad", "qkv.wgrad"] {
+        assert!(reaches(bwd, concat, op_index(bwd, to)), "{to}");
+    }
+    // The loss reads fp32 logits: 4 bytes for each logit the head's GEMM writes in fp16.
+    let head = graph.layers.last().expect("head");
+    let logits = &head.fwd.ops[op_index(&head.fwd, "lm_head")];
+    let loss = &head.fwd.ops[op_index(&head.fwd, "cross_entropy")];
+    assert_eq!(loss.elem_bytes, 4);
+    assert_eq!(loss.bytes_read, 2 * logits.bytes_written);
 }
 
 /// The names chip files key per-primitive values by are serde's names of the primitives, and

@@ -118,6 +118,8 @@ pub struct PerVectorOp {
     pub update: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub column_sum: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy: Option<f64>,
 }
 
 impl PerVectorOp {
@@ -143,6 +145,7 @@ impl PerVectorOp {
             VectorOp::CrossEntropy => self.cross_entropy,
             VectorOp::Update => self.update,
             VectorOp::ColumnSum => self.column_sum,
+            VectorOp::Copy => self.copy,
         }
     }
 
@@ -163,6 +166,7 @@ impl PerVectorOp {
             VectorOp::CrossEntropy => &mut self.cross_entropy,
             VectorOp::Update => &mut self.update,
             VectorOp::ColumnSum => &mut self.column_sum,
+            VectorOp::Copy => &mut self.copy,
         };
         *slot = value;
     }

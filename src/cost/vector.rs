@@ -84,6 +84,8 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
         VectorOp::Update => 6.0 * vc.mul + 4.0 * vc.add + vc.sqrt + vc.div,
         // One add per element into its column's running sum.
         VectorOp::ColumnSum => vc.add,
+        // Data movement only.
+        VectorOp::Copy => 0.0,
     }
 }
 
@@ -110,6 +112,7 @@ fn traffic_per_element(op: VectorOp, pass: Pass) -> (f64, f64, f64, SecondRead) 
         VectorOp::Update => (4.0, 3.0, 0.0, SecondRead::None),
         // Read once; one value per column out (nothing per element).
         VectorOp::ColumnSum => (1.0, 0.0, 0.0, SecondRead::None),
+        VectorOp::Copy => (1.0, 1.0, 0.0, SecondRead::None),
     }
 }
 
@@ -135,6 +138,8 @@ fn backward_traffic_per_element(op: VectorOp) -> (f64, f64, f64, SecondRead) {
         VectorOp::Embedding | VectorOp::Update => (1.0, 1.0, 0.0, SecondRead::None),
         // Only ever a backward kernel (bias and norm-weight gradients): as in the forward.
         VectorOp::ColumnSum => (1.0, 0.0, 0.0, SecondRead::None),
+        // The gradient of a layout copy is the inverse copy.
+        VectorOp::Copy => (1.0, 1.0, 0.0, SecondRead::None),
     }
 }
 

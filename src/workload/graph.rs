@@ -52,11 +52,15 @@ pub enum VectorOp {
     /// Sums over tokens, one value per column (`row_len` columns): the gradients of biases and
     /// of norm weights, a separate kernel after the weight-gradient GEMM or the norm's backward.
     ColumnSum,
+    /// A layout copy: one read and one write per element and no arithmetic (the attention
+    /// context's transpose back to token-major rows; the QKV gradient assembled from the q, k
+    /// and v gradients).
+    Copy,
 }
 
 impl VectorOp {
     /// Every primitive, in declaration order.
-    pub const ALL: [VectorOp; 14] = [
+    pub const ALL: [VectorOp; 15] = [
         VectorOp::Add,
         VectorOp::Mul,
         VectorOp::Gelu,
@@ -71,6 +75,7 @@ impl VectorOp {
         VectorOp::CrossEntropy,
         VectorOp::Update,
         VectorOp::ColumnSum,
+        VectorOp::Copy,
     ];
 
     /// The snake_case name chip files and CSVs use.
@@ -90,6 +95,7 @@ impl VectorOp {
             VectorOp::CrossEntropy => "cross_entropy",
             VectorOp::Update => "update",
             VectorOp::ColumnSum => "column_sum",
+            VectorOp::Copy => "copy",
         }
     }
 }

@@ -20,6 +20,7 @@ pub(crate) fn mul(factors: &[u64]) -> u64 {
 /// Floating-point operations per element of a vector primitive (a multiply-add counts 2).
 fn flops_per_element(op: VectorOp) -> f64 {
     match op {
+        VectorOp::Copy => 0.0,
         VectorOp::Add
         | VectorOp::Mul
         | VectorOp::Relu
@@ -115,13 +116,15 @@ pub(crate) fn vector_backward(fwd: &Op) -> Op {
     {
         let e = u64::from(fwd.elem_bytes);
         let inputs = vector_inputs(prim);
+        // A layout copy saves nothing: its backward is the inverse copy of the gradient.
+        let saved = if prim == VectorOp::Copy { 0 } else { inputs };
         op.kind = OpKind::Vector {
             op: prim,
             elements,
             row_len,
             pass: Pass::Backward,
         };
-        op.bytes_read = mul(&[inputs + 1, elements, e]);
+        op.bytes_read = mul(&[saved + 1, elements, e]);
         op.bytes_written = mul(&[inputs, elements, e]);
     }
     op

@@ -12,7 +12,8 @@ use serde::Deserialize;
 
 use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, VectorOp};
 use super::ops::{
-    build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector, Feeds, Node,
+    build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector,
+    vector_backward, Feeds, Node,
 };
 use super::{Family, GptSizes, Model, Optimizer, Precision, Workload};
 use crate::error::InputError;
@@ -528,11 +529,22 @@ impl Template {
 
         let ln1 = bld.op(vector("ln1", self.norm(), local, h, e), &[], false);
         let x = bld.enter_parallel("tp_attn_in", ln1, shape);
+        let qkv_width = self.qkv_width() / tp;
         let qkv = bld.linear(
-            gemm("qkv", 1, tokens, self.qkv_width() / tp, h, e),
+            gemm("qkv", 1, tokens, qkv_width, h, e),
             &[x],
             self.has_bias(),
         );
+        // q, k and v are views of the fused projection's output; its backward assembles their
+        // three gradients into one tensor (Megatron-LM's split, PyTorch's unbind: a
+        // concatenation kernel) before the projection's own backward.
+        let split = vector("qkv_split", VectorOp::Copy, tokens * qkv_width, 1, e);
+        let qkv = bld.push(Node {
+            fwd: None,
+            preds: vec![qkv],
+            grad: vec![(vector_backward(&split), Feeds::All)],
+            leaf: Vec::new(),
+        });
         let qk_in = if self.family == Family::Llama {
             let rotary = vector("rotary", VectorOp::Rotary, tokens * (h + kvd) / tp, d, e);
             bld.op(rotary, &[qkv], false)
@@ -564,9 +576,16 @@ impl Template {
             preds: vec![probs, qkv],
             leaf: Vec::new(),
         });
+        // The context, batched by head, goes back to token-major rows for the projection (and
+        // its gradient the other way).
+        let context = bld.op(
+            vector("context_transpose", VectorOp::Copy, tokens * h / tp, 1, e),
+            &[av],
+            false,
+        );
         let proj = bld.linear(
             gemm("proj", 1, tokens, h, h / tp, e),
-            &[av],
+            &[context],
             self.has_bias(),
         );
         let y = bld.leave_parallel("tp_attn_out", proj, shape);
@@ -699,12 +718,14 @@ impl Template {
         let x = bld.enter_parallel("tp_head_in", x, shape);
         let vocab = self.vocab_per_device(shape.tp);
         let logits = bld.op(gemm("lm_head", 1, shape.tokens(), vocab, h, e), &[x], true);
+        // The loss runs over fp32 logits, as mixed-precision training computes it and as the
+        // memory model keeps them (4·s·b·V/t above).
         let loss = vector(
             "cross_entropy",
             VectorOp::CrossEntropy,
             shape.tokens() * vocab,
             vocab,
-            e,
+            4,
         );
         bld.op(loss, &[logits], false);
         bld.nodes
