@@ -663,80 +663,30 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         .vector_op_backward_hbm_bandwidth
         .set(VectorOp::Softmax, Some(0.6));
     // Compute-bound, memory-bound and overhead-bound GEMMs; small and large vector ops.
-    let kinds = [
-        OpKind::Gemm {
-            batch: 1,
-            m: 512,
-            n: 512,
-            k: 512,
-        },
-        OpKind::Gemm {
-            batch: 1,
-            m: 1024,
-            n: 1024,
-            k: 256,
-        },
-        OpKind::Gemm {
-            batch: 1,
-            m: 4,
-            n: 2048,
-            k: 2048,
-        },
-        OpKind::Gemm {
-            batch: 1,
-            m: 4,
-            n: 4,
-            k: 4,
-        },
-        OpKind::Vector {
-            op: VectorOp::Softmax,
-            elements: 1 << 10,
-            row_len: 64,
-            pass: Pass::Forward,
-        },
-        OpKind::Vector {
-            op: VectorOp::Softmax,
-            elements: 1 << 24,
-            row_len: 64,
-            pass: Pass::Forward,
-        },
-        OpKind::Vector {
-            op: VectorOp::Softmax,
-            elements: 1 << 12,
-            row_len: 64,
-            pass: Pass::Backward,
-        },
-        OpKind::Vector {
-            op: VectorOp::LayerNorm,
-            elements: 1 << 10,
-            row_len: 64,
-            pass: Pass::Forward,
-        },
-        OpKind::Vector {
-            op: VectorOp::LayerNorm,
-            elements: 1 << 24,
-            row_len: 64,
-            pass: Pass::Forward,
-        },
-        OpKind::Vector {
-            op: VectorOp::Softmax,
-            elements: 1 << 24,
-            row_len: 64,
-            pass: Pass::Backward,
-        },
-        OpKind::Vector {
-            op: VectorOp::Gelu,
-            elements: 1 << 10,
-            row_len: 1,
-            pass: Pass::Forward,
-        },
-        OpKind::Vector {
-            op: VectorOp::Gelu,
-            elements: 1 << 24,
-            row_len: 1,
-            pass: Pass::Forward,
-        },
-    ];
+    let gemms = [
+        (512, 512, 512),
+        (1024, 1024, 256),
+        (4, 2048, 2048),
+        (4, 4, 4),
+    ]
+    .map(|(m, n, k)| OpKind::Gemm { batch: 1, m, n, k });
+    let vectors = [
+        (VectorOp::Softmax, 1 << 10, 64, Pass::Forward),
+        (VectorOp::Softmax, 1 << 24, 64, Pass::Forward),
+        (VectorOp::Softmax, 1 << 12, 64, Pass::Backward),
+        (VectorOp::Softmax, 1 << 24, 64, Pass::Backward),
+        (VectorOp::LayerNorm, 1 << 10, 64, Pass::Forward),
+        (VectorOp::LayerNorm, 1 << 24, 64, Pass::Forward),
+        (VectorOp::Gelu, 1 << 10, 1, Pass::Forward),
+        (VectorOp::Gelu, 1 << 24, 1, Pass::Forward),
+    ]
+    .map(|(op, elements, row_len, pass)| OpKind::Vector {
+        op,
+        elements,
+        row_len,
+        pass,
+    });
+    let kinds = [gemms.as_slice(), vectors.as_slice()].concat();
     let samples: Vec<KernelSample> = kinds
         .iter()
         .map(|&kind| {

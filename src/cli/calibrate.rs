@@ -121,32 +121,42 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!("{:.2e}", e.vector_overhead_s),
         ],
     ];
-    // Per-primitive values, where either file sets one.
+    // Per-primitive values, where either file sets one: (parameter, pass label, table, value).
+    type PerOpColumn = (
+        &'static str,
+        &'static str,
+        fn(&Efficiency) -> &PerVectorOp,
+        fn(&Efficiency, VectorOp) -> String,
+    );
+    let columns: [PerOpColumn; 3] = [
+        (
+            "hbm_bandwidth",
+            "",
+            |e| &e.vector_op_hbm_bandwidth,
+            |e, op| format!("{:.3}", e.hbm_bandwidth_for(op, Pass::Forward)),
+        ),
+        (
+            "hbm_bandwidth",
+            " backward",
+            |e| &e.vector_op_backward_hbm_bandwidth,
+            |e, op| format!("{:.3}", e.hbm_bandwidth_for(op, Pass::Backward)),
+        ),
+        (
+            "vector_overhead_s",
+            "",
+            |e| &e.vector_op_overhead_s,
+            |e, op| format!("{:.2e}", e.vector_overhead_for(op)),
+        ),
+    ];
     for op in VectorOp::ALL {
-        let name = op.name();
-        let set = |table: fn(&Efficiency) -> &PerVectorOp| {
-            table(&before).get(op).or(table(e).get(op)).is_some()
-        };
-        if set(|e| &e.vector_op_hbm_bandwidth) {
-            rows.push(vec![
-                format!("hbm_bandwidth[{name}]"),
-                format!("{:.3}", before.hbm_bandwidth_for(op, Pass::Forward)),
-                format!("{:.3}", e.hbm_bandwidth_for(op, Pass::Forward)),
-            ]);
-        }
-        if set(|e| &e.vector_op_backward_hbm_bandwidth) {
-            rows.push(vec![
-                format!("hbm_bandwidth[{name} backward]"),
-                format!("{:.3}", before.hbm_bandwidth_for(op, Pass::Backward)),
-                format!("{:.3}", e.hbm_bandwidth_for(op, Pass::Backward)),
-            ]);
-        }
-        if set(|e| &e.vector_op_overhead_s) {
-            rows.push(vec![
-                format!("vector_overhead_s[{name}]"),
-                format!("{:.2e}", before.vector_overhead_for(op)),
-                format!("{:.2e}", e.vector_overhead_for(op)),
-            ]);
+        for (param, pass, values, value) in columns {
+            if values(&before).get(op).or(values(e).get(op)).is_some() {
+                rows.push(vec![
+                    format!("{param}[{}{pass}]", op.name()),
+                    value(&before, op),
+                    value(e, op),
+                ]);
+            }
         }
     }
     println!("{}", table(&["parameter", "before", "fitted"], rows));
