@@ -89,57 +89,13 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
     }
 }
 
-/// Whole-tensor reads and writes per element (in elements), extra bytes per element (masks),
-/// and where a reduction's second read of the row comes from.
-fn traffic_per_element(op: VectorOp, pass: Pass) -> (f64, f64, f64, SecondRead) {
-    if pass == Pass::Backward {
-        return backward_traffic_per_element(op);
-    }
+/// Where a primitive's second read of its row comes from: row-wise reductions need the row
+/// twice (statistics, then normalise), element-wise primitives once.
+fn second_read(op: VectorOp) -> SecondRead {
     match op {
-        VectorOp::Add | VectorOp::Mul => (2.0, 1.0, 0.0, SecondRead::None),
-        VectorOp::Gelu | VectorOp::Silu | VectorOp::Relu | VectorOp::Rotary => {
-            (1.0, 1.0, 0.0, SecondRead::None)
-        }
-        VectorOp::LayerNorm | VectorOp::RmsNorm => (1.0, 1.0, 0.0, SecondRead::UnlessRowFits),
-        VectorOp::Softmax => (1.0, 1.0, 0.0, SecondRead::Always),
-        // The loss is one value per row: nothing per element is written.
-        VectorOp::CrossEntropy => (1.0, 0.0, 0.0, SecondRead::Always),
-        // The keep-mask is stored for the backward pass, one byte per element.
-        VectorOp::Dropout => (1.0, 1.0, 1.0, SecondRead::None),
-        // Table rows and positional rows in, embeddings out.
-        VectorOp::Embedding => (2.0, 1.0, 0.0, SecondRead::None),
-        // Adam: weights, gradients, two moments in; weights and moments out.
-        VectorOp::Update => (4.0, 3.0, 0.0, SecondRead::None),
-        // Read once; one value per column out (nothing per element).
-        VectorOp::ColumnSum => (1.0, 0.0, 0.0, SecondRead::None),
-        VectorOp::Copy => (1.0, 1.0, 0.0, SecondRead::None),
-    }
-}
-
-/// The backward kernel reads the incoming gradient and the saved tensors it differentiates
-/// through, and writes one gradient per forward input (PyTorch's and Megatron's backward
-/// kernels: GeLU reads x and dy; softmax y and dy, reducing y·dy per row; LayerNorm x and dy,
-/// reducing per row for the statistics; dropout dy and the byte mask).
-fn backward_traffic_per_element(op: VectorOp) -> (f64, f64, f64, SecondRead) {
-    match op {
-        // Residual add: the gradient passes to both inputs (one read, two writes).
-        VectorOp::Add => (1.0, 2.0, 0.0, SecondRead::None),
-        // d(a·b): dy, a and b in; da and db out.
-        VectorOp::Mul => (3.0, 2.0, 0.0, SecondRead::None),
-        VectorOp::Gelu | VectorOp::Silu | VectorOp::Relu | VectorOp::Rotary => {
-            (2.0, 1.0, 0.0, SecondRead::None)
-        }
-        VectorOp::LayerNorm | VectorOp::RmsNorm => (2.0, 1.0, 0.0, SecondRead::UnlessRowFits),
-        VectorOp::Softmax => (2.0, 1.0, 0.0, SecondRead::Always),
-        // Softmax of the logits minus the one-hot target: logits in, their gradient out.
-        VectorOp::CrossEntropy => (1.0, 1.0, 0.0, SecondRead::Always),
-        VectorOp::Dropout => (1.0, 1.0, 1.0, SecondRead::None),
-        // Scatter-add of the output gradient into the table rows.
-        VectorOp::Embedding | VectorOp::Update => (1.0, 1.0, 0.0, SecondRead::None),
-        // Only ever a backward kernel (bias and norm-weight gradients): as in the forward.
-        VectorOp::ColumnSum => (1.0, 0.0, 0.0, SecondRead::None),
-        // The gradient of a layout copy is the inverse copy.
-        VectorOp::Copy => (1.0, 1.0, 0.0, SecondRead::None),
+        VectorOp::LayerNorm | VectorOp::RmsNorm => SecondRead::UnlessRowFits,
+        VectorOp::Softmax | VectorOp::CrossEntropy => SecondRead::Always,
+        _ => SecondRead::None,
     }
 }
 
@@ -171,7 +127,8 @@ pub fn vector_cost(
         compute_cycles / (arch.clock_hz * eff.vector_compute)
     };
 
-    let (reads, writes, extra_bytes, second_read) = traffic_per_element(op, pass);
+    let traffic = op.traffic(pass);
+    let second_read = second_read(op);
     let row_fits_local = second_read == SecondRead::None
         || STAGED_VALUES_PER_ELEMENT * row_len * eb.max(MIN_WORKING_BYTES)
             <= arch.vector.local_buffer_bytes;
@@ -187,9 +144,11 @@ pub fn vector_cost(
     };
     let n = elements as f64;
     let ebf = eb as f64;
-    let hbm_bytes = n * ((reads + hbm_rereads + writes) * ebf + extra_bytes);
+    let tensors = (traffic.reads + traffic.writes) as f64;
+    let extra_bytes = (traffic.extra_read_bytes + traffic.extra_write_bytes) as f64;
+    let hbm_bytes = n * ((tensors + hbm_rereads) * ebf + extra_bytes);
     let glb_bytes = hbm_bytes;
-    let local_bytes = n * ((reads + local_rereads + writes) * ebf + extra_bytes);
+    let local_bytes = n * ((tensors + local_rereads) * ebf + extra_bytes);
 
     let hbm_s = hbm_bytes / (arch.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth_for(op, pass));
     let glb_bw =

@@ -112,6 +112,89 @@ pub enum Pass {
     Backward,
 }
 
+/// Memory traffic of a vector primitive per element: whole tensors read and written, in
+/// operand elements, plus bytes outside them (dropout's one-byte keep-mask). Operands and
+/// results once each; a cost model adds the re-reads its kernels need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VectorTraffic {
+    pub reads: u64,
+    pub writes: u64,
+    pub extra_read_bytes: u64,
+    pub extra_write_bytes: u64,
+}
+
+impl VectorTraffic {
+    const fn tensors(reads: u64, writes: u64) -> Self {
+        VectorTraffic {
+            reads,
+            writes,
+            extra_read_bytes: 0,
+            extra_write_bytes: 0,
+        }
+    }
+}
+
+impl VectorOp {
+    /// What the primitive's `pass` kernel reads and writes per element. A backward kernel
+    /// reads the incoming gradient and the saved tensors it differentiates through, and writes
+    /// one gradient per forward input (PyTorch's and Megatron-LM's kernels).
+    pub fn traffic(self, pass: Pass) -> VectorTraffic {
+        let tensors = VectorTraffic::tensors;
+        match (self, pass) {
+            (VectorOp::Add | VectorOp::Mul, Pass::Forward) => tensors(2, 1),
+            // Residual add: the gradient passes to both inputs.
+            (VectorOp::Add, Pass::Backward) => tensors(1, 2),
+            // d(a·b): dy, a and b in; da and db out.
+            (VectorOp::Mul, Pass::Backward) => tensors(3, 2),
+            (
+                VectorOp::Gelu
+                | VectorOp::Silu
+                | VectorOp::Relu
+                | VectorOp::Rotary
+                | VectorOp::LayerNorm
+                | VectorOp::RmsNorm
+                | VectorOp::Softmax,
+                Pass::Forward,
+            ) => tensors(1, 1),
+            // GeLU reads x and dy; softmax y and dy; a norm x and dy.
+            (
+                VectorOp::Gelu
+                | VectorOp::Silu
+                | VectorOp::Relu
+                | VectorOp::Rotary
+                | VectorOp::LayerNorm
+                | VectorOp::RmsNorm
+                | VectorOp::Softmax,
+                Pass::Backward,
+            ) => tensors(2, 1),
+            // The loss is one value per row: nothing per element is written.
+            (VectorOp::CrossEntropy, Pass::Forward) => tensors(1, 0),
+            // Softmax of the logits minus the one-hot target: logits in, their gradient out.
+            (VectorOp::CrossEntropy, Pass::Backward) => tensors(1, 1),
+            // The keep-mask is stored for the backward pass, which reads it with dy.
+            (VectorOp::Dropout, Pass::Forward) => VectorTraffic {
+                extra_write_bytes: 1,
+                ..tensors(1, 1)
+            },
+            (VectorOp::Dropout, Pass::Backward) => VectorTraffic {
+                extra_read_bytes: 1,
+                ..tensors(1, 1)
+            },
+            // Table rows and positional rows in, embeddings out.
+            (VectorOp::Embedding, Pass::Forward) => tensors(2, 1),
+            // Adam: weights, gradients, two moments in; weights and moments out.
+            (VectorOp::Update, Pass::Forward) => tensors(4, 3),
+            // Scatter-add of the output gradient into the table rows.
+            (VectorOp::Embedding | VectorOp::Update, Pass::Backward) => tensors(1, 1),
+            // Read once; one value per column out (nothing per element). Only ever a backward
+            // kernel (bias and norm-weight gradients), the same in either pass.
+            (VectorOp::ColumnSum, _) => tensors(1, 0),
+            // The gradient of a layout copy is the inverse copy.
+            (VectorOp::Copy, _) => tensors(1, 1),
+        }
+    }
+}
+
 /// Collective communication patterns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

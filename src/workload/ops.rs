@@ -34,14 +34,6 @@ fn flops_per_element(op: VectorOp) -> f64 {
     }
 }
 
-/// Tensor operands a vector primitive reads (binary element-wise ops read two).
-fn vector_inputs(op: VectorOp) -> u64 {
-    match op {
-        VectorOp::Add | VectorOp::Mul => 2,
-        _ => 1,
-    }
-}
-
 /// `batch` products of (m × k)·(k × n): 2·batch·m·n·k FLOP; operands read and result written once.
 pub(crate) fn gemm(name: &str, batch: u64, m: u64, n: u64, k: u64, elem_bytes: u32) -> Op {
     let e = u64::from(elem_bytes);
@@ -57,13 +49,25 @@ pub(crate) fn gemm(name: &str, batch: u64, m: u64, n: u64, k: u64, elem_bytes: u
 
 /// A vector primitive over `elements` values in rows of `row_len`.
 pub(crate) fn vector(name: &str, op: VectorOp, elements: u64, row_len: u64, elem_bytes: u32) -> Op {
+    vector_in_pass(name, op, Pass::Forward, elements, row_len, elem_bytes)
+}
+
+/// `op`'s `pass` kernel, its bytes from the primitive's traffic table. The loss writes one
+/// fp32 value per row and column sums one value per column besides the per-element tensors.
+fn vector_in_pass(
+    name: &str,
+    op: VectorOp,
+    pass: Pass,
+    elements: u64,
+    row_len: u64,
+    elem_bytes: u32,
+) -> Op {
     let e = u64::from(elem_bytes);
-    // The loss writes one fp32 value per row, column sums one value per column; everything
-    // else writes a tensor like its input.
-    let bytes_written = match op {
-        VectorOp::CrossEntropy => mul(&[elements / row_len.max(1), 4]),
-        VectorOp::ColumnSum => mul(&[row_len, e]),
-        _ => mul(&[elements, e]),
+    let traffic = op.traffic(pass);
+    let per_row_output = match (op, pass) {
+        (VectorOp::CrossEntropy, Pass::Forward) => mul(&[elements / row_len.max(1), 4]),
+        (VectorOp::ColumnSum, _) => mul(&[row_len, e]),
+        _ => 0,
     };
     Op {
         name: name.to_string(),
@@ -71,12 +75,13 @@ pub(crate) fn vector(name: &str, op: VectorOp, elements: u64, row_len: u64, elem
             op,
             elements,
             row_len,
-            pass: Pass::Forward,
+            pass,
         },
         elem_bytes,
         flops: elements as f64 * flops_per_element(op),
-        bytes_read: mul(&[vector_inputs(op), elements, e]),
-        bytes_written,
+        bytes_read: mul(&[elements, traffic.reads * e + traffic.extra_read_bytes]),
+        bytes_written: mul(&[elements, traffic.writes * e + traffic.extra_write_bytes])
+            .saturating_add(per_row_output),
     }
 }
 
@@ -102,46 +107,36 @@ pub(crate) fn collective(
     }
 }
 
-/// The backward of a vector primitive: the same primitive over the same elements, reading the
-/// incoming gradient plus the saved inputs and writing one gradient per input.
+/// The backward of a vector primitive: the same primitive over the same elements, its
+/// backward kernel's traffic.
 pub(crate) fn vector_backward(fwd: &Op) -> Op {
-    let mut op = fwd.clone();
-    op.name = format!("{}.bwd", fwd.name);
-    if let OpKind::Vector {
-        op: prim,
-        elements,
-        row_len,
-        ..
-    } = fwd.kind
-    {
-        let e = u64::from(fwd.elem_bytes);
-        let inputs = vector_inputs(prim);
-        // A layout copy saves nothing: its backward is the inverse copy of the gradient.
-        let saved = if prim == VectorOp::Copy { 0 } else { inputs };
-        op.kind = OpKind::Vector {
-            op: prim,
+    let name = format!("{}.bwd", fwd.name);
+    match fwd.kind {
+        OpKind::Vector {
+            op,
             elements,
             row_len,
-            pass: Pass::Backward,
-        };
-        op.bytes_read = mul(&[saved + 1, elements, e]);
-        op.bytes_written = mul(&[inputs, elements, e]);
+            ..
+        } => vector_in_pass(&name, op, Pass::Backward, elements, row_len, fwd.elem_bytes),
+        _ => Op {
+            name,
+            ..fwd.clone()
+        },
     }
-    op
 }
 
 /// A backward column sum over `elements` values in rows of `row_len` (the columns): a bias
 /// gradient reads the output gradient; a norm's weight gradients read the output gradient and
 /// the saved input (`elements` counts both).
 pub(crate) fn column_sum(name: &str, elements: u64, row_len: u64, elem_bytes: u32) -> Op {
-    let mut op = vector(name, VectorOp::ColumnSum, elements, row_len, elem_bytes);
-    op.kind = OpKind::Vector {
-        op: VectorOp::ColumnSum,
+    vector_in_pass(
+        name,
+        VectorOp::ColumnSum,
+        Pass::Backward,
         elements,
         row_len,
-        pass: Pass::Backward,
-    };
-    op
+        elem_bytes,
+    )
 }
 
 /// Input-gradient GEMM for operand A (m × k): dA = dC (m × n) · Bᵀ (n × k).
