@@ -287,6 +287,12 @@ def run_vector(w, dtype, quick):
             # Training-mode dropout draws its random numbers and writes the byte keep-mask
             # besides the output; its backward scales the gradient by that mask.
             w.time("dropout", lambda: F.dropout(x, 0.1, training=True), **shape)
+            # Mixed precision's casts (dtype is the narrow side): up to fp32 (the logits before
+            # the loss, gradients to the main copy) and back down (the main weights).
+            w.time("cast", lambda: x.float(), **shape)
+            x32 = x.float()
+            w.time("cast_bwd", lambda: x32.to(dtype), **shape)
+            del x32
         # The backward kernel itself, as autograd runs it: through torch.autograd.grad each call
         # also pays ~80 us of Python autograd dispatch, which hides the kernel below 2^26.
         _, mask = torch.ops.aten.native_dropout(x, 0.1, True)
@@ -309,6 +315,11 @@ def run_attention(w, dtype, quick):
             w.time("attention_qk", lambda: torch.bmm(q, kt), batch=heads, m=seq, n=seq, k=head_dim)
             time_softmax(w, s, ds, dict(elements=heads * seq * seq, row_len=seq))
             w.time("attention_av", lambda: torch.bmm(s, v), batch=heads, m=seq, n=head_dim, k=seq)
+            # The context back to token-major rows before the projection: a strided copy.
+            ctx = torch.randn(heads, seq, head_dim, device=dev, dtype=dtype)
+            w.time("copy", lambda: ctx.transpose(0, 1).contiguous(),
+                   elements=heads * seq * head_dim, row_len=1)
+            del ctx
         del q, kt, v, s, ds
 
 

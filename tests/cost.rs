@@ -2,6 +2,7 @@
 //! measured A100 kernels (`../shared/reference/a100_kernels/`, LLMCompass artifact).
 //! Run with `--nocapture` to see the error tables.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use tandem::arch::{
     ArchConfig, Efficiency, EnergyCosts, GlobalBuffer, Hbm, KernelExecution, TensorCores, Tier,
@@ -12,7 +13,7 @@ use tandem::cost::{
     vector_cost, Bound, CostModel, KernelSample, MemoryLevel,
 };
 use tandem::error::{parse_toml, read_input, InputError};
-use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, Pass, VectorOp};
+use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, Pass, VectorOp, Workload};
 
 const KERNELS_DIR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -307,8 +308,63 @@ fn vector_op_on_a100_is_memory_bound_for_large_n() {
             "copy latency",
         );
     }
+    // A cast from fp16 to fp32 (and its backward, back to fp16) reads 2 and writes 4 bytes per
+    // element, one conversion per lane each: memory-bound, 2^28 elements take 0.964 ms.
+    for pass in [Pass::Forward, Pass::Backward] {
+        let c = vector_cost(&a100, VectorOp::Cast, pass, n, 1, 2, a100.vector.count);
+        assert_close(c.hbm_bytes, 6.0 * n as f64, "cast bytes");
+        assert_eq!(c.bound, Bound::Memory(MemoryLevel::Hbm));
+        assert_close(
+            c.latency_s,
+            6.0 * n as f64 / (2.039e12 * 0.83) + 12.6e-6,
+            "cast latency",
+        );
+        assert!(
+            (0.963e-3..0.965e-3).contains(&c.latency_s),
+            "{}",
+            c.latency_s
+        );
+    }
 }
 
+/// The bytes an operator shows (`tandem inspect`) are the bytes its kernel is priced at: one
+/// traffic table serves both. Every element-wise kernel of a GPT block and its head, forward
+/// and backward, and of the optimizer step (reductions add a second read of their rows).
+#[test]
+fn shown_bytes_are_the_priced_bytes() {
+    let a100 = load_chip("a100");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/gpt3-175b.toml");
+    let gpt3 = Workload::load(&path).expect("workload");
+    let graph = gpt3.layer_graph(8, 1, false).expect("graph");
+    let mut ops: Vec<Op> = gpt3.optimizer_step_ops(1 << 20);
+    for layer in &graph.layers {
+        ops.extend(layer.fwd.ops.iter().chain(&layer.bwd.ops).cloned());
+    }
+    let mut checked = BTreeSet::new();
+    for op in &ops {
+        let OpKind::Vector {
+            op: prim,
+            elements,
+            row_len,
+            pass,
+        } = op.kind
+        else {
+            continue;
+        };
+        if row_len > 1 {
+            continue;
+        }
+        let c = vector_cost(&a100, prim, pass, elements, 1, op.elem_bytes, 108);
+        assert_close(
+            c.hbm_bytes,
+            (op.bytes_read + op.bytes_written) as f64,
+            &op.name,
+        );
+        checked.insert((prim, pass));
+    }
+    // Residual and bias adds, GeLU, dropout, copies, casts and Adam, both ways where they run.
+    assert!(checked.len() >= 10, "{checked:?}");
+}
 #[test]
 fn toy_vector_compute_is_cycles_per_lane() {
     let chip = toy_chip(2);

@@ -423,11 +423,11 @@ fn published_megatron_runs_with_their_plans_held() {
         assert!(r.micro_batch_held, "{}", r.model);
         // Regression guard at today's accuracy (serial GPU kernels, backward vector traffic,
         // bias and norm-weight gradients, optimizer step, collectives at the achieved link
-        // bandwidth, per-primitive kernel bandwidths, the authors' micro-batch and DDP): every
-        // run within +5..+18 % (optimistic). The validation issue's target (mean 5 %, max 10 %) is not met;
-        // BENCHMARKS.md says where the gap lies.
+        // bandwidth, per-primitive kernel bandwidths, layout copies and casts, the authors'
+        // micro-batch and DDP): every run within +5..+16 % (optimistic). The validation
+        // issue's target (mean 5 %, max 10 %) is not met; BENCHMARKS.md says where the gap lies.
         assert!(
-            (0.05..0.18).contains(&r.signed_error),
+            (0.05..0.16).contains(&r.signed_error),
             "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
             r.predicted_tflops_per_gpu,
@@ -440,7 +440,7 @@ fn published_megatron_runs_with_their_plans_held() {
         [(16, true), (16, true), (16, true), (8, true), (4, false)]
     );
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.15, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.14, "mean error {:.1} %", 100.0 * mean);
 }
 
 /// Without a run-plans file the micro-batch is searched and the all-reduce overlapped (the
@@ -640,14 +640,17 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
                 assert!(error.abs() < 0.13, "{}: {:+.1} %", m.source, 100.0 * error);
                 block_errors.push(error);
             }
-            // Optimistic by kernels the model has no operator for (profile.csv: the QKV
-            // gradient stacked from q, k, v; dtype copies) and PyTorch's softmax at 2048-long
-            // rows. Iterations without recompute run micro-batches too small to hide the host.
+            // Optimistic by PyTorch's strided layout copies (priced as streaming copies) and
+            // its softmax at 2048-long rows (profile.csv). Iterations without recompute run
+            // micro-batches too small to hide all of the host's dispatch.
             Target::Step(step) if step.recompute == RecomputeMode::Full => {
-                assert!(error.abs() < 0.11, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.07, "{}: {:+.1} %", m.source, 100.0 * error);
                 full_recompute_steps += 1;
             }
-            _ => {}
+            Target::Step(_) => {
+                assert!(error.abs() < 0.10, "{}: {:+.1} %", m.source, 100.0 * error);
+            }
+            Target::Op(_) => {}
         }
     }
     assert_eq!(
@@ -747,7 +750,9 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
 
 /// collect.py rows beyond the plain GEMM: the two transposed layouts load as GEMMs of their own
 /// class, dropout and its backward as the dropout primitive's two passes, the softmax,
-/// LayerNorm and GeLU backward kernels as their primitive's backward, a block's `group` is
+/// LayerNorm and GeLU backward kernels as their primitive's backward, the casts up to fp32
+/// and back as the cast primitive's two passes, a layout copy as the copy primitive, a
+/// block's `group` is
 /// its tensor-parallel slice, and a slice that does not divide the
 /// heads is refused with the file, row and field.
 #[test]
@@ -770,6 +775,9 @@ fn collected_layouts_and_block_slices_load() {
         collected("softmax_bwd", "0,0,0,0,134217728,2048", 1),
         collected("layernorm_bwd", "0,0,0,0,67108864,4096", 1),
         collected("gelu_bwd", "0,0,0,0,16777216,1", 1),
+        collected("cast", "0,0,0,0,1048576,1", 1),
+        collected("cast_bwd", "0,0,0,0,1048576,1", 1),
+        collected("copy", "0,0,0,0,8388608,1", 1),
     ]
     .join("\n");
     std::fs::write(dir.join("kernels.csv"), good).expect("write");
@@ -785,7 +793,10 @@ fn collected_layouts_and_block_slices_load() {
             "dropout_bwd",
             "softmax_bwd",
             "layernorm_bwd",
-            "gelu_bwd"
+            "gelu_bwd",
+            "cast",
+            "cast_bwd",
+            "copy"
         ]
     );
     let vectors = [
@@ -794,6 +805,9 @@ fn collected_layouts_and_block_slices_load() {
         (VectorOp::Softmax, 1 << 27, 2048, Pass::Backward),
         (VectorOp::LayerNorm, 1 << 26, 4096, Pass::Backward),
         (VectorOp::Gelu, 1 << 24, 1, Pass::Backward),
+        (VectorOp::Cast, 1 << 20, 1, Pass::Forward),
+        (VectorOp::Cast, 1 << 20, 1, Pass::Backward),
+        (VectorOp::Copy, 1 << 23, 1, Pass::Forward),
     ];
     for (measured, (op, elements, row_len, pass)) in loaded[3..].iter().zip(vectors) {
         assert_eq!(
@@ -889,8 +903,9 @@ fn a100_calibration_cross_validates() {
 }
 
 /// The optimizer step is Adam over each layer's parameters on one device: fp32 weights,
-/// gradients and both moments read, weights and moments written (28 B per parameter) at the
-/// A100's calibrated HBM bandwidth (0.83 × 2039 GB/s), plus one vector-kernel overhead.
+/// gradients and both moments read, weights and moments written (28 B per parameter), and in
+/// mixed precision the fp16 gradients cast up to fp32 and the weights cast back (6 B each), at
+/// the A100's calibrated HBM bandwidth (0.83 × 2039 GB/s), plus three vector-kernel overheads.
 #[test]
 fn optimizer_step_streams_adam_state_through_hbm() {
     let gpt3 = workload("gpt3-175b");
@@ -905,15 +920,15 @@ fn optimizer_step_streams_adam_state_through_hbm() {
         "{}",
         block.params
     );
-    let expected_s = block.params as f64 * 28.0 / (2039e9 * 0.83) + 12.6e-6;
+    let expected_s = block.params as f64 * (6.0 + 28.0 + 6.0) / (2039e9 * 0.83) + 3.0 * 12.6e-6;
     assert!(
         (block.optimizer_step_s - expected_s).abs() <= 1e-9 * expected_s,
         "{} s vs {expected_s} s",
         block.optimizer_step_s
     );
-    // ≈ 3.7 ms per block and device.
+    // ≈ 5.4 ms per block and device.
     assert!(
-        (3.5e-3..3.9e-3).contains(&block.optimizer_step_s),
+        (5.1e-3..5.7e-3).contains(&block.optimizer_step_s),
         "{}",
         block.optimizer_step_s
     );

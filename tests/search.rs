@@ -237,6 +237,37 @@ fn resume_after_interruption_gives_the_same_files() {
     };
     let err = run_sweep(&sweep, &other, &options).expect_err("different inputs");
     assert!(err.to_string().contains("run.toml differs"), "{err}");
+    // So is resuming after the workload file changed under the same path: the finished rows
+    // were priced for another model (run.toml records paths only).
+    let killed = dir.join("edited");
+    std::fs::create_dir_all(&killed).expect("dir");
+    std::fs::copy(whole.join("run.toml"), killed.join("run.toml")).expect("copy run.toml");
+    std::fs::write(killed.join(POINTS_CSV), &points[..points.len() / 2]).expect("points");
+    let workload = &rec.workloads[0];
+    let text = std::fs::read_to_string(workload).expect("workload");
+    std::fs::write(workload, text.replace("hidden = 256", "hidden = 384")).expect("edit");
+    let options = RunOptions {
+        out_dir: killed.clone(),
+        ..options
+    };
+    let sweep = Sweep::from_record(&rec).expect("valid");
+    let err = run_sweep(&sweep, &rec, &options).expect_err("edited workload");
+    let message = err.to_string();
+    assert!(
+        message.contains("points.csv")
+            && message.contains("tiny on")
+            && message.contains("another model or other inputs"),
+        "{message}"
+    );
+    // Nothing was appended to the rows of the other model.
+    let kept = std::fs::read(killed.join(POINTS_CSV)).expect("points");
+    assert_eq!(
+        kept.len(),
+        points[..points.len() / 2]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1)
+    );
 }
 
 /// A list-only sweep (`--no-ilp`) prices every layer at its list schedule, which the exact

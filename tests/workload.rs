@@ -482,6 +482,90 @@ fn bytes_per_param_by_optimizer_and_precision() {
     assert_eq!(w.tokens_per_sample(), 2048);
 }
 
+/// The optimizer step's kernels and the bytes each streams per parameter: in mixed precision
+/// the gradients cast up to fp32 (2 B in, 4 out), fused Adam over fp32 weights, gradients and
+/// moments (16 in, 12 out), the weights cast back down (4 in, 2 out); in fp32 Adam alone;
+/// SGD reads weights and gradients and writes the weights.
+#[test]
+fn optimizer_step_kernels_by_optimizer_and_precision() {
+    let w = load("workloads/gpt3-175b.toml");
+    let params = 1_000_000u64;
+    let per_param = |w: &Workload| -> Vec<(String, Option<VectorOp>, Pass, u64, u64)> {
+        w.optimizer_step_ops(params)
+            .into_iter()
+            .map(|op| match op.kind {
+                OpKind::Vector {
+                    op: prim,
+                    elements,
+                    pass,
+                    ..
+                } => {
+                    assert_eq!(elements, params, "{}", op.name);
+                    (
+                        op.name,
+                        Some(prim),
+                        pass,
+                        op.bytes_read / params,
+                        op.bytes_written / params,
+                    )
+                }
+                _ => (op.name, None, Pass::Forward, 0, 0),
+            })
+            .collect()
+    };
+    let s = |name: &str| name.to_string();
+    assert_eq!(
+        per_param(&w),
+        [
+            (
+                s("grads_to_fp32"),
+                Some(VectorOp::Cast),
+                Pass::Forward,
+                2,
+                4
+            ),
+            (
+                s("optimizer_step"),
+                Some(VectorOp::Update),
+                Pass::Forward,
+                16,
+                12
+            ),
+            (
+                s("weights_from_fp32"),
+                Some(VectorOp::Cast),
+                Pass::Backward,
+                4,
+                2
+            ),
+        ]
+    );
+    let mut fp32 = w.clone();
+    fp32.precision = Precision::Fp32;
+    assert_eq!(
+        per_param(&fp32),
+        [(
+            s("optimizer_step"),
+            Some(VectorOp::Update),
+            Pass::Forward,
+            16,
+            12
+        )]
+    );
+    let mut sgd = w.clone();
+    sgd.optimizer = Optimizer::Sgd;
+    assert_eq!(
+        per_param(&sgd),
+        [(
+            s("optimizer_step"),
+            Some(VectorOp::Add),
+            Pass::Forward,
+            4,
+            2
+        )]
+    );
+}
+
 #[test]
 fn dag_workload_loads_scales_and_derives_backward() {
     let w = load("examples/dag-workload.json");
@@ -789,12 +873,39 @@ fn gpt_block_has_layout_copies_and_the_loss_runs_over_fp32_logits() {
     for to in ["qkv.dgrad", "qkv.wgrad"] {
         assert!(reaches(bwd, concat, op_index(bwd, to)), "{to}");
     }
-    // The loss reads fp32 logits: 4 bytes for each logit the head's GEMM writes in fp16.
+    // The loss reads fp32 logits: 4 bytes for each logit the head's GEMM writes in fp16, cast
+    // up by a kernel between them (2 B in, 4 out per logit) whose backward casts the logits'
+    // gradient back down (4 in, 2 out) before the head's backward GEMMs.
     let head = graph.layers.last().expect("head");
-    let logits = &head.fwd.ops[op_index(&head.fwd, "lm_head")];
-    let loss = &head.fwd.ops[op_index(&head.fwd, "cross_entropy")];
-    assert_eq!(loss.elem_bytes, 4);
-    assert_eq!(loss.bytes_read, 2 * logits.bytes_written);
+    let fwd = &head.fwd;
+    let lm_head = op_index(fwd, "lm_head");
+    let cast = op_index(fwd, "logits_to_fp32");
+    let loss = op_index(fwd, "cross_entropy");
+    let logits = fwd.ops[lm_head].bytes_written;
+    assert!(fwd.edges.contains(&(lm_head, cast)) && fwd.edges.contains(&(cast, loss)));
+    assert_eq!(fwd.ops[loss].elem_bytes, 4);
+    assert_eq!(fwd.ops[loss].bytes_read, 2 * logits);
+    assert_eq!(
+        (fwd.ops[cast].bytes_read, fwd.ops[cast].bytes_written),
+        (logits, 2 * logits)
+    );
+    let bwd = &head.bwd;
+    let cast_bwd = op_index(bwd, "logits_to_fp32.bwd");
+    assert_eq!(
+        (
+            bwd.ops[cast_bwd].bytes_read,
+            bwd.ops[cast_bwd].bytes_written
+        ),
+        (2 * logits, logits)
+    );
+    assert!(reaches(bwd, op_index(bwd, "cross_entropy.bwd"), cast_bwd));
+    assert!(reaches(bwd, cast_bwd, op_index(bwd, "lm_head.dgrad")));
+    // A model trained in fp32 has nothing to cast.
+    let mut fp32 = w.clone();
+    fp32.precision = Precision::Fp32;
+    let graph = fp32.layer_graph(t as u32, b as u32, false).expect("graph");
+    let head = graph.layers.last().expect("head");
+    assert!(head.fwd.ops.iter().all(|op| op.name != "logits_to_fp32"));
 }
 
 /// The names chip files key per-primitive values by are serde's names of the primitives, and

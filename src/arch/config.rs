@@ -120,6 +120,8 @@ pub struct PerVectorOp {
     pub column_sum: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub copy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cast: Option<f64>,
 }
 
 impl PerVectorOp {
@@ -146,6 +148,7 @@ impl PerVectorOp {
             VectorOp::Update => self.update,
             VectorOp::ColumnSum => self.column_sum,
             VectorOp::Copy => self.copy,
+            VectorOp::Cast => self.cast,
         }
     }
 
@@ -167,6 +170,7 @@ impl PerVectorOp {
             VectorOp::Update => &mut self.update,
             VectorOp::ColumnSum => &mut self.column_sum,
             VectorOp::Copy => &mut self.copy,
+            VectorOp::Cast => &mut self.cast,
         };
         *slot = value;
     }

@@ -328,6 +328,11 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             "add" => op(vector(VectorOp::Add)),
             "cross_entropy" => op(vector(VectorOp::CrossEntropy)),
             "cross_entropy_bwd" => op(vector_pass(VectorOp::CrossEntropy, Pass::Backward)),
+            // A layout copy (collect.py: the attention context's transpose to token-major rows).
+            "copy" => op(vector(VectorOp::Copy)),
+            // fp16/bf16 → fp32 (`dtype` is the narrow side) and back.
+            "cast" => op(vector(VectorOp::Cast)),
+            "cast_bwd" => op(vector_pass(VectorOp::Cast, Pass::Backward)),
             // A fused Adam step: one element per parameter (dtype fp32: main weights).
             "adam" => op(vector(VectorOp::Update)),
             "all_reduce" => op(collective(CollectiveKind::AllReduce)),

@@ -86,6 +86,8 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
         VectorOp::ColumnSum => vc.add,
         // Data movement only.
         VectorOp::Copy => 0.0,
+        // One conversion instruction per element.
+        VectorOp::Cast => vc.add,
     }
 }
 

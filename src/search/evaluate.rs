@@ -208,13 +208,20 @@ pub fn layer_costs(
     })
 }
 
-/// The optimizer step over `params` parameters on all of the chip's vector cores.
+/// The optimizer step over `params` parameters on all of the chip's vector cores: its kernels
+/// one after another.
 fn optimizer_step_s(workload: &Workload, cost: &CostModel, params: u64) -> f64 {
     if params == 0 {
         return 0.0;
     }
-    let c = cost.op_cost(&workload.optimizer_step_op(params));
-    c.all_cores_s.min(c.one_core_s)
+    workload
+        .optimizer_step_ops(params)
+        .iter()
+        .map(|op| {
+            let c = cost.op_cost(op);
+            c.all_cores_s.min(c.one_core_s)
+        })
+        .sum()
 }
 
 /// Forward, backward and selective-recompute lower bounds of one layer on `cost`'s chip.

@@ -503,6 +503,45 @@ impl Sweep {
         self.plan_options(self.hbm_bytes[h], self.micro_batches[m], self.recompute[r])
     }
 
+    /// Refuses to resume onto rows another model wrote. Inputs are recorded by path, so an
+    /// edited workload or space file, or a tandem whose cost model changed since, would mix
+    /// two models' rows in one sweep: the first finished point with a plan is evaluated again
+    /// and must take the time per batch it was written with (results are deterministic).
+    fn check_rows_reproduce(&self, path: &Path) -> Result<(), SweepError> {
+        let first = read_points(path)?
+            .into_iter()
+            .find(|r| r.status == Status::Ok && r.point.is_some());
+        let (Some(row), Some(id)) = (first.as_ref(), first.as_ref().and_then(|r| r.point)) else {
+            return Ok(());
+        };
+        let (config, w, ..) = self.point_parts(id as usize);
+        let arch = self.config(config)?;
+        let cache = ScheduleCache::new(self.solver)?;
+        let now = evaluate_on(
+            &self.workloads[w],
+            &CostModel::new(&arch),
+            &self.point_options(id as usize),
+            &cache,
+        )
+        .ok()
+        .map(|e| e.plan.time_per_batch_s);
+        let written = row.time_per_batch_s;
+        match (written, now) {
+            (Some(was), Some(now)) if (now - was).abs() <= 1e-9 * was => Ok(()),
+            _ => Err(SweepError::Input(format!(
+                "{}: point {id} ({} on {}) was written at {} s per batch and evaluates to {} \
+                 now: the finished rows come from another model or other inputs (an edited \
+                 workload or space file, or another build of tandem); start the sweep afresh \
+                 in an empty directory",
+                path.display(),
+                row.workload,
+                row.arch,
+                written.map_or("no".to_string(), |t| format!("{t:.6e}")),
+                now.map_or("no plan".to_string(), |t| format!("{t:.6e} s")),
+            ))),
+        }
+    }
+
     pub(super) fn config(&self, index: usize) -> Result<ArchConfig, SweepError> {
         self.space
             .get(index)
@@ -621,7 +660,9 @@ pub fn run_sweep(
                 run_path.display()
             )));
         }
-        finished_points(&points_path)?
+        let done = finished_points(&points_path)?;
+        sweep.check_rows_reproduce(&points_path)?;
+        done
     } else {
         if points_path.exists() {
             return Err(SweepError::Input(format!(

@@ -56,11 +56,15 @@ pub enum VectorOp {
     /// context's transpose back to token-major rows; the QKV gradient assembled from the q, k
     /// and v gradients).
     Copy,
+    /// A conversion between the operand precision and fp32: the forward pass widens (the
+    /// logits the loss reads; gradients copied up to mixed precision's fp32 main copy), its
+    /// backward narrows (the logits' gradient; the main weights copied back after the step).
+    Cast,
 }
 
 impl VectorOp {
     /// Every primitive, in declaration order.
-    pub const ALL: [VectorOp; 15] = [
+    pub const ALL: [VectorOp; 16] = [
         VectorOp::Add,
         VectorOp::Mul,
         VectorOp::Gelu,
@@ -76,6 +80,7 @@ impl VectorOp {
         VectorOp::Update,
         VectorOp::ColumnSum,
         VectorOp::Copy,
+        VectorOp::Cast,
     ];
 
     /// The snake_case name chip files and CSVs use.
@@ -96,6 +101,7 @@ impl VectorOp {
             VectorOp::Update => "update",
             VectorOp::ColumnSum => "column_sum",
             VectorOp::Copy => "copy",
+            VectorOp::Cast => "cast",
         }
     }
 }
@@ -191,6 +197,15 @@ impl VectorOp {
             (VectorOp::ColumnSum, _) => tensors(1, 0),
             // The gradient of a layout copy is the inverse copy.
             (VectorOp::Copy, _) => tensors(1, 1),
+            // Operand-precision values in, fp32 out; and back.
+            (VectorOp::Cast, Pass::Forward) => VectorTraffic {
+                extra_write_bytes: 4,
+                ..tensors(1, 0)
+            },
+            (VectorOp::Cast, Pass::Backward) => VectorTraffic {
+                extra_read_bytes: 4,
+                ..tensors(0, 1)
+            },
         }
     }
 }

@@ -310,20 +310,36 @@ impl Workload {
         }
     }
 
-    /// The optimizer step over `params` parameters: Adam reads the fp32 weights, gradients and
-    /// both moments and writes back the weights and moments (28 B per parameter, as Megatron's
-    /// fused Adam on fp32 main parameters and gradients); SGD reads weights and gradients and
-    /// writes the weights.
-    pub fn optimizer_step_op(&self, params: u64) -> Op {
+    /// The kernels of the optimizer step over `params` parameters, in order. Adam reads the
+    /// fp32 weights, gradients and both moments and writes back the weights and moments (28 B
+    /// per parameter, a fused Adam on fp32 main parameters and gradients); in mixed precision
+    /// the gradients are first cast up to the main copy and the updated main weights cast back
+    /// to the model's precision (Megatron-LM's `_copy_model_grads_to_main_grads` and
+    /// `_copy_main_params_to_model_params`: 6 B per parameter each). SGD reads weights and
+    /// gradients and writes the weights.
+    pub fn optimizer_step_ops(&self, params: u64) -> Vec<Op> {
+        let e = self.precision.bytes();
         match self.optimizer {
-            Optimizer::Adam => ops::vector("optimizer_step", VectorOp::Update, params, 1, 4),
-            Optimizer::Sgd => ops::vector(
+            Optimizer::Adam if e < 4 => vec![
+                ops::vector("grads_to_fp32", VectorOp::Cast, params, 1, e),
+                ops::vector("optimizer_step", VectorOp::Update, params, 1, 4),
+                ops::vector_in_pass(
+                    "weights_from_fp32",
+                    VectorOp::Cast,
+                    Pass::Backward,
+                    params,
+                    1,
+                    e,
+                ),
+            ],
+            Optimizer::Adam => vec![ops::vector(
                 "optimizer_step",
-                VectorOp::Add,
+                VectorOp::Update,
                 params,
                 1,
-                self.precision.bytes(),
-            ),
+                4,
+            )],
+            Optimizer::Sgd => vec![ops::vector("optimizer_step", VectorOp::Add, params, 1, e)],
         }
     }
 

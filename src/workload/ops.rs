@@ -20,7 +20,7 @@ pub(crate) fn mul(factors: &[u64]) -> u64 {
 /// Floating-point operations per element of a vector primitive (a multiply-add counts 2).
 fn flops_per_element(op: VectorOp) -> f64 {
     match op {
-        VectorOp::Copy => 0.0,
+        VectorOp::Copy | VectorOp::Cast => 0.0,
         VectorOp::Add
         | VectorOp::Mul
         | VectorOp::Relu
@@ -54,7 +54,7 @@ pub(crate) fn vector(name: &str, op: VectorOp, elements: u64, row_len: u64, elem
 
 /// `op`'s `pass` kernel, its bytes from the primitive's traffic table. The loss writes one
 /// fp32 value per row and column sums one value per column besides the per-element tensors.
-fn vector_in_pass(
+pub(crate) fn vector_in_pass(
     name: &str,
     op: VectorOp,
     pass: Pass,

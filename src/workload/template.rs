@@ -717,9 +717,23 @@ impl Template {
         };
         let x = bld.enter_parallel("tp_head_in", x, shape);
         let vocab = self.vocab_per_device(shape.tp);
-        let logits = bld.op(gemm("lm_head", 1, shape.tokens(), vocab, h, e), &[x], true);
+        let mut logits = bld.op(gemm("lm_head", 1, shape.tokens(), vocab, h, e), &[x], true);
         // The loss runs over fp32 logits, as mixed-precision training computes it and as the
-        // memory model keeps them (4·s·b·V/t above).
+        // memory model keeps them (4·s·b·V/t above): a cast up first (Megatron-LM's
+        // `output.float()`), whose backward casts the logits' gradient back down.
+        if e < 4 {
+            logits = bld.op(
+                vector(
+                    "logits_to_fp32",
+                    VectorOp::Cast,
+                    shape.tokens() * vocab,
+                    1,
+                    e,
+                ),
+                &[logits],
+                false,
+            );
+        }
         let loss = vector(
             "cross_entropy",
             VectorOp::CrossEntropy,
