@@ -507,11 +507,14 @@ impl Sweep {
     /// edited workload or space file, or a tandem whose cost model changed since, would mix
     /// two models' rows in one sweep: the first finished point with a plan is evaluated again
     /// and must take the time per batch it was written with (results are deterministic).
-    fn check_rows_reproduce(&self, path: &Path) -> Result<(), SweepError> {
-        let first = read_points(path)?
-            .into_iter()
-            .find(|r| r.status == Status::Ok && r.point.is_some());
-        let (Some(row), Some(id)) = (first.as_ref(), first.as_ref().and_then(|r| r.point)) else {
+    fn check_rows_reproduce(&self, path: &Path, rows: &[DesignRow]) -> Result<(), SweepError> {
+        let first = rows
+            .iter()
+            .find_map(|r| match (r.point, r.time_per_batch_s) {
+                (Some(id), Some(was)) if r.status == Status::Ok => Some((r, id, was)),
+                _ => None,
+            });
+        let Some((row, id, was)) = first else {
             return Ok(());
         };
         let (config, w, ..) = self.point_parts(id as usize);
@@ -523,20 +526,17 @@ impl Sweep {
             &self.point_options(id as usize),
             &cache,
         )
-        .ok()
         .map(|e| e.plan.time_per_batch_s);
-        let written = row.time_per_batch_s;
-        match (written, now) {
-            (Some(was), Some(now)) if (now - was).abs() <= 1e-9 * was => Ok(()),
+        match now {
+            Ok(now) if (now - was).abs() <= 1e-9 * was => Ok(()),
             _ => Err(SweepError::Input(format!(
-                "{}: point {id} ({} on {}) was written at {} s per batch and evaluates to {} \
-                 now: the finished rows come from another model or other inputs (an edited \
-                 workload or space file, or another build of tandem); start the sweep afresh \
-                 in an empty directory",
+                "{}: point {id} ({} on {}) was written at {was:.6e} s per batch and evaluates \
+                 to {} now: the finished rows come from another model or other inputs (an \
+                 edited workload or space file, or another build of tandem); start the sweep \
+                 afresh in an empty directory",
                 path.display(),
                 row.workload,
                 row.arch,
-                written.map_or("no".to_string(), |t| format!("{t:.6e}")),
                 now.map_or("no plan".to_string(), |t| format!("{t:.6e} s")),
             ))),
         }
@@ -660,9 +660,9 @@ pub fn run_sweep(
                 run_path.display()
             )));
         }
-        let done = finished_points(&points_path)?;
-        sweep.check_rows_reproduce(&points_path)?;
-        done
+        let rows = finished_rows(&points_path)?;
+        sweep.check_rows_reproduce(&points_path, &rows)?;
+        rows.iter().filter_map(|r| r.point).collect()
     } else {
         if points_path.exists() {
             return Err(SweepError::Input(format!(
@@ -794,11 +794,11 @@ pub(crate) fn write_rows(
     file.flush().map_err(|e| io_error(path, e))
 }
 
-/// Point ids already in `points.csv`, after cutting off a last line that a killed run left
+/// The rows already in `points.csv`, after cutting off a last line that a killed run left
 /// unfinished.
-fn finished_points(path: &Path) -> Result<BTreeSet<u64>, SweepError> {
+fn finished_rows(path: &Path) -> Result<Vec<DesignRow>, SweepError> {
     if !path.exists() {
-        return Ok(BTreeSet::new());
+        return Ok(Vec::new());
     }
     let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
     let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -810,10 +810,7 @@ fn finished_points(path: &Path) -> Result<BTreeSet<u64>, SweepError> {
         file.set_len(complete as u64)
             .map_err(|e| io_error(path, e))?;
     }
-    Ok(read_points(path)?
-        .into_iter()
-        .filter_map(|r| r.point)
-        .collect())
+    read_points(path)
 }
 
 /// Every row of a `points.csv`.

@@ -64,7 +64,7 @@ pub(crate) fn vector_in_pass(
 ) -> Op {
     let e = u64::from(elem_bytes);
     let traffic = op.traffic(pass);
-    let per_row_output = match (op, pass) {
+    let reduced_output_bytes = match (op, pass) {
         (VectorOp::CrossEntropy, Pass::Forward) => mul(&[elements / row_len.max(1), 4]),
         (VectorOp::ColumnSum, _) => mul(&[row_len, e]),
         _ => 0,
@@ -81,7 +81,7 @@ pub(crate) fn vector_in_pass(
         flops: elements as f64 * flops_per_element(op),
         bytes_read: mul(&[elements, traffic.reads * e + traffic.extra_read_bytes]),
         bytes_written: mul(&[elements, traffic.writes * e + traffic.extra_write_bytes])
-            .saturating_add(per_row_output),
+            .saturating_add(reduced_output_bytes),
     }
 }
 
