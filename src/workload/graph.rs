@@ -152,6 +152,8 @@ impl VectorOp {
             (VectorOp::Add, Pass::Backward) => tensors(1, 2),
             // d(a·b): dy, a and b in; da and db out.
             (VectorOp::Mul, Pass::Backward) => tensors(3, 2),
+            // x in, y out; the backward reads dy besides the saved x (GeLU, a norm) or y
+            // (softmax).
             (
                 VectorOp::Gelu
                 | VectorOp::Silu
@@ -160,19 +162,8 @@ impl VectorOp {
                 | VectorOp::LayerNorm
                 | VectorOp::RmsNorm
                 | VectorOp::Softmax,
-                Pass::Forward,
-            ) => tensors(1, 1),
-            // GeLU reads x and dy; softmax y and dy; a norm x and dy.
-            (
-                VectorOp::Gelu
-                | VectorOp::Silu
-                | VectorOp::Relu
-                | VectorOp::Rotary
-                | VectorOp::LayerNorm
-                | VectorOp::RmsNorm
-                | VectorOp::Softmax,
-                Pass::Backward,
-            ) => tensors(2, 1),
+                pass,
+            ) => tensors(if pass == Pass::Backward { 2 } else { 1 }, 1),
             // The loss is one value per row: nothing per element is written.
             (VectorOp::CrossEntropy, Pass::Forward) => tensors(1, 0),
             // Softmax of the logits minus the one-hot target: logits in, their gradient out.

@@ -107,24 +107,6 @@ pub(crate) fn collective(
     }
 }
 
-/// The backward of a vector primitive: the same primitive over the same elements, its
-/// backward kernel's traffic.
-pub(crate) fn vector_backward(fwd: &Op) -> Op {
-    let name = format!("{}.bwd", fwd.name);
-    match fwd.kind {
-        OpKind::Vector {
-            op,
-            elements,
-            row_len,
-            ..
-        } => vector_in_pass(&name, op, Pass::Backward, elements, row_len, fwd.elem_bytes),
-        _ => Op {
-            name,
-            ..fwd.clone()
-        },
-    }
-}
-
 /// A backward column sum over `elements` values in rows of `row_len` (the columns): a bias
 /// gradient reads the output gradient; a norm's weight gradients read the output gradient and
 /// the saved input (`elements` counts both).
@@ -254,21 +236,27 @@ pub(crate) fn standard_backward(fwd: &Op, weight_operand: bool) -> (Vec<(Op, Fee
             ],
             Vec::new(),
         ),
+        // The same primitive over the same elements, its backward kernel's traffic; a norm's
+        // weight gradients are column sums of their own.
         OpKind::Vector {
-            op: VectorOp::LayerNorm | VectorOp::RmsNorm,
+            op,
             elements,
             row_len,
             ..
-        } => (
-            vec![(vector_backward(fwd), Feeds::All)],
-            vec![column_sum(
-                &format!("{}.wgrad", fwd.name),
-                2 * elements,
-                row_len,
-                fwd.elem_bytes,
-            )],
-        ),
-        OpKind::Vector { .. } => (vec![(vector_backward(fwd), Feeds::All)], Vec::new()),
+        } => {
+            let name = format!("{}.bwd", fwd.name);
+            let grad = vector_in_pass(&name, op, Pass::Backward, elements, row_len, fwd.elem_bytes);
+            let leaf = match op {
+                VectorOp::LayerNorm | VectorOp::RmsNorm => vec![column_sum(
+                    &format!("{}.wgrad", fwd.name),
+                    2 * elements,
+                    row_len,
+                    fwd.elem_bytes,
+                )],
+                _ => Vec::new(),
+            };
+            (vec![(grad, Feeds::All)], leaf)
+        }
         OpKind::Collective { .. } => (vec![(collective_backward(fwd), Feeds::All)], Vec::new()),
     }
 }

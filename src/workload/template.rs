@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, VectorOp};
+use super::graph::{
+    ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, Pass, VectorOp,
+};
 use super::ops::{
     build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector,
-    vector_backward, Feeds, Node,
+    vector_in_pass, Feeds, Node,
 };
 use super::{Family, GptSizes, Model, Optimizer, Precision, Workload};
 use crate::error::InputError;
@@ -538,11 +540,18 @@ impl Template {
         // q, k and v are views of the fused projection's output; its backward assembles their
         // three gradients into one tensor (Megatron-LM's split, PyTorch's unbind: a
         // concatenation kernel) before the projection's own backward.
-        let split = vector("qkv_split", VectorOp::Copy, tokens * qkv_width, 1, e);
+        let concat = vector_in_pass(
+            "qkv_split.bwd",
+            VectorOp::Copy,
+            Pass::Backward,
+            tokens * qkv_width,
+            1,
+            e,
+        );
         let qkv = bld.push(Node {
             fwd: None,
             preds: vec![qkv],
-            grad: vec![(vector_backward(&split), Feeds::All)],
+            grad: vec![(concat, Feeds::All)],
             leaf: Vec::new(),
         });
         let qk_in = if self.family == Family::Llama {
