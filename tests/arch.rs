@@ -447,6 +447,21 @@ fn bad_chip_files_name_file_field_and_reason() {
 
     let m = chip_error(
         "a100.toml",
+        "sustained_clock.toml",
+        "sustained_clock = 0.926",
+        "sustained_clock = 0.0",
+    );
+    assert_mentions(
+        &m,
+        &[
+            "sustained_clock.toml",
+            "efficiency.sustained_clock",
+            "(0, 1]",
+        ],
+    );
+
+    let m = chip_error(
+        "a100.toml",
         "softmax_bandwidth.toml",
         "softmax = 0.74",
         "softmax = 1.5",

@@ -532,7 +532,7 @@ fn stats(errors: &[f64]) -> ErrorStats {
 
 #[test]
 fn a100_gemm_matches_measured_latency() {
-    let a100 = load_chip("a100");
+    let a100 = load_chip("a100").timed_in_isolation();
     let rows = read_rows("matmul_A100.csv");
     assert_eq!(rows.len(), 20);
     let mut table = String::from("\nA100 GEMM (fp16): measured vs model\n");
@@ -567,7 +567,8 @@ fn a100_gemm_matches_measured_latency() {
         s.max * 100.0
     );
     println!("{table}");
-    assert!(s.mean <= 0.10, "mean GEMM error {:.3}", s.mean);
+    // 3.1 % as timed; at the training run's power-limited clock it would be 7.5 %.
+    assert!(s.mean <= 0.05, "mean GEMM error {:.3}", s.mean);
 }
 
 /// Compares a vector op with a throughput CSV (G elements/s); `shape` maps a row to
@@ -619,7 +620,7 @@ fn vector_errors(
 
 #[test]
 fn a100_vector_ops_match_measured_throughput() {
-    let a100 = load_chip("a100");
+    let a100 = load_chip("a100").timed_in_isolation();
     let rows2 = |r: &[String]| {
         let (m, n) = (num(&r[0]) as u64, num(&r[1]) as u64);
         (m * n, n)
@@ -817,7 +818,7 @@ fn fit_recovers_known_parameters_on_toy_chip() {
 fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
     let a100 = load_chip("a100");
     let samples = a100_samples();
-    let fitted = fit_efficiency(&a100, &samples);
+    let fitted = fit_efficiency(&load_chip("a100").timed_in_isolation(), &samples);
     let e = a100.efficiency;
     println!("\nA100 efficiency fit: {fitted:?}");
     // The chip file holds the fit, rounded.
@@ -857,11 +858,44 @@ fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
     assert!(e.tensor_compute <= 1.0 && e.hbm_bandwidth <= 1.0 && e.link_bandwidth <= 1.0);
 }
 
+/// A power-limited clock stretches tensor-core arithmetic by its fraction and nothing else:
+/// a compute-bound GEMM's busy time grows by 1/0.8, a memory-bound one and vector kernels
+/// keep theirs.
+#[test]
+fn sustained_clock_slows_tensor_compute_only() {
+    let mut full = toy_chip(4);
+    full.hbm.bandwidth_bytes_per_s = 1e10;
+    full.efficiency.gemm_overhead_s = 1e-6;
+    let mut limited = full.clone();
+    limited.efficiency.sustained_clock = 0.8;
+    let busy_s = |arch: &ArchConfig, m: u64, n: u64, k: u64| {
+        let c = gemm_cost(arch, 1, m, n, k, 2, 4);
+        (c.latency_s - 1e-6, c.bound)
+    };
+    // 256³ on four 4×4 arrays at 1 GHz: ~0.26 ms of arithmetic, 0.4 MB of HBM traffic.
+    let (full_s, bound) = busy_s(&full, 256, 256, 256);
+    assert_eq!(bound, Bound::Compute);
+    let (limited_s, _) = busy_s(&limited, 256, 256, 256);
+    assert!(
+        (limited_s / full_s - 1.25).abs() < 1e-12,
+        "{limited_s} / {full_s}"
+    );
+    // A skinny GEMM streams its 2 MB weight from HBM: no slower at the lower clock.
+    let (full_s, bound) = busy_s(&full, 1, 1024, 1024);
+    assert_eq!(bound, Bound::Memory(MemoryLevel::Hbm));
+    assert_eq!(busy_s(&limited, 1, 1024, 1024).0, full_s);
+    for op in [VectorOp::Softmax, VectorOp::Gelu] {
+        let cost = |arch: &ArchConfig| vector_cost(arch, op, Pass::Forward, 1 << 20, 1024, 2, 4);
+        assert_eq!(cost(&limited).latency_s, cost(&full).latency_s, "{op:?}");
+    }
+}
+
 #[test]
 fn big_gemms_reach_published_throughput() {
-    // specs.md: best public dense bf16 GEMMs reach ~268 TFLOP/s on A100 (the LLMCompass
-    // measurements above reach 277-293) and ~790 TFLOP/s on H100; TPU v4 peaks at 275.
-    for (chip, published_flops) in [("a100", 280e12), ("h100", 790e12), ("tpuv4", 275e12)] {
+    // specs.md: best public dense bf16 GEMMs reach ~268 TFLOP/s on A100 and ~790 TFLOP/s on
+    // H100, sustained; TPU v4 peaks at 275. The A100's 258 is at its power-limited clock (the
+    // LLMCompass kernels above, timed one at a time near the boost clock, reach 277-293).
+    for (chip, published_flops) in [("a100", 268e12), ("h100", 790e12), ("tpuv4", 275e12)] {
         let arch = load_chip(chip);
         let n = 8192u64;
         let c = gemm_cost(&arch, 1, n, n, n, 2, arch.tensor.count);

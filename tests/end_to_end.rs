@@ -423,11 +423,12 @@ fn published_megatron_runs_with_their_plans_held() {
         assert!(r.micro_batch_held, "{}", r.model);
         // Regression guard at today's accuracy (serial GPU kernels, backward vector traffic,
         // bias and norm-weight gradients, optimizer step, collectives at the achieved link
-        // bandwidth, per-primitive kernel bandwidths, layout copies and casts, the authors'
-        // micro-batch and DDP): every run within +5..+16 % (optimistic). The validation
-        // issue's target (mean 5 %, max 10 %) is not met; BENCHMARKS.md says where the gap lies.
+        // bandwidth, per-primitive kernel bandwidths, layout copies and casts, GEMMs at the
+        // power-limited clock, the authors' micro-batch and DDP): every run optimistic by
+        // +2..+10 % (the validation issue's max is met; its mean of 5 % is not, and
+        // BENCHMARKS.md says where the gap lies).
         assert!(
-            (0.05..0.16).contains(&r.signed_error),
+            (0.02..0.10).contains(&r.signed_error),
             "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
             r.predicted_tflops_per_gpu,
@@ -440,7 +441,7 @@ fn published_megatron_runs_with_their_plans_held() {
         [(16, true), (16, true), (16, true), (8, true), (4, false)]
     );
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.14, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.09, "mean error {:.1} %", 100.0 * mean);
 }
 
 /// Without a run-plans file the micro-batch is searched and the all-reduce overlapped (the
@@ -896,8 +897,11 @@ fn a100_calibration_cross_validates() {
             s.mean_abs_error
         );
     }
-    // The fit lands near the chip file's values (which were fitted the same way).
+    // The fit lands near the chip file's values (which were fitted the same way): the kernels
+    // are priced at the boost clock they ran at, so the training run's power-limited clock,
+    // which the fit keeps, is not folded into tensor_compute (that would give ~0.97).
     let a100 = chip("a100");
+    assert_eq!(fit.efficiency.sustained_clock, 0.926);
     assert!((fit.efficiency.tensor_compute - a100.efficiency.tensor_compute).abs() < 0.02);
     assert!((fit.efficiency.hbm_bandwidth - a100.efficiency.hbm_bandwidth).abs() < 0.02);
 }

@@ -113,6 +113,7 @@ pub(crate) fn validate_environment(
         ("efficiency.vector_compute", eff.vector_compute),
         ("efficiency.hbm_bandwidth", eff.hbm_bandwidth),
         ("efficiency.link_bandwidth", eff.link_bandwidth),
+        ("efficiency.sustained_clock", eff.sustained_clock),
     ] {
         if !(value > 0.0 && value <= 1.0) {
             return Err(InputError::invalid(

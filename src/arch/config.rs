@@ -82,6 +82,17 @@ pub struct Efficiency {
     pub vector_op_backward_hbm_bandwidth: PerVectorOp,
     /// Fraction of link bandwidth collectives achieve.
     pub link_bandwidth: f64,
+    /// Fraction of `clock_hz` that tensor-core work holds through a training run, where the
+    /// board's power limit pulls the clock down (1: no limit binds, or the kernels the other
+    /// fractions were fitted to already ran under it, as collect.py's back-to-back replays
+    /// do). Applied to training, not to the single kernels `calibrate` fits: see
+    /// [`ArchConfig::timed_in_isolation`].
+    #[serde(skip_serializing_if = "is_unthrottled")]
+    pub sustained_clock: f64,
+}
+
+fn is_unthrottled(fraction: &f64) -> bool {
+    *fraction == 1.0
 }
 
 /// An optional value per vector primitive (a chip file's `[efficiency.vector_op_overhead_s]`,
@@ -209,6 +220,7 @@ impl Default for Efficiency {
             vector_op_hbm_bandwidth: PerVectorOp::default(),
             vector_op_backward_hbm_bandwidth: PerVectorOp::default(),
             link_bandwidth: 1.0,
+            sustained_clock: 1.0,
         }
     }
 }
@@ -298,5 +310,17 @@ impl ArchConfig {
             * f64::from(self.tensor.rows)
             * f64::from(self.tensor.cols)
             * self.clock_hz
+    }
+
+    /// The chip as single kernels are timed for calibration: one call at a time at
+    /// `clock_hz`, too briefly for the power limit to pull the clock down.
+    pub fn timed_in_isolation(&self) -> ArchConfig {
+        ArchConfig {
+            efficiency: Efficiency {
+                sustained_clock: 1.0,
+                ..self.efficiency
+            },
+            ..self.clone()
+        }
     }
 }

@@ -133,11 +133,13 @@ pub fn kernel_errors(
     measurements: &[Measurement],
     predict_composite: impl Fn(&Measurement) -> Option<f64>,
 ) -> Vec<KernelError> {
+    // Single kernels as they were timed; blocks and steps as training runs them.
+    let isolated = arch.timed_in_isolation();
     measurements
         .iter()
         .filter_map(|m| {
             let (predicted_s, shape) = match m.target {
-                Target::Op(kind) => (predict_op(arch, kind, m.elem_bytes), shape(&kind)),
+                Target::Op(kind) => (predict_op(&isolated, kind, m.elem_bytes), shape(&kind)),
                 Target::Block { shape, .. } => (predict_composite(m)?, shape.label()),
                 Target::Step(step) => (predict_composite(m)?, step.label()),
             };
@@ -208,6 +210,11 @@ pub fn calibrate(
             *count % 2
         })
         .collect();
+    let isolated = arch.timed_in_isolation();
+    let fit = |samples: &[KernelSample]| Efficiency {
+        sustained_clock: arch.efficiency.sustained_clock,
+        ..fit_efficiency(&isolated, samples)
+    };
     let mut held_out: Vec<Option<KernelError>> = vec![None; usable.len()];
     for test_fold in 0..2 {
         let train: Vec<KernelSample> = usable
@@ -217,7 +224,7 @@ pub fn calibrate(
             .map(|((_, s), _)| *s)
             .collect();
         let mut fitted = arch.clone();
-        fitted.efficiency = fit_efficiency(arch, &train);
+        fitted.efficiency = fit(&train);
         for (i, (m, _)) in usable.iter().enumerate() {
             if fold[i] == test_fold {
                 held_out[i] = kernel_errors(&fitted, std::slice::from_ref(*m), |_| None).pop();
@@ -227,7 +234,7 @@ pub fn calibrate(
     let held_out = held_out.into_iter().flatten().collect();
     let all: Vec<KernelSample> = usable.iter().map(|(_, s)| *s).collect();
     let mut fitted = arch.clone();
-    fitted.efficiency = fit_efficiency(arch, &all);
+    fitted.efficiency = fit(&all);
     let used: Vec<Measurement> = usable.iter().map(|(m, _)| (*m).clone()).collect();
     let in_sample = kernel_errors(&fitted, &used, |_| None);
     Ok(Calibration {

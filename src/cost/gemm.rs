@@ -176,7 +176,8 @@ fn cost_with_tile(
     // drains once per tile (consecutive passes pipeline through it).
     let tile_cycles = tile.m.div_ceil(rows) * tile.n.div_ceil(cols) * k + (rows + cols - 2);
     let compute_cycles = waves * tile_cycles;
-    let compute_s = compute_cycles as f64 / (arch.clock_hz * eff.tensor_compute);
+    let compute_s =
+        compute_cycles as f64 / (arch.clock_hz * eff.sustained_clock * eff.tensor_compute);
 
     let (bf, mf, nf, kf) = (batch as f64, m as f64, n as f64, k as f64);
     let a_bytes = mf * kf * eb;
