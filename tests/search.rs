@@ -8,7 +8,8 @@ use std::process::Command;
 use tandem::placement::RecomputeMode;
 use tandem::schedule::SolverOptions;
 use tandem::search::{
-    finish, merge, run_sweep, Objective, RunOptions, Shard, Status, Sweep, SweepRecord, POINTS_CSV,
+    finish, merge, run_sweep, DesignRow, Objective, RunOptions, Shard, Status, Sweep, SweepRecord,
+    POINTS_CSV,
 };
 
 const FILES: [&str; 5] = [
@@ -268,6 +269,22 @@ fn resume_after_interruption_gives_the_same_files() {
             .rposition(|&b| b == b'\n')
             .map_or(0, |i| i + 1)
     );
+    // A model that priced only energy otherwise (as before the optimizer step and gradient
+    // synchronisation counted) is caught too: every plan column is compared, not the time.
+    std::fs::write(workload, &text).expect("restore");
+    let mut reader = csv::Reader::from_reader(kept.as_slice());
+    let mut rows: Vec<DesignRow> = reader.deserialize().map(|r| r.expect("row")).collect();
+    let first_ok = rows
+        .iter_mut()
+        .find(|r| r.status == Status::Ok)
+        .expect("an evaluated row");
+    first_ok.energy_per_sample_j = first_ok.energy_per_sample_j.map(|j| j * 0.99);
+    let mut writer = csv::Writer::from_path(killed.join(POINTS_CSV)).expect("points");
+    rows.iter().for_each(|r| writer.serialize(r).expect("row"));
+    writer.flush().expect("flush");
+    let sweep = Sweep::from_record(&rec).expect("valid");
+    let err = run_sweep(&sweep, &rec, &options).expect_err("other energy model");
+    assert!(err.to_string().contains("energy_per_sample_j"), "{err}");
 }
 
 /// A list-only sweep (`--no-ilp`) prices every layer at its list schedule, which the exact

@@ -3,14 +3,14 @@
 //! micro-batch sizes and recompute modes asked for.
 
 use crate::arch::{ArchConfig, Tier};
-use crate::cost::CostModel;
+use crate::cost::{collective_cost, CostModel};
 use crate::error::InputError;
 use crate::placement::{
     place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost, LayerCostGraph,
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
 };
 use crate::schedule::{lower_bound, Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
-use crate::workload::{Layer, OpGraph, OpKind, VectorOp, Workload};
+use crate::workload::{CollectiveKind, Layer, OpGraph, OpKind, VectorOp, Workload};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -90,8 +90,9 @@ pub struct UniqueLayerSchedule {
     /// Extra backward time and energy under selective recompute: the attention core's forward.
     pub selective_recompute_s: f64,
     pub selective_recompute_energy_j: f64,
-    /// The optimizer step over one layer's parameters (once per iteration).
+    /// The optimizer step over one layer's parameters (once per iteration), and its energy.
     pub optimizer_step_s: f64,
+    pub optimizer_step_energy_j: f64,
 }
 
 /// Per-layer costs of a workload at one (t, micro-batch) on one chip: the placement input,
@@ -99,33 +100,77 @@ pub struct UniqueLayerSchedule {
 #[derive(Debug, Clone)]
 pub struct LayerCosts {
     pub graph: LayerCostGraph,
-    /// Per layer: (forward, backward, selective-recompute) energy per device, J.
-    pub energy_j: Vec<[f64; 3]>,
+    /// Per layer and device: energy of the forward, backward and selective recomputation of
+    /// one micro-batch, and of the optimizer step (once per iteration), J.
+    pub energy_j: Vec<LayerEnergy>,
     pub unique: Vec<UniqueLayerSchedule>,
 }
 
+/// One layer's energy on one device of its tensor group, J.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerEnergy {
+    pub fwd_j: f64,
+    pub bwd_j: f64,
+    pub selective_recompute_j: f64,
+    pub optimizer_step_j: f64,
+}
+
 impl LayerCosts {
-    /// Energy of one sample through the whole model: every layer's forward and backward (and
-    /// recomputation) on each of the `t` devices of its tensor group, divided by the samples
-    /// of a micro-batch.
-    pub fn energy_per_sample_j(&self, recompute: RecomputeMode, micro_batch: u32) -> f64 {
+    /// Energy of one sample under `plan`: every layer's forward and backward (and
+    /// recomputation) on each of the `t` devices of its tensor group, per sample of a
+    /// micro-batch; and once per iteration, over the global batch, each data-parallel copy's
+    /// optimizer step and gradient synchronisation (ring all-reduce over the `d · k` copies of
+    /// a stage; with ZeRO-1 a reduce-scatter of gradients and an all-gather of weights, and
+    /// each copy steps its share of the optimizer state). Pipeline sends are not counted.
+    pub fn energy_per_sample_j(
+        &self,
+        plan: &Plan,
+        recompute: RecomputeMode,
+        bytes_per_param: BytesPerParam,
+        zero1: bool,
+        global_batch: u64,
+        arch: &ArchConfig,
+    ) -> f64 {
+        let t = f64::from(self.graph.tp);
         let per_micro_batch: f64 = self
             .energy_j
             .iter()
             .zip(&self.graph.layers)
-            .map(|([fwd, bwd, selective], layer)| {
-                fwd + bwd
+            .map(|(e, layer)| {
+                e.fwd_j
+                    + e.bwd_j
                     + match recompute {
                         RecomputeMode::None => 0.0,
-                        RecomputeMode::Selective => *selective,
+                        RecomputeMode::Selective => e.selective_recompute_j,
                         RecomputeMode::Full if layer.activation_bytes.recomputed_under_full() => {
-                            *fwd
+                            e.fwd_j
                         }
                         RecomputeMode::Full => 0.0,
                     }
             })
             .sum();
-        per_micro_batch * f64::from(self.graph.tp) / f64::from(micro_batch)
+        let mut per_iteration = 0.0;
+        for stage in &plan.stages {
+            let copies = plan.dp * stage.replicas;
+            for &l in &stage.layers {
+                let params = self.graph.layers[l].params;
+                let grad_bytes = params * u64::from(bytes_per_param.grads);
+                let sync_j = if zero1 {
+                    let weight_bytes = params * u64::from(bytes_per_param.weights);
+                    collective_cost(arch, CollectiveKind::ReduceScatter, grad_bytes, copies)
+                        .energy_j
+                        + collective_cost(arch, CollectiveKind::AllGather, weight_bytes, copies)
+                            .energy_j
+                } else {
+                    collective_cost(arch, CollectiveKind::AllReduce, grad_bytes, copies).energy_j
+                };
+                let step_copies = if zero1 { 1 } else { copies };
+                per_iteration += t
+                    * (f64::from(copies) * sync_j
+                        + f64::from(step_copies) * self.energy_j[l].optimizer_step_j);
+            }
+        }
+        per_micro_batch * t / f64::from(plan.micro_batch) + per_iteration / global_batch as f64
     }
 }
 
@@ -163,7 +208,8 @@ pub fn layer_costs(
                 let bwd = cache.get_or_compute(&format!("{key}|bwd"), hardware, &bwd_problem)?;
                 let (selective_recompute_s, selective_recompute_energy_j) =
                     attention_core(&layer.fwd, &fwd_problem);
-                let optimizer_step_s = optimizer_step_s(workload, cost, layer.params);
+                let (optimizer_step_s, optimizer_step_energy_j) =
+                    optimizer_step(workload, cost, layer.params);
                 index_of.insert(&layer.signature, unique.len());
                 unique.push(UniqueLayerSchedule {
                     signature: layer.signature.clone(),
@@ -176,6 +222,7 @@ pub fn layer_costs(
                     selective_recompute_s,
                     selective_recompute_energy_j,
                     optimizer_step_s,
+                    optimizer_step_energy_j,
                 });
                 unique.len() - 1
             }
@@ -191,11 +238,12 @@ pub fn layer_costs(
             output_bytes: layer.output_bytes,
             optimizer_step_s: s.optimizer_step_s,
         });
-        energy_j.push([
-            s.fwd.energy_j,
-            s.bwd.energy_j,
-            s.selective_recompute_energy_j,
-        ]);
+        energy_j.push(LayerEnergy {
+            fwd_j: s.fwd.energy_j,
+            bwd_j: s.bwd.energy_j,
+            selective_recompute_j: s.selective_recompute_energy_j,
+            optimizer_step_j: s.optimizer_step_energy_j,
+        });
     }
     Ok(LayerCosts {
         graph: LayerCostGraph {
@@ -208,20 +256,24 @@ pub fn layer_costs(
     })
 }
 
-/// The optimizer step over `params` parameters on all of the chip's vector cores: its kernels
-/// one after another.
-fn optimizer_step_s(workload: &Workload, cost: &CostModel, params: u64) -> f64 {
+/// Time and energy of the optimizer step over `params` parameters on the chip's vector cores:
+/// its kernels one after another, each in its faster variant.
+fn optimizer_step(workload: &Workload, cost: &CostModel, params: u64) -> (f64, f64) {
     if params == 0 {
-        return 0.0;
+        return (0.0, 0.0);
     }
     workload
         .optimizer_step_ops(params)
         .iter()
         .map(|op| {
             let c = cost.op_cost(op);
-            c.all_cores_s.min(c.one_core_s)
+            if c.all_cores_s <= c.one_core_s {
+                (c.all_cores_s, c.all_cores_energy_j)
+            } else {
+                (c.one_core_s, c.one_core_energy_j)
+            }
         })
-        .sum()
+        .fold((0.0, 0.0), |(s, j), (op_s, op_j)| (s + op_s, j + op_j))
 }
 
 /// Forward, backward and selective-recompute lower bounds of one layer on `cost`'s chip.
@@ -254,7 +306,7 @@ fn lower_bound_graph(
                 Some(&b) => b,
                 None => {
                     let [f, b, s] = layer_bounds(layer, cost)?;
-                    let b = [f, b, s, optimizer_step_s(workload, cost, layer.params)];
+                    let b = [f, b, s, optimizer_step(workload, cost, layer.params).0];
                     bounds.insert(&layer.signature, b);
                     b
                 }
@@ -561,7 +613,14 @@ fn search_plans(
                         .iter()
                         .find(|c| c.graph.tp == plan.tp)
                         .expect("a plan's tensor width is one of the graphs offered");
-                    let energy = costs.energy_per_sample_j(recompute, micro_batch);
+                    let energy = costs.energy_per_sample_j(
+                        &plan,
+                        recompute,
+                        problem.bytes_per_param,
+                        options.zero1,
+                        workload.global_batch,
+                        arch,
+                    );
                     best = Some(summarise(
                         workload,
                         arch,

@@ -18,8 +18,8 @@ pub use compare::{
 };
 pub use evaluate::{
     evaluate, evaluate_faster_than, evaluate_on, layer_costs, recompute_from_name, recompute_name,
-    tensor_widths, throughput_bound, EvaluateError, Evaluation, LayerCosts, LayerWork, PlanBound,
-    PlanOptions, UniqueLayerSchedule, BOUND_SLACK,
+    tensor_widths, throughput_bound, EvaluateError, Evaluation, LayerCosts, LayerEnergy, LayerWork,
+    PlanBound, PlanOptions, UniqueLayerSchedule, BOUND_SLACK,
 };
 pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{append_rows, DesignRow, Status};

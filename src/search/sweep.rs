@@ -508,13 +508,11 @@ impl Sweep {
     /// two models' rows in one sweep: the first finished point with a plan is evaluated again
     /// and must take the time per batch it was written with (results are deterministic).
     fn check_rows_reproduce(&self, path: &Path, rows: &[DesignRow]) -> Result<(), SweepError> {
-        let first = rows
-            .iter()
-            .find_map(|r| match (r.point, r.time_per_batch_s) {
-                (Some(id), Some(was)) if r.status == Status::Ok => Some((r, id, was)),
-                _ => None,
-            });
-        let Some((row, id, was)) = first else {
+        let first = rows.iter().find_map(|r| match r.point {
+            Some(id) if r.status == Status::Ok => Some((r, id)),
+            _ => None,
+        });
+        let Some((was, id)) = first else {
             return Ok(());
         };
         let (config, w, ..) = self.point_parts(id as usize);
@@ -525,19 +523,20 @@ impl Sweep {
             &CostModel::new(&arch),
             &self.point_options(id as usize),
             &cache,
-        )
-        .map(|e| e.plan.time_per_batch_s);
-        match now {
-            Ok(now) if (now - was).abs() <= 1e-9 * was => Ok(()),
-            _ => Err(SweepError::Input(format!(
-                "{}: point {id} ({} on {}) was written at {was:.6e} s per batch and evaluates \
-                 to {} now: the finished rows come from another model or other inputs (an \
-                 edited workload or space file, or another build of tandem); start the sweep \
-                 afresh in an empty directory",
+        );
+        let difference = match &now {
+            Ok(e) => plan_difference(was, &DesignRow::evaluated(&arch, e)),
+            Err(_) => Some("a plan, and it has none now".to_string()),
+        };
+        match difference {
+            None => Ok(()),
+            Some(difference) => Err(SweepError::Input(format!(
+                "{}: point {id} ({} on {}) was written with {difference}: the finished rows \
+                 come from another model or other inputs (an edited workload or space file, \
+                 or another build of tandem); start the sweep afresh in an empty directory",
                 path.display(),
-                row.workload,
-                row.arch,
-                now.map_or("no plan".to_string(), |t| format!("{t:.6e} s")),
+                was.workload,
+                was.arch,
             ))),
         }
     }
@@ -547,6 +546,54 @@ impl Sweep {
             .get(index)
             .ok_or_else(|| SweepError::Input(format!("configuration {index} is outside the space")))
     }
+}
+
+/// The first plan column of `now` that differs from `was` (times and energies to 1e-9
+/// relative), as "<column> <was>, and <now> now".
+fn plan_difference(was: &DesignRow, now: &DesignRow) -> Option<String> {
+    let counts = [
+        ("tp", was.tp.map(u64::from), now.tp.map(u64::from)),
+        ("dp", was.dp.map(u64::from), now.dp.map(u64::from)),
+        ("pp", was.pp.map(u64::from), now.pp.map(u64::from)),
+        (
+            "peak_memory_bytes",
+            was.peak_memory_bytes,
+            now.peak_memory_bytes,
+        ),
+    ];
+    let reals = [
+        (
+            "time_per_batch_s",
+            was.time_per_batch_s,
+            now.time_per_batch_s,
+        ),
+        (
+            "energy_per_sample_j",
+            was.energy_per_sample_j,
+            now.energy_per_sample_j,
+        ),
+    ];
+    let show = |v: Option<String>| v.unwrap_or_else(|| "empty".to_string());
+    counts
+        .into_iter()
+        .find(|(_, a, b)| a != b)
+        .map(|(column, a, b)| (column, a.map(|v| v.to_string()), b.map(|v| v.to_string())))
+        .or_else(|| {
+            reals
+                .into_iter()
+                .find(|(_, a, b)| match (a, b) {
+                    (Some(a), Some(b)) => (a - b).abs() > 1e-9 * a.abs().max(b.abs()),
+                    _ => a != b,
+                })
+                .map(|(column, a, b)| {
+                    (
+                        column,
+                        a.map(|v| format!("{v:.6e}")),
+                        b.map(|v| format!("{v:.6e}")),
+                    )
+                })
+        })
+        .map(|(column, a, b)| format!("{column} {}, and {} now", show(a), show(b)))
 }
 
 /// One configuration's rows between the screen and the exact evaluation; the exact points of
