@@ -30,6 +30,7 @@ fn record() -> SweepRecord {
         ilp_relative_gap: solver.relative_gap,
         search_node_limit: solver.search_node_limit,
         use_ilp: solver.use_ilp,
+        inputs_sha256: Vec::new(),
     }
 }
 

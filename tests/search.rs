@@ -108,6 +108,7 @@ fn record(
         ilp_relative_gap: SolverOptions::default().relative_gap,
         search_node_limit: SolverOptions::default().search_node_limit,
         use_ilp: true,
+        inputs_sha256: Vec::new(),
     }
 }
 
@@ -238,8 +239,8 @@ fn resume_after_interruption_gives_the_same_files() {
     };
     let err = run_sweep(&sweep, &other, &options).expect_err("different inputs");
     assert!(err.to_string().contains("run.toml differs"), "{err}");
-    // So is resuming after the workload file changed under the same path: the finished rows
-    // were priced for another model (run.toml records paths only).
+    // So is resuming after the workload file changed under the same path: run.toml records
+    // each input file's SHA-256, and the message names the file.
     let killed = dir.join("edited");
     std::fs::create_dir_all(&killed).expect("dir");
     std::fs::copy(whole.join("run.toml"), killed.join("run.toml")).expect("copy run.toml");
@@ -255,24 +256,20 @@ fn resume_after_interruption_gives_the_same_files() {
     let err = run_sweep(&sweep, &rec, &options).expect_err("edited workload");
     let message = err.to_string();
     assert!(
-        message.contains("points.csv")
-            && message.contains("tiny on")
-            && message.contains("another model or other inputs"),
+        message.contains("run.toml")
+            && message.contains(&format!("{} changed since that run", workload.display())),
         "{message}"
     );
-    // Nothing was appended to the rows of the other model.
+    // The finished rows were left as they were.
     let kept = std::fs::read(killed.join(POINTS_CSV)).expect("points");
-    assert_eq!(
-        kept.len(),
-        points[..points.len() / 2]
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |i| i + 1)
-    );
-    // A model that priced only energy otherwise (as before the optimizer step and gradient
-    // synchronisation counted) is caught too: every plan column is compared, not the time.
+    assert_eq!(kept, &points[..points.len() / 2]);
+    // With the same inputs, a model that prices the points otherwise (another build of
+    // tandem) is caught by evaluating the first finished point again; every plan column is
+    // compared, so one that priced only energy otherwise (as before the optimizer step and
+    // gradient synchronisation counted) is caught too.
     std::fs::write(workload, &text).expect("restore");
-    let mut reader = csv::Reader::from_reader(kept.as_slice());
+    let whole_lines = kept.iter().rposition(|&b| b == b'\n').expect("rows") + 1;
+    let mut reader = csv::Reader::from_reader(&kept[..whole_lines]);
     let mut rows: Vec<DesignRow> = reader.deserialize().map(|r| r.expect("row")).collect();
     let first_ok = rows
         .iter_mut()
@@ -284,7 +281,14 @@ fn resume_after_interruption_gives_the_same_files() {
     writer.flush().expect("flush");
     let sweep = Sweep::from_record(&rec).expect("valid");
     let err = run_sweep(&sweep, &rec, &options).expect_err("other energy model");
-    assert!(err.to_string().contains("energy_per_sample_j"), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("points.csv")
+            && message.contains("tiny on")
+            && message.contains("energy_per_sample_j")
+            && message.contains("another model or other inputs"),
+        "{message}"
+    );
 }
 
 /// A list-only sweep (`--no-ilp`) prices every layer at its list schedule, which the exact

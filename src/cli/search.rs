@@ -84,6 +84,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         ilp_relative_gap: args.solver.limits.ilp_gap,
         search_node_limit: args.solver.limits.search_node_limit,
         use_ilp: !args.solver.no_ilp,
+        inputs_sha256: Vec::new(),
     };
     let sweep = Sweep::from_record(&record)?;
     eprintln!(

@@ -301,6 +301,7 @@ impl Comparison {
             ilp_relative_gap: self.solver.relative_gap,
             search_node_limit: self.solver.search_node_limit,
             use_ilp: self.solver.use_ilp,
+            inputs_sha256: Vec::new(),
         };
         let sweep = Sweep::from_record(&record)?;
         let resume = sweep_dir.join(super::RUN_TOML).exists();

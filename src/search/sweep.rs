@@ -39,6 +39,7 @@ use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -157,6 +158,52 @@ pub struct SweepRecord {
     /// absent from sweeps recorded before `--no-ilp` existed: they did.
     #[serde(default = "past_the_list_schedule")]
     pub use_ilp: bool,
+    /// SHA-256 of each input file's bytes (the workloads, then the space) when the sweep ran,
+    /// so a resume or merge notices a file edited under the same path. Filled by
+    /// [`run_sweep`]; absent from sweeps recorded before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs_sha256: Vec<String>,
+}
+
+impl SweepRecord {
+    /// The record with `inputs_sha256` computed from the input files as they are now.
+    pub fn with_input_digests(&self) -> Result<SweepRecord, SweepError> {
+        let inputs_sha256 = self
+            .workloads
+            .iter()
+            .chain(std::iter::once(&self.space))
+            .map(|path| {
+                let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+                Ok(Sha256::digest(&bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect())
+            })
+            .collect::<Result<_, SweepError>>()?;
+        Ok(SweepRecord {
+            inputs_sha256,
+            ..self.clone()
+        })
+    }
+
+    /// What differs between the inputs of `previous` (an earlier run's record) and `self`, in
+    /// words: the first input file whose digest changed, or else that the settings differ.
+    fn difference(&self, previous: &SweepRecord) -> String {
+        let paths = self.workloads.iter().chain(std::iter::once(&self.space));
+        let same_paths = previous.workloads == self.workloads && previous.space == self.space;
+        let changed = paths
+            .zip(self.inputs_sha256.iter().zip(&previous.inputs_sha256))
+            .find(|(_, (now, then))| now != then);
+        match changed {
+            Some((path, (now, then))) if same_paths => format!(
+                "{} changed since that run (SHA-256 {}… then, {}… now)",
+                path.display(),
+                &then[..12],
+                &now[..12]
+            ),
+            _ => "its run.toml differs".to_string(),
+        }
+    }
 }
 
 fn past_the_list_schedule() -> bool {
@@ -698,12 +745,17 @@ pub fn run_sweep(
     std::fs::create_dir_all(out).map_err(|e| io_error(out, e))?;
     let points_path = out.join(POINTS_CSV);
     let run_path = out.join(RUN_TOML);
-    let record_text = toml::to_string(record).map_err(|e| io_error(&run_path, e))?;
+    let record = record.with_input_digests()?;
+    let record_text = toml::to_string(&record).map_err(|e| io_error(&run_path, e))?;
     let done = if options.resume {
         let previous = std::fs::read_to_string(&run_path).map_err(|e| io_error(&run_path, e))?;
         if previous != record_text {
+            let difference = toml::from_str::<SweepRecord>(&previous).map_or_else(
+                |_| "its run.toml differs".to_string(),
+                |p| record.difference(&p),
+            );
             return Err(SweepError::Input(format!(
-                "{}: --resume needs the same inputs as the interrupted run (its run.toml differs)",
+                "{}: --resume needs the same inputs as the interrupted run ({difference})",
                 run_path.display()
             )));
         }
