@@ -47,6 +47,7 @@ fn problem(recompute: RecomputeMode) -> PlacementProblem {
         schedule: PipelineSchedule::OneFOneB,
         tiers: chip.interconnect.clone(),
         dp_overlap: true,
+        overlap_efficiency: 1.0,
         constraints: Fixed::default(),
         allow_idle_devices: false,
     }

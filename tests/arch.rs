@@ -462,6 +462,14 @@ fn bad_chip_files_name_file_field_and_reason() {
 
     let m = chip_error(
         "a100.toml",
+        "comm_overlap.toml",
+        "sustained_clock = 0.926",
+        "sustained_clock = 0.926\ncomm_overlap = 1.5",
+    );
+    assert_mentions(&m, &["efficiency.comm_overlap", "[0, 1]", "1.5"]);
+
+    let m = chip_error(
+        "a100.toml",
         "softmax_bandwidth.toml",
         "softmax = 0.74",
         "softmax = 1.5",

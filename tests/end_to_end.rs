@@ -444,6 +444,47 @@ fn published_megatron_runs_with_their_plans_held() {
     assert!(mean < 0.09, "mean error {:.1} %", 100.0 * mean);
 }
 
+/// A chip whose computation hides none of an overlapped collective (`efficiency.comm_overlap
+/// = 0`, all of its SMs and HBM contended) pays the overlapped gradient all-reduce in full:
+/// the published runs with their plans come out exactly as with every all-reduce after the
+/// backward pass; half of it hidden lies in between.
+#[test]
+fn comm_overlap_sets_how_much_of_the_overlapped_all_reduce_is_hidden() {
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let dir = scratch_dir("comm-overlap");
+    let after = dir.join("plans.csv");
+    let text = std::fs::read_to_string("calibration/published_run_plans.csv").expect("plans");
+    std::fs::write(&after, text.replace(",true", ",false")).expect("write");
+    let plans = RunPlans::load(Path::new("calibration/published_run_plans.csv")).expect("plans");
+    let after = RunPlans::load(&after).expect("plans");
+    let mut a100 = chip("a100");
+    let time = |plans: &RunPlans, arch: &tandem::arch::ArchConfig| -> Vec<f64> {
+        validate_runs(published_runs_csv(), plans, arch, &cache)
+            .expect("runs")
+            .iter()
+            .map(|r| r.time_per_batch_s)
+            .collect()
+    };
+    let hidden = time(&plans, &a100);
+    let exposed = time(&after, &a100);
+    a100.efficiency.comm_overlap = 0.0;
+    assert_eq!(time(&plans, &a100), exposed);
+    a100.efficiency.comm_overlap = 0.5;
+    let half = time(&plans, &a100);
+    // The first four runs overlap their all-reduce; GPT-39.1B's runs after the backward.
+    for i in 0..4 {
+        assert!(
+            hidden[i] < half[i] && half[i] < exposed[i],
+            "run {i}: {} < {} < {}",
+            hidden[i],
+            half[i],
+            exposed[i]
+        );
+    }
+    assert_eq!((hidden[4], half[4]), (exposed[4], exposed[4]));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Without a run-plans file the micro-batch is searched and the all-reduce overlapped (the
 /// best plan the model finds for the held t, p, d), so no run is slower than with its plan.
 #[test]

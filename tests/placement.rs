@@ -79,6 +79,7 @@ fn uniform_problem(devices: u32, global_batch: u64) -> PlacementProblem {
         schedule: PipelineSchedule::OneFOneB,
         tiers: tiers(),
         dp_overlap: false,
+        overlap_efficiency: 1.0,
         constraints: Default::default(),
         allow_idle_devices: false,
     }
@@ -199,6 +200,23 @@ fn zero1_divides_optimizer_state_by_d() {
     }
     let overlapped = evaluate_fixed(&problem, &fixed).unwrap();
     assert!(close(overlapped.time_split.dp_comm_s, ring - 4.0 * 1e-5));
+    // Where the all-reduce competes with the backward for the device, the backward hides a
+    // fraction of what it could: 60 % of its 40 µs here, and of a backward longer than the
+    // all-reduce, 60 % of the all-reduce.
+    problem.overlap_efficiency = 0.6;
+    let contended = evaluate_fixed(&problem, &fixed).unwrap();
+    assert!(close(
+        contended.time_split.dp_comm_s,
+        ring - 0.6 * 4.0 * 1e-5
+    ));
+    for l in &mut problem.graphs[0].layers {
+        l.bwd_s = 2e-3;
+    }
+    let contended = evaluate_fixed(&problem, &fixed).unwrap();
+    assert!(close(contended.time_split.dp_comm_s, 0.4 * ring));
+    problem.overlap_efficiency = 1.5;
+    let err = evaluate_fixed(&problem, &fixed).expect_err("not a fraction");
+    assert!(err.to_string().contains("overlap_efficiency"), "{err}");
 }
 
 #[test]
@@ -430,6 +448,8 @@ fn random_problem(seed: u64) -> PlacementProblem {
         dp_overlap: r.below(2) == 0,
         constraints: Default::default(),
         allow_idle_devices: r.below(2) == 0,
+        // Drawn last, so the other fields are those of the seeds before it existed.
+        overlap_efficiency: [1.0, 0.5, 0.0][r.below(3) as usize],
     }
 }
 

@@ -123,6 +123,13 @@ pub(crate) fn validate_environment(
             ));
         }
     }
+    if !(0.0..=1.0).contains(&eff.comm_overlap) {
+        return Err(InputError::invalid(
+            file,
+            field("efficiency.comm_overlap"),
+            format!("must be a fraction in [0, 1], got {}", eff.comm_overlap),
+        ));
+    }
     non_negative(
         file,
         &field("efficiency.gemm_overhead_s"),

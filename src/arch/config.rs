@@ -87,11 +87,17 @@ pub struct Efficiency {
     /// fractions were fitted to already ran under it, as collect.py's back-to-back replays
     /// do). Applied to training, not to the single kernels `calibrate` fits: see
     /// [`ArchConfig::timed_in_isolation`].
-    #[serde(skip_serializing_if = "is_unthrottled")]
+    #[serde(skip_serializing_if = "is_one")]
     pub sustained_clock: f64,
+    /// Fraction of an overlapped collective (the data-parallel gradient all-reduce during the
+    /// last backward pass) that the computation hides, up to the computation's length (1: all
+    /// of it). Below 1 where the collective's kernels take SMs and HBM bandwidth from the
+    /// backward's. Not fitted: measuring it needs two or more devices.
+    #[serde(skip_serializing_if = "is_one")]
+    pub comm_overlap: f64,
 }
 
-fn is_unthrottled(fraction: &f64) -> bool {
+fn is_one(fraction: &f64) -> bool {
     *fraction == 1.0
 }
 
@@ -221,6 +227,7 @@ impl Default for Efficiency {
             vector_op_backward_hbm_bandwidth: PerVectorOp::default(),
             link_bandwidth: 1.0,
             sustained_clock: 1.0,
+            comm_overlap: 1.0,
         }
     }
 }

@@ -35,8 +35,9 @@
 //!   recompute as without (a GPT's head) is not recomputed: its backward adds no forward.
 //! * **Data-parallel gradient all-reduce:** ring over the `d·k` copies of each stage on the
 //!   tier spanning `(d − 1)·block + k·t` devices; with ZeRO-1 a reduce-scatter of gradients
-//!   and an all-gather of weights. With overlap the stage's last backward hides up to its
-//!   backward time. Stages reduce concurrently; the slowest exposed one counts.
+//!   and an all-gather of weights. With overlap the stage's last backward hides
+//!   `overlap_efficiency` of the all-reduce, up to its backward time. Stages reduce
+//!   concurrently; the slowest exposed one counts.
 //! * **Time per batch** `= L·(m + p − 1) + E`, `L` the largest `load / k`, `m = global batch
 //!   / (d · micro-batch)` (must be an integer), `E` the largest exposed all-reduce.
 //!
@@ -184,11 +185,19 @@ pub struct PlacementProblem {
     /// Overlap the gradient all-reduce with the last backward pass.
     #[serde(default)]
     pub dp_overlap: bool,
+    /// With overlap, the fraction of the all-reduce the backward hides, up to the backward's
+    /// length (a chip's `efficiency.comm_overlap`; 1: all of it).
+    #[serde(default = "all_hidden")]
+    pub overlap_efficiency: f64,
     #[serde(default)]
     pub constraints: Fixed,
     /// Allow `d·t` not dividing the device count and stages leaving devices unused.
     #[serde(default)]
     pub allow_idle_devices: bool,
+}
+
+fn all_hidden() -> f64 {
+    1.0
 }
 
 fn adam_mixed() -> BytesPerParam {

@@ -312,7 +312,7 @@ impl Ctx<'_> {
             2.0 * (n_f - 1.0) / n_f * grad_bytes / tier.bandwidth_bytes_per_s + latency
         };
         if self.problem.dp_overlap {
-            (all_reduce - sm.bwd_s).max(0.0)
+            all_reduce - self.problem.overlap_efficiency * all_reduce.min(sm.bwd_s)
         } else {
             all_reduce
         }
@@ -326,6 +326,12 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
     }
     if problem.devices == 0 || problem.micro_batch == 0 || problem.global_batch == 0 {
         return Err("devices, micro-batch and global batch must be positive".into());
+    }
+    if !(0.0..=1.0).contains(&problem.overlap_efficiency) {
+        return Err(format!(
+            "overlap_efficiency must be a fraction in [0, 1], got {}",
+            problem.overlap_efficiency
+        ));
     }
     let n = problem.graphs[0].layers.len();
     for (gi, g) in problem.graphs.iter().enumerate() {
@@ -717,6 +723,7 @@ mod tests {
                 latency_s: 1e-6,
             }],
             dp_overlap: false,
+            overlap_efficiency: 1.0,
             constraints: Default::default(),
             allow_idle_devices: false,
         }

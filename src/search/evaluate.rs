@@ -684,6 +684,7 @@ fn placement_problem(
         schedule: options.schedule,
         tiers: achieved_tiers(arch),
         dp_overlap: options.dp_overlap,
+        overlap_efficiency: arch.efficiency.comm_overlap,
         constraints: options.fixed,
         allow_idle_devices: options.allow_idle_devices,
     }
