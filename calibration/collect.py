@@ -563,7 +563,47 @@ def collective_worker(rank, world, path, env, dtype_name, warmup, repeats, burst
             else:
                 time_cuda(fn, warmup, repeats, burst, graph=False)
         dist.barrier()
+    time_overlap(world, writer, dtype, warmup, repeats, burst, quick)
     dist.destroy_process_group()
+
+
+def time_overlap(world, writer, dtype, warmup, repeats, burst, quick):
+    """A backward pass's GEMMs with its gradient all-reduce launched on a side stream, as
+    PyTorch DDP overlaps them: rows overlap_gemms (batch GEMMs of m x n x k one after another),
+    overlap_all_reduce (elements across group GPUs) and overlap_both (the two launched
+    together). `tandem calibrate` fits the fraction of the all-reduce the GEMMs hide,
+    efficiency.comm_overlap, from the three."""
+    import torch.distributed as dist
+    n = 4096 if quick else 8192
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    side = torch.cuda.Stream()
+    for gemms, count in ([(8, 2**24)] if quick else [(8, 2**26), (16, 2**27)]):
+        grads = torch.randn(count, device="cuda", dtype=dtype)
+
+        def compute(gemms=gemms):
+            for _ in range(gemms):
+                torch.mm(a, b)
+
+        def communicate(grads=grads):
+            dist.all_reduce(grads)
+
+        def both(compute=compute, communicate=communicate):
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                communicate()
+            compute()
+            torch.cuda.current_stream().wait_stream(side)
+
+        shape = dict(batch=gemms, m=n, n=n, k=n, elements=count, row_len=1, group=world)
+        for kernel, fn in [("overlap_gemms", compute), ("overlap_all_reduce", communicate),
+                           ("overlap_both", both)]:
+            # Every rank runs the same loop (the all-reduce needs them all); rank 0 records.
+            if writer:
+                writer.time(kernel, fn, **shape)
+            else:
+                time_cuda(fn, warmup, repeats, burst, graph=False)
+            dist.barrier()
 
 
 SECTIONS = {

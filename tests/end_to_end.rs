@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use tandem::arch::load_chip;
 use tandem::calibrate::{
     calibrate, composite_latency, gpt_block_latency, load_measurements, summarise, validate_runs,
-    BlockShape, RunPlans, StepShape, Target,
+    BlockShape, OverlapPart, OverlapShape, RunPlans, StepShape, Target,
 };
 use tandem::cost::CostModel;
 use tandem::placement::{RecomputeMode, Stage};
@@ -666,7 +666,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let label = match m.target {
             Target::Block { shape, .. } => shape.label(),
             Target::Step(step) => step.label(),
-            Target::Op(_) => continue,
+            Target::Op(_) | Target::Overlap { .. } => continue,
         };
         let predicted_s = composite_latency(&fitted, &cache, m).expect("schedules");
         let error = (predicted_s - m.measured_s) / m.measured_s;
@@ -692,7 +692,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
             Target::Step(_) => {
                 assert!(error.abs() < 0.10, "{}: {:+.1} %", m.source, 100.0 * error);
             }
-            Target::Op(_) => {}
+            Target::Op(_) | Target::Overlap { .. } => {}
         }
     }
     assert_eq!(
@@ -905,6 +905,80 @@ fn collected_layouts_and_block_slices_load() {
         .to_string();
     assert!(
         err.contains("kernels.csv") && err.contains("row 1, group"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// collect.py's overlap rows (two or more GPUs): a stream of GEMMs and an all-reduce timed
+/// apart and together set `efficiency.comm_overlap` to the median over shapes of the hidden
+/// fraction, (gemms + all-reduce − both) / min(gemms, all-reduce), each clamped to [0, 1]:
+/// here 0.625 (10 + 4 − 11.5 ms over 4 ms), 0 (both slower than the two in turn) and 1 (5 ms
+/// hidden of a 4 ms all-reduce). Validation prices the overlapped timing with that fraction;
+/// a shape without all three timings is refused naming the row.
+#[test]
+fn overlap_rows_calibrate_comm_overlap() {
+    let dir = scratch_dir("overlap-rows");
+    let collected = |kernel: &str, shape: &str, group: u32, median_s: f64| {
+        format!(
+            "H100,1980,2619,580,13.0,2.11,bf16,{kernel},{shape},{group},{median_s},{median_s},\
+             {median_s},30,10"
+        )
+    };
+    let overlap = |gemms: u32, both_s: f64| {
+        let shape = format!("{gemms},8192,8192,8192,67108864,1");
+        [
+            collected("overlap_gemms", &shape, 8, 10e-3),
+            collected("overlap_all_reduce", &shape, 8, 4e-3),
+            collected("overlap_both", &shape, 8, both_s),
+        ]
+    };
+    let mut rows = vec![
+        COLLECTED_HEADER.to_string(),
+        collected("gemm", "1,4096,4096,4096,0,0", 1, 0.2e-3),
+    ];
+    rows.extend(overlap(8, 11.5e-3));
+    rows.extend(overlap(9, 15e-3));
+    rows.extend(overlap(10, 9e-3));
+    std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
+    let loaded = load_measurements(&dir).expect("loads");
+    assert_eq!(
+        loaded[3].target,
+        Target::Overlap {
+            part: OverlapPart::Both,
+            shape: OverlapShape {
+                gemms: 8,
+                m: 8192,
+                n: 8192,
+                k: 8192,
+                bytes: 2 << 26,
+                group: 8,
+            },
+        }
+    );
+    let h100 = chip("h100");
+    let fit = calibrate(&h100, &loaded).expect("fit");
+    assert_eq!(fit.overlaps, 3);
+    assert!((fit.efficiency.comm_overlap - 0.625).abs() < 1e-12);
+    let mut fitted = h100.clone();
+    fitted.efficiency = fit.efficiency;
+    let errors = tandem::calibrate::kernel_errors(&fitted, &loaded[1..4], |_| None);
+    let [gemms, all_reduce, both] = [0, 1, 2].map(|i| errors[i].predicted_s);
+    assert!(all_reduce < gemms);
+    let expected = gemms + all_reduce - 0.625 * all_reduce;
+    assert!(
+        (both - expected).abs() <= 1e-12 * expected,
+        "{both} vs {expected}"
+    );
+    // One timing missing: refused, naming the shape's first row.
+    rows.remove(4);
+    std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
+    let loaded = load_measurements(&dir).expect("loads");
+    let err = calibrate(&h100, &loaded)
+        .expect_err("incomplete")
+        .to_string();
+    assert!(
+        err.contains("kernels.csv:2") && err.contains("overlap_both"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).ok();

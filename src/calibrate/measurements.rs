@@ -25,6 +25,43 @@ pub enum Target {
     Block { backward: bool, shape: BlockShape },
     /// One whole training iteration of a GPT on one device.
     Step(StepShape),
+    /// A stream of GEMMs and a gradient all-reduce across `group` devices (collect.py, two or
+    /// more GPUs): the GEMMs alone, the all-reduce alone, or both at once (the all-reduce on
+    /// a side stream, as PyTorch DDP launches it during the backward).
+    Overlap {
+        part: OverlapPart,
+        shape: OverlapShape,
+    },
+}
+
+/// Which timing of an overlap measurement a row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OverlapPart {
+    Gemms,
+    AllReduce,
+    Both,
+}
+
+/// `gemms` GEMMs of m × n × k one after another, and an all-reduce of `bytes` per device
+/// across `group` devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OverlapShape {
+    pub gemms: u64,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub bytes: u64,
+    pub group: u32,
+}
+
+impl OverlapShape {
+    /// The shape in words for reports, e.g. `8x8192x8192x8192 + 268435456B/8`.
+    pub fn label(&self) -> String {
+        format!(
+            "{}x{}x{}x{} + {}B/{}",
+            self.gemms, self.m, self.n, self.k, self.bytes, self.group
+        )
+    }
 }
 
 /// A measured GPT block: micro-batch, sequence, hidden size and heads, sliced
@@ -368,6 +405,22 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                     },
                 })
             }
+            // batch GEMMs of m × n × k and an all-reduce of `elements` across `group` GPUs.
+            "overlap_gemms" | "overlap_all_reduce" | "overlap_both" => Target::Overlap {
+                part: match r.kernel.as_str() {
+                    "overlap_gemms" => OverlapPart::Gemms,
+                    "overlap_all_reduce" => OverlapPart::AllReduce,
+                    _ => OverlapPart::Both,
+                },
+                shape: OverlapShape {
+                    gemms: r.batch,
+                    m: r.m,
+                    n: r.n,
+                    k: r.k,
+                    bytes: r.elements * u64::from(elem_bytes),
+                    group: r.group,
+                },
+            },
             other => return Err(bad("kernel", format!("unknown kernel `{other}`"))),
         };
         let zero = match target {
@@ -379,11 +432,14 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             }
             // Checked below as a workload file's sizes are.
             Target::Step(_) => false,
+            Target::Overlap { shape: o, .. } => {
+                [o.gemms, o.m, o.n, o.k, o.bytes].contains(&0) || o.group < 2
+            }
         };
         if zero {
             return Err(bad(
                 "shape",
-                "sizes must be positive (and group ≥ 2 for collectives)".into(),
+                "sizes must be positive (and group ≥ 2 for collectives and overlaps)".into(),
             ));
         }
         if let Target::Block {

@@ -10,7 +10,8 @@ mod measurements;
 mod runs;
 
 pub use measurements::{
-    load_measurements, BlockShape, CollectedRow, Measurement, StepShape, Target,
+    load_measurements, BlockShape, CollectedRow, Measurement, OverlapPart, OverlapShape, StepShape,
+    Target,
 };
 pub use runs::{
     composite_latency, gpt_block_latency, gpt_step_latency, megatron_flops_per_iteration,
@@ -18,9 +19,9 @@ pub use runs::{
 };
 
 use crate::arch::{ArchConfig, Efficiency};
-use crate::cost::{collective_cost, fit_efficiency, predicted_latency_s, KernelSample};
+use crate::cost::{collective_cost, fit_efficiency, gemm_cost, predicted_latency_s, KernelSample};
 use crate::error::InputError;
-use crate::workload::OpKind;
+use crate::workload::{CollectiveKind, OpKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -142,6 +143,10 @@ pub fn kernel_errors(
                 Target::Op(kind) => (predict_op(&isolated, kind, m.elem_bytes), shape(&kind)),
                 Target::Block { shape, .. } => (predict_composite(m)?, shape.label()),
                 Target::Step(step) => (predict_composite(m)?, step.label()),
+                Target::Overlap { part, shape } => (
+                    predict_overlap(&isolated, part, shape, m.elem_bytes),
+                    shape.label(),
+                ),
             };
             Some(KernelError {
                 source: m.source.clone(),
@@ -153,6 +158,76 @@ pub fn kernel_errors(
             })
         })
         .collect()
+}
+
+/// The GEMM stream's and the all-reduce's predicted latencies of an overlap measurement.
+fn overlap_parts(arch: &ArchConfig, shape: OverlapShape, elem_bytes: u32) -> (f64, f64) {
+    let gemm = gemm_cost(
+        arch,
+        1,
+        shape.m,
+        shape.n,
+        shape.k,
+        elem_bytes,
+        arch.tensor.count,
+    );
+    let all_reduce = collective_cost(arch, CollectiveKind::AllReduce, shape.bytes, shape.group);
+    (shape.gemms as f64 * gemm.latency_s, all_reduce.latency_s)
+}
+
+/// The model's latency for one timing of an overlap measurement: together, the computation
+/// hides `efficiency.comm_overlap` of the all-reduce, up to the computation's length (as the
+/// placement prices an overlapped gradient all-reduce).
+fn predict_overlap(
+    arch: &ArchConfig,
+    part: OverlapPart,
+    shape: OverlapShape,
+    elem_bytes: u32,
+) -> f64 {
+    let (gemms_s, all_reduce_s) = overlap_parts(arch, shape, elem_bytes);
+    match part {
+        OverlapPart::Gemms => gemms_s,
+        OverlapPart::AllReduce => all_reduce_s,
+        OverlapPart::Both => {
+            gemms_s + all_reduce_s - arch.efficiency.comm_overlap * gemms_s.min(all_reduce_s)
+        }
+    }
+}
+
+/// The hidden fraction of the measured overlaps, `(gemms + all-reduce − both) / min(gemms,
+/// all-reduce)` from each shape's three timings (clamped to [0, 1]), and its median over the
+/// shapes; `None` without overlap measurements.
+fn fit_comm_overlap(measurements: &[Measurement]) -> Result<Option<(f64, usize)>, CalibrateError> {
+    let mut timings: BTreeMap<OverlapShape, [Option<f64>; 3]> = BTreeMap::new();
+    let mut first_source: BTreeMap<OverlapShape, &str> = BTreeMap::new();
+    for m in measurements {
+        if let Target::Overlap { part, shape } = m.target {
+            timings.entry(shape).or_default()[part as usize] = Some(m.measured_s);
+            first_source.entry(shape).or_insert(&m.source);
+        }
+    }
+    let mut fractions = Vec::with_capacity(timings.len());
+    for (shape, parts) in &timings {
+        let [Some(gemms_s), Some(all_reduce_s), Some(both_s)] = *parts else {
+            return Err(CalibrateError::IncompleteOverlap {
+                row: first_source[shape].to_string(),
+                shape: shape.label(),
+            });
+        };
+        let hidden_s = gemms_s + all_reduce_s - both_s;
+        fractions.push((hidden_s / gemms_s.min(all_reduce_s)).clamp(0.0, 1.0));
+    }
+    if fractions.is_empty() {
+        return Ok(None);
+    }
+    fractions.sort_by(f64::total_cmp);
+    let mid = fractions.len() / 2;
+    let median = if fractions.len() % 2 == 1 {
+        fractions[mid]
+    } else {
+        0.5 * (fractions[mid - 1] + fractions[mid])
+    };
+    Ok(Some((median, fractions.len())))
 }
 
 /// The measurements the efficiency fit uses: GEMMs and vector operators.
@@ -178,6 +253,11 @@ fn fittable(measurements: &[Measurement]) -> Vec<(&Measurement, KernelSample)> {
 pub enum CalibrateError {
     #[error("no GEMM or vector-operator measurements to fit (collectives and blocks are only validated)")]
     NothingToFit,
+    #[error(
+        "{row}: the overlap measurement {shape} needs all three timings (overlap_gemms, \
+         overlap_all_reduce and overlap_both rows of the same shape)"
+    )]
+    IncompleteOverlap { row: String, shape: String },
 }
 
 /// A fitted chip and the evidence for it.
@@ -189,6 +269,9 @@ pub struct Calibration {
     pub held_out: Vec<KernelError>,
     /// Errors of the final fit on the data it was fitted to (for comparison only).
     pub in_sample: Vec<KernelError>,
+    /// How many overlap measurements (shapes with all three timings) set
+    /// `efficiency.comm_overlap`; 0 keeps the chip's value.
+    pub overlaps: usize,
 }
 
 /// Fits `arch`'s efficiency parameters to `measurements` and cross-validates the fit.
@@ -210,9 +293,11 @@ pub fn calibrate(
             *count % 2
         })
         .collect();
+    let overlap = fit_comm_overlap(measurements)?;
     let isolated = arch.timed_in_isolation();
     let fit = |samples: &[KernelSample]| Efficiency {
         sustained_clock: arch.efficiency.sustained_clock,
+        comm_overlap: overlap.map_or(arch.efficiency.comm_overlap, |(f, _)| f),
         ..fit_efficiency(&isolated, samples)
     };
     let mut held_out: Vec<Option<KernelError>> = vec![None; usable.len()];
@@ -241,5 +326,6 @@ pub fn calibrate(
         efficiency: fitted.efficiency,
         held_out,
         in_sample,
+        overlaps: overlap.map_or(0, |(_, n)| n),
     })
 }

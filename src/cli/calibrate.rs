@@ -86,6 +86,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "measurements": fit.in_sample.len(),
             "before": before,
             "efficiency": fit.efficiency,
+            "overlaps": fit.overlaps,
             "held_out": held_out,
             "in_sample": in_sample,
         });
@@ -158,6 +159,13 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 ]);
             }
         }
+    }
+    if fit.overlaps > 0 || before.comm_overlap != 1.0 {
+        rows.push(vec![
+            format!("comm_overlap ({} overlaps measured)", fit.overlaps),
+            format!("{:.3}", before.comm_overlap),
+            format!("{:.3}", e.comm_overlap),
+        ]);
     }
     println!("{}", table(&["parameter", "before", "fitted"], rows));
     println!("held-out error (fit on one half of each class's shapes, scored on the other):");
