@@ -684,6 +684,14 @@ fn costs_json_errors_name_file_field_and_reason() {
     );
     let backwards = parse_err(&GOOD.replace("[[0, 1, 10]]", "[[1, 0, 10]]"));
     assert!(backwards.contains("`graphs[0].edges[0]`: edge 1 → 0 goes backwards"));
+    let overlap = parse_err(&GOOD.replace(
+        r#""devices": 4,"#,
+        r#""devices": 4, "overlap_efficiency": 1.5,"#,
+    ));
+    assert_eq!(
+        overlap,
+        "costs.json: field `overlap_efficiency`: must be a fraction in [0, 1], got 1.5"
+    );
     let io = load_costs_file(Path::new("/nonexistent/costs.json")).unwrap_err();
     assert!(io
         .to_string()

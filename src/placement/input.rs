@@ -24,6 +24,15 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
             return Err(bad(name.into(), "must be positive".into()));
         }
     }
+    if !(0.0..=1.0).contains(&problem.overlap_efficiency) {
+        return Err(bad(
+            "overlap_efficiency".into(),
+            format!(
+                "must be a fraction in [0, 1], got {}",
+                problem.overlap_efficiency
+            ),
+        ));
+    }
     if problem.graphs.is_empty() {
         return Err(bad(
             "graphs".into(),
