@@ -92,7 +92,7 @@ pub struct Efficiency {
     /// Fraction of an overlapped collective (the data-parallel gradient all-reduce during the
     /// last backward pass) that the computation hides, up to the computation's length (1: all
     /// of it). Below 1 where the collective's kernels take SMs and HBM bandwidth from the
-    /// backward's. Not fitted: measuring it needs two or more devices.
+    /// backward's. Fitted by `calibrate` from collect.py's overlap rows (two or more GPUs).
     #[serde(skip_serializing_if = "is_one")]
     pub comm_overlap: f64,
 }

@@ -550,10 +550,10 @@ impl Sweep {
         self.plan_options(self.hbm_bytes[h], self.micro_batches[m], self.recompute[r])
     }
 
-    /// Refuses to resume onto rows another model wrote. Inputs are recorded by path, so an
-    /// edited workload or space file, or a tandem whose cost model changed since, would mix
-    /// two models' rows in one sweep: the first finished point with a plan is evaluated again
-    /// and must take the time per batch it was written with (results are deterministic).
+    /// Refuses to resume onto rows another model wrote. `run.toml` pins the inputs (paths and
+    /// digests), not the model: a tandem whose cost model changed since would mix two models'
+    /// rows in one sweep, so the first finished point with a plan is evaluated again and must
+    /// give the plan columns it was written with (results are deterministic).
     fn check_rows_reproduce(&self, path: &Path, rows: &[DesignRow]) -> Result<(), SweepError> {
         let first = rows.iter().find_map(|r| match r.point {
             Some(id) if r.status == Status::Ok => Some((r, id)),
@@ -579,8 +579,8 @@ impl Sweep {
             None => Ok(()),
             Some(difference) => Err(SweepError::Input(format!(
                 "{}: point {id} ({} on {}) was written with {difference}: the finished rows \
-                 come from another model or other inputs (an edited workload or space file, \
-                 or another build of tandem); start the sweep afresh in an empty directory",
+                 come from another model or other inputs (another build of tandem, or inputs \
+                 run.toml does not pin); start the sweep afresh in an empty directory",
                 path.display(),
                 was.workload,
                 was.arch,
