@@ -64,6 +64,9 @@ pub struct RunError {
     pub pp_comm_s: f64,
     pub dp_comm_s: f64,
     pub optimizer_s: f64,
+    /// The slowest stage's whole gradient all-reduce, of which overlap (`dp_overlap`) hides
+    /// all but `dp_comm_s`.
+    pub dp_sync_s: f64,
     /// (predicted − measured) / measured.
     pub signed_error: f64,
 }
@@ -290,6 +293,12 @@ pub fn validate_runs(
             pp_comm_s: split.pp_comm_s,
             dp_comm_s: split.dp_comm_s,
             optimizer_s: split.optimizer_s,
+            dp_sync_s: e
+                .plan
+                .stages
+                .iter()
+                .map(|s| s.dp_sync_s)
+                .fold(0.0, f64::max),
             signed_error: (predicted - run.measured_tflops_per_gpu) / run.measured_tflops_per_gpu,
         });
     }

@@ -235,6 +235,8 @@ pub struct Stage {
     pub load_s: f64,
     /// Gradient synchronisation not hidden behind the backward pass.
     pub dp_comm_s: f64,
+    /// The whole gradient synchronisation, hidden or not (`dp_comm_s` without overlap).
+    pub dp_sync_s: f64,
     /// Its own optimizer step (the plan charges the stages' average, see `TimeSplit`).
     pub optimizer_s: f64,
     pub memory: MemoryBreakdown,

@@ -292,8 +292,19 @@ impl Ctx<'_> {
         }
     }
 
-    /// Exposed gradient synchronisation of a stage with `k` replicas.
+    /// Exposed gradient synchronisation of a stage with `k` replicas: all of it, or with
+    /// overlap what the last backward does not hide.
     pub fn dp_comm_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        let all_reduce = self.dp_sync_s(sm, k);
+        if self.problem.dp_overlap {
+            all_reduce - self.problem.overlap_efficiency * all_reduce.min(sm.bwd_s)
+        } else {
+            all_reduce
+        }
+    }
+
+    /// The whole gradient synchronisation of a stage with `k` replicas, hidden or not.
+    pub fn dp_sync_s(&self, sm: &StageMetrics, k: u32) -> f64 {
         let n = self.d * k;
         if n <= 1 || sm.params == 0 {
             return 0.0;
@@ -304,17 +315,12 @@ impl Ctx<'_> {
         let n_f = f64::from(n);
         let grad_bytes = (sm.params * u64::from(bpp.grads)) as f64;
         let latency = 2.0 * (n_f - 1.0) * tier.latency_s;
-        let all_reduce = if self.problem.zero1 {
+        if self.problem.zero1 {
             // Reduce-scatter gradients, all-gather updated weights.
             let weight_bytes = (sm.params * u64::from(bpp.weights)) as f64;
             (n_f - 1.0) / n_f * (grad_bytes + weight_bytes) / tier.bandwidth_bytes_per_s + latency
         } else {
             2.0 * (n_f - 1.0) / n_f * grad_bytes / tier.bandwidth_bytes_per_s + latency
-        };
-        if self.problem.dp_overlap {
-            all_reduce - self.problem.overlap_efficiency * all_reduce.min(sm.bwd_s)
-        } else {
-            all_reduce
         }
     }
 }
@@ -494,6 +500,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             send_s,
             load_s,
             dp_comm_s: ctx.dp_comm_s(sm, k),
+            dp_sync_s: ctx.dp_sync_s(sm, k),
             optimizer_s: ctx.stage_optimizer_s(sm),
             memory: ctx.memory(sm, k, p - i as u32),
         });
