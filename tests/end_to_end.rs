@@ -209,6 +209,9 @@ fn plan_cli_prints_the_documented_json_and_holds_given_options() {
     for s in stages {
         assert!(s["memory_bytes"].as_u64().expect("memory") <= 80 * GIB);
         assert!(s["load_s"].as_f64().expect("load") > 0.0);
+        // The exposed gradient synchronisation is part of the whole one.
+        let exposed = s["dp_comm_s"].as_f64().expect("exposed sync");
+        assert!(s["dp_sync_s"].as_f64().expect("whole sync") >= exposed);
     }
     let devices: u64 = stages
         .iter()

@@ -205,8 +205,17 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
         )
     );
     let split = &plan.time_split;
+    let whole_sync_s = plan.stages.iter().map(|s| s.dp_sync_s).fold(0.0, f64::max);
+    let hidden = if whole_sync_s > split.dp_comm_s {
+        format!(
+            " (of {} overlapped with the backward)",
+            seconds(whole_sync_s)
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}, data-parallel sync {}, optimizer step {}",
+        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}, data-parallel sync {}{hidden}, optimizer step {}",
         seconds(plan.time_per_batch_s),
         seconds(split.compute_s),
         seconds(split.bubble_s),

@@ -216,6 +216,7 @@ pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
             "send_s": s.send_s,
             "load_s": s.load_s,
             "dp_comm_s": s.dp_comm_s,
+            "dp_sync_s": s.dp_sync_s,
             "optimizer_s": s.optimizer_s,
             "memory_bytes": s.memory.total,
             "memory": s.memory,
