@@ -509,20 +509,56 @@ fn optimizer_step_kernels_by_optimizer_and_precision() {
             })
             .collect()
     };
+    // bf16 mixed-precision Adam, clipped (the defaults): 44 B per parameter.
     assert_eq!(
         kernels(&w),
         [
             "grads_to_fp32 cast Forward 2/4",
+            "grad_norm norm Forward 4/0",
             "optimizer_step update Forward 16/12",
             "weights_from_fp32 cast Backward 4/2",
         ]
     );
     let mut fp32 = w.clone();
     fp32.precision = Precision::Fp32;
-    assert_eq!(kernels(&fp32), ["optimizer_step update Forward 16/12"]);
+    assert_eq!(
+        kernels(&fp32),
+        [
+            "grad_norm norm Forward 4/0",
+            "optimizer_step update Forward 16/12"
+        ]
+    );
     let mut sgd = w.clone();
     sgd.optimizer = Optimizer::Sgd;
+    sgd.gradient_clipping = false;
     assert_eq!(kernels(&sgd), ["optimizer_step add Forward 4/2"]);
+    // fp16 scales the loss by default: the scale comes off the fp32 gradients first.
+    let dir = std::env::temp_dir().join(format!("tandem-recipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let text = std::fs::read_to_string("workloads/gpt3-175b.toml").expect("read");
+    let file = dir.join("fp16.toml");
+    std::fs::write(&file, format!("{text}\nprecision = \"fp16\"\n")).expect("write");
+    let fp16 = load(file.to_str().expect("utf-8"));
+    assert!(fp16.loss_scaling && fp16.gradient_clipping);
+    assert_eq!(
+        kernels(&fp16),
+        [
+            "grads_to_fp32 cast Forward 2/4",
+            "unscale_grads scale Forward 4/4",
+            "grad_norm norm Forward 4/0",
+            "optimizer_step update Forward 16/12",
+            "weights_from_fp32 cast Backward 4/2",
+        ]
+    );
+    // Both are recipe choices a workload file can turn off.
+    std::fs::write(
+        &file,
+        format!("{text}\nprecision = \"fp16\"\nloss_scaling = false\ngradient_clipping = false\n"),
+    )
+    .expect("write");
+    let plain = load(file.to_str().expect("utf-8"));
+    assert_eq!(kernels(&plain).len(), 3);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

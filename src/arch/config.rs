@@ -139,6 +139,10 @@ pub struct PerVectorOp {
     pub copy: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cast: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub norm: Option<f64>,
 }
 
 impl PerVectorOp {
@@ -166,6 +170,8 @@ impl PerVectorOp {
             VectorOp::ColumnSum => self.column_sum,
             VectorOp::Copy => self.copy,
             VectorOp::Cast => self.cast,
+            VectorOp::Scale => self.scale,
+            VectorOp::Norm => self.norm,
         }
     }
 
@@ -188,6 +194,8 @@ impl PerVectorOp {
             VectorOp::ColumnSum => &mut self.column_sum,
             VectorOp::Copy => &mut self.copy,
             VectorOp::Cast => &mut self.cast,
+            VectorOp::Scale => &mut self.scale,
+            VectorOp::Norm => &mut self.norm,
         };
         *slot = value;
     }

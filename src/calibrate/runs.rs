@@ -363,7 +363,12 @@ pub fn gpt_step_latency(
     precision: Precision,
 ) -> Result<f64, EvaluateError> {
     let sizes = step.sizes;
-    let workload = Workload::gpt("step", Path::new("measured step"), sizes, precision)?;
+    let workload = Workload {
+        // collect.py's step neither scales the loss nor clips the gradients.
+        loss_scaling: false,
+        gradient_clipping: false,
+        ..Workload::gpt("step", Path::new("measured step"), sizes, precision)?
+    };
     let micro_batch = u32::try_from(sizes.global_batch)
         .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
     let options = PlanOptions {

@@ -88,6 +88,10 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
         VectorOp::Copy => 0.0,
         // One conversion instruction per element.
         VectorOp::Cast => vc.add,
+        // Multiply, and compare against infinity.
+        VectorOp::Scale => vc.mul + vc.add,
+        // Square and accumulate.
+        VectorOp::Norm => vc.mul + vc.add,
     }
 }
 

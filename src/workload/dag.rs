@@ -87,6 +87,9 @@ pub(crate) struct RawDag {
     precision: Precision,
     #[serde(default = "default_optimizer")]
     optimizer: Optimizer,
+    loss_scaling: Option<bool>,
+    #[serde(default = "clips")]
+    gradient_clipping: bool,
     layers: Vec<DagLayer>,
     edges: Vec<(usize, usize, u64)>,
 }
@@ -97,6 +100,10 @@ fn default_precision() -> Precision {
 
 fn default_optimizer() -> Optimizer {
     Optimizer::Adam
+}
+
+fn clips() -> bool {
+    true
 }
 
 fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
@@ -243,6 +250,10 @@ impl RawDag {
             seq_len,
             precision: self.precision,
             optimizer: self.optimizer,
+            loss_scaling: self
+                .loss_scaling
+                .unwrap_or(self.precision == Precision::Fp16),
+            gradient_clipping: self.gradient_clipping,
             source: file.to_path_buf(),
             model: Model::Dag(Dag {
                 layers: self.layers,

@@ -60,11 +60,16 @@ pub enum VectorOp {
     /// logits the loss reads; gradients copied up to mixed precision's fp32 main copy), its
     /// backward narrows (the logits' gradient; the main weights copied back after the step).
     Cast,
+    /// A tensor multiplied by one number in place: fp16 training's loss scale taken off the
+    /// gradients, with the check for infinities and NaNs that decides whether to step.
+    Scale,
+    /// The sum of squares of a tensor into one number: the gradient norm that clipping needs.
+    Norm,
 }
 
 impl VectorOp {
     /// Every primitive, in declaration order.
-    pub const ALL: [VectorOp; 16] = [
+    pub const ALL: [VectorOp; 18] = [
         VectorOp::Add,
         VectorOp::Mul,
         VectorOp::Gelu,
@@ -81,6 +86,8 @@ impl VectorOp {
         VectorOp::ColumnSum,
         VectorOp::Copy,
         VectorOp::Cast,
+        VectorOp::Scale,
+        VectorOp::Norm,
     ];
 
     /// The snake_case name chip files and CSVs use.
@@ -102,6 +109,8 @@ impl VectorOp {
             VectorOp::ColumnSum => "column_sum",
             VectorOp::Copy => "copy",
             VectorOp::Cast => "cast",
+            VectorOp::Scale => "scale",
+            VectorOp::Norm => "norm",
         }
     }
 }
@@ -197,6 +206,10 @@ impl VectorOp {
                 extra_read_bytes: 4,
                 ..tensors(0, 1)
             },
+            // Optimizer-step kernels, the same in either pass: the tensor in and out again,
+            // or in only (one number out).
+            (VectorOp::Scale, _) => tensors(1, 1),
+            (VectorOp::Norm, _) => tensors(1, 0),
         }
     }
 }

@@ -145,6 +145,13 @@ pub struct Workload {
     pub seq_len: u64,
     pub precision: Precision,
     pub optimizer: Optimizer,
+    /// Whether each step takes a dynamic loss scale off the gradients and checks them for
+    /// infinities (`loss_scaling` in a workload file; default: in fp16, whose gradients would
+    /// underflow without it).
+    pub loss_scaling: bool,
+    /// Whether each step computes the gradient norm to clip by (`gradient_clipping` in a
+    /// workload file; default true, as Megatron-LM and most LLM recipes clip).
+    pub gradient_clipping: bool,
     pub model: Model,
     /// The file it was loaded from (named in errors).
     pub source: PathBuf,
@@ -316,31 +323,55 @@ impl Workload {
     /// the gradients are first cast up to the main copy and the updated main weights cast back
     /// to the model's precision (Megatron-LM's `_copy_model_grads_to_main_grads` and
     /// `_copy_main_params_to_model_params`: 6 B per parameter each). SGD reads weights and
-    /// gradients and writes the weights.
+    /// gradients and writes the weights. Before the update, loss scaling takes the scale off
+    /// the gradients and checks them for infinities (one read and write), and clipping
+    /// computes their norm (one read): Megatron-LM's
+    /// `_unscale_main_grads_and_check_for_nan` and `clip_grad_norm_fp32`.
     pub fn optimizer_step_ops(&self, params: u64) -> Vec<Op> {
         let e = self.precision.bytes();
-        match self.optimizer {
-            Optimizer::Adam if e < 4 => vec![
-                ops::vector("grads_to_fp32", VectorOp::Cast, params, 1, e),
-                ops::vector("optimizer_step", VectorOp::Update, params, 1, 4),
-                ops::vector_in_pass(
-                    "weights_from_fp32",
-                    VectorOp::Cast,
-                    Pass::Backward,
-                    params,
-                    1,
-                    e,
-                ),
-            ],
-            Optimizer::Adam => vec![ops::vector(
-                "optimizer_step",
-                VectorOp::Update,
+        let mixed = self.optimizer == Optimizer::Adam && e < 4;
+        // The gradients the bookkeeping and the update read: Adam's fp32 main copy.
+        let grad_bytes = match self.optimizer {
+            Optimizer::Adam => 4,
+            Optimizer::Sgd => e,
+        };
+        let mut ops = Vec::with_capacity(5);
+        if mixed {
+            ops.push(ops::vector("grads_to_fp32", VectorOp::Cast, params, 1, e));
+        }
+        if self.loss_scaling {
+            ops.push(ops::vector(
+                "unscale_grads",
+                VectorOp::Scale,
                 params,
                 1,
-                4,
-            )],
-            Optimizer::Sgd => vec![ops::vector("optimizer_step", VectorOp::Add, params, 1, e)],
+                grad_bytes,
+            ));
         }
+        if self.gradient_clipping {
+            ops.push(ops::vector(
+                "grad_norm",
+                VectorOp::Norm,
+                params,
+                1,
+                grad_bytes,
+            ));
+        }
+        ops.push(match self.optimizer {
+            Optimizer::Adam => ops::vector("optimizer_step", VectorOp::Update, params, 1, 4),
+            Optimizer::Sgd => ops::vector("optimizer_step", VectorOp::Add, params, 1, e),
+        });
+        if mixed {
+            ops.push(ops::vector_in_pass(
+                "weights_from_fp32",
+                VectorOp::Cast,
+                Pass::Backward,
+                params,
+                1,
+                e,
+            ));
+        }
+        ops
     }
 
     /// Tokens per sample.

@@ -25,7 +25,9 @@ fn flops_per_element(op: VectorOp) -> f64 {
         | VectorOp::Mul
         | VectorOp::Relu
         | VectorOp::Embedding
-        | VectorOp::ColumnSum => 1.0,
+        | VectorOp::ColumnSum
+        | VectorOp::Scale => 1.0,
+        VectorOp::Norm => 2.0,
         VectorOp::Dropout => 2.0,
         VectorOp::Rotary => 3.0,
         VectorOp::Silu | VectorOp::RmsNorm | VectorOp::Update => 4.0,

@@ -37,6 +37,8 @@ pub(crate) struct RawTemplate {
     global_batch: i64,
     precision: Option<String>,
     optimizer: Option<String>,
+    loss_scaling: Option<bool>,
+    gradient_clipping: Option<bool>,
 }
 
 impl RawTemplate {
@@ -57,6 +59,8 @@ impl RawTemplate {
             global_batch: size(sizes.global_batch),
             precision: Some(precision.name().to_string()),
             optimizer: Some("adam".to_string()),
+            loss_scaling: None,
+            gradient_clipping: None,
         }
     }
 }
@@ -178,6 +182,8 @@ impl RawTemplate {
             global_batch,
             precision,
             optimizer,
+            loss_scaling: self.loss_scaling.unwrap_or(precision == Precision::Fp16),
+            gradient_clipping: self.gradient_clipping.unwrap_or(true),
             source: file.to_path_buf(),
             model: Model::Template(Template {
                 family,
