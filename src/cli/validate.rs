@@ -10,7 +10,7 @@ use tandem::calibrate::{
     composite_latency, kernel_errors, load_measurements, summarise, summarise_errors,
     validate_runs, ErrorSummary, KernelError, RunError, RunPlans,
 };
-use tandem::report::table;
+use tandem::report::{seconds, table};
 use tandem::schedule::{ScheduleCache, SolverOptions};
 use tandem::search::recompute_name;
 
@@ -147,7 +147,11 @@ fn run_row(r: &RunError) -> Vec<String> {
                 " (searched)"
             }
         ),
-        if r.dp_overlap { "yes" } else { "no" }.to_string(),
+        if r.dp_overlap {
+            format!("yes, hides {}", seconds(r.dp_sync_s - r.dp_comm_s))
+        } else {
+            "no".to_string()
+        },
         format!("{:.1}", r.measured_tflops_per_gpu),
         format!("{:.1}", r.predicted_tflops_per_gpu),
         format!("{:+.1} %", 100.0 * r.signed_error),
