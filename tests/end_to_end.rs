@@ -39,6 +39,18 @@ fn chip(name: &str) -> tandem::arch::ArchConfig {
     load_chip(&Path::new("arch_specs").join(format!("{name}.toml"))).expect("bundled chip")
 }
 
+/// GPT-1.7B (the first published run's model) at t = 1 on the A100: parameters per device and
+/// how many layers have any.
+fn gpt_1_7b_params(cache: &ScheduleCache) -> (u64, usize) {
+    let a100 = CostModel::new(&chip("a100"));
+    let costs = layer_costs(&workload("gpt-1.7b"), &a100, cache, 1, 16, false).expect("costs");
+    let layers = &costs.graph.layers;
+    (
+        layers.iter().map(|l| l.params).sum(),
+        layers.iter().filter(|l| l.params > 0).count(),
+    )
+}
+
 /// Runs a command that must succeed and print JSON.
 fn tandem_json(args: &[&str]) -> serde_json::Value {
     let out = tandem(args);
@@ -488,16 +500,7 @@ fn comm_overlap_sets_how_much_of_the_overlapped_all_reduce_is_hidden() {
     // What the overlap hides is reported: GPT-1.7B's whole all-reduce is a ring over its 32
     // copies on InfiniBand (25 GB/s at the achieved 0.8, 10 µs per hop) of 2 B per parameter.
     let run = &validate_runs(published_runs_csv(), &plans, &chip("a100"), &cache).expect("runs")[0];
-    let costs = layer_costs(
-        &workload("gpt-1.7b"),
-        &CostModel::new(&a100),
-        &cache,
-        1,
-        16,
-        false,
-    )
-    .expect("costs");
-    let params: u64 = costs.graph.layers.iter().map(|l| l.params).sum();
+    let (params, _) = gpt_1_7b_params(&cache);
     let ring_s = 2.0 * 31.0 / 32.0 * (2 * params) as f64 / (25e9 * 0.8) + 62.0 * 10e-6;
     assert!(
         (run.dp_sync_s - ring_s).abs() <= 1e-9 * ring_s,
@@ -777,17 +780,7 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
     // Megatron-LM's step also takes the fp16 loss scale off the gradients and computes
     // their norm for clipping, which collect.py's step does not: 8 + 4 B per parameter over
     // the fp32 gradients, and two vector kernels per layer with parameters.
-    let costs = layer_costs(
-        &workload("gpt-1.7b"),
-        &CostModel::new(&a100),
-        &cache,
-        1,
-        16,
-        false,
-    )
-    .expect("costs");
-    let params: u64 = costs.graph.layers.iter().map(|l| l.params).sum();
-    let layers = costs.graph.layers.iter().filter(|l| l.params > 0).count();
+    let (params, layers) = gpt_1_7b_params(&cache);
     let bookkeeping_s =
         params as f64 * (8.0 + 4.0) / (2039e9 * 0.83) + 2.0 * 12.6e-6 * layers as f64;
     let run_s = run.compute_s + run.optimizer_s;
@@ -1090,8 +1083,7 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
             .expect("a plan exists")
             .energy_per_sample_j
     };
-    let costs = layer_costs(&gpt, &CostModel::new(&a100), &cache, 1, 16, false).expect("costs");
-    let params: u64 = costs.graph.layers.iter().map(|l| l.params).sum();
+    let (params, _) = gpt_1_7b_params(&cache);
     assert!((1.6e9..1.8e9).contains(&(params as f64)), "{params}");
     let per_sample = |joules_per_param: f64| params as f64 * joules_per_param / 512.0;
     let one = energy(1, false);

@@ -339,23 +339,13 @@ impl Workload {
         if mixed {
             ops.push(ops::vector("grads_to_fp32", VectorOp::Cast, params, 1, e));
         }
-        if self.loss_scaling {
-            ops.push(ops::vector(
-                "unscale_grads",
-                VectorOp::Scale,
-                params,
-                1,
-                grad_bytes,
-            ));
-        }
-        if self.gradient_clipping {
-            ops.push(ops::vector(
-                "grad_norm",
-                VectorOp::Norm,
-                params,
-                1,
-                grad_bytes,
-            ));
+        for (wanted, name, op) in [
+            (self.loss_scaling, "unscale_grads", VectorOp::Scale),
+            (self.gradient_clipping, "grad_norm", VectorOp::Norm),
+        ] {
+            if wanted {
+                ops.push(ops::vector(name, op, params, 1, grad_bytes));
+            }
         }
         ops.push(match self.optimizer {
             Optimizer::Adam => ops::vector("optimizer_step", VectorOp::Update, params, 1, 4),
