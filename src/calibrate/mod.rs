@@ -21,6 +21,7 @@ pub use runs::{
 use crate::arch::{ArchConfig, Efficiency};
 use crate::cost::{collective_cost, fit_efficiency, gemm_cost, predicted_latency_s, KernelSample};
 use crate::error::InputError;
+use crate::placement::exposed_after_overlap;
 use crate::workload::{CollectiveKind, OpKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -189,7 +190,7 @@ fn predict_overlap(
         OverlapPart::Gemms => gemms_s,
         OverlapPart::AllReduce => all_reduce_s,
         OverlapPart::Both => {
-            gemms_s + all_reduce_s - arch.efficiency.comm_overlap * gemms_s.min(all_reduce_s)
+            gemms_s + exposed_after_overlap(all_reduce_s, gemms_s, arch.efficiency.comm_overlap)
         }
     }
 }

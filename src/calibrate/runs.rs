@@ -293,12 +293,7 @@ pub fn validate_runs(
             pp_comm_s: split.pp_comm_s,
             dp_comm_s: split.dp_comm_s,
             optimizer_s: split.optimizer_s,
-            dp_sync_s: e
-                .plan
-                .stages
-                .iter()
-                .map(|s| s.dp_sync_s)
-                .fold(0.0, f64::max),
+            dp_sync_s: e.plan.dp_sync_s(),
             signed_error: (predicted - run.measured_tflops_per_gpu) / run.measured_tflops_per_gpu,
         });
     }

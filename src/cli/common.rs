@@ -205,7 +205,7 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
         )
     );
     let split = &plan.time_split;
-    let whole_sync_s = plan.stages.iter().map(|s| s.dp_sync_s).fold(0.0, f64::max);
+    let whole_sync_s = plan.dp_sync_s();
     let hidden = if whole_sync_s > split.dp_comm_s {
         format!(
             " (of {} overlapped with the backward)",

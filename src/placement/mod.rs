@@ -66,7 +66,7 @@ mod model;
 
 pub use brute::brute_force;
 pub use input::{load_costs_file, parse_costs};
-pub use model::evaluate_fixed;
+pub use model::{evaluate_fixed, exposed_after_overlap};
 
 use crate::arch::Tier;
 use crate::workload::ActivationBytes;
@@ -272,6 +272,13 @@ pub struct Plan {
     pub throughput_samples_per_s: f64,
     pub peak_memory_bytes: u64,
     pub devices_used: u32,
+}
+
+impl Plan {
+    /// The slowest stage's whole gradient synchronisation, hidden or not.
+    pub fn dp_sync_s(&self) -> f64 {
+        self.stages.iter().map(|s| s.dp_sync_s).fold(0.0, f64::max)
+    }
 }
 
 /// A user-fixed partition for [`evaluate_fixed`].

@@ -297,7 +297,7 @@ impl Ctx<'_> {
     pub fn dp_comm_s(&self, sm: &StageMetrics, k: u32) -> f64 {
         let all_reduce = self.dp_sync_s(sm, k);
         if self.problem.dp_overlap {
-            all_reduce - self.problem.overlap_efficiency * all_reduce.min(sm.bwd_s)
+            exposed_after_overlap(all_reduce, sm.bwd_s, self.problem.overlap_efficiency)
         } else {
             all_reduce
         }
@@ -323,6 +323,12 @@ impl Ctx<'_> {
             2.0 * (n_f - 1.0) / n_f * grad_bytes / tier.bandwidth_bytes_per_s + latency
         }
     }
+}
+
+/// What stays exposed of a collective of `comm_s` launched beside `compute_s` of computation
+/// that hides `hidden_fraction` of it, up to the computation's length.
+pub fn exposed_after_overlap(comm_s: f64, compute_s: f64, hidden_fraction: f64) -> f64 {
+    comm_s - hidden_fraction * comm_s.min(compute_s)
 }
 
 /// Checks the problem's invariants; the message says what is wrong.
