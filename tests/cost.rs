@@ -5,12 +5,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use tandem::arch::{
-    ArchConfig, Efficiency, EnergyCosts, GlobalBuffer, Hbm, KernelExecution, TensorCores, Tier,
-    VectorCores, VectorCycles,
+    fewest_in_domain, group_link, ArchConfig, Efficiency, EnergyCosts, GlobalBuffer, Hbm,
+    KernelExecution, TensorCores, Tier, VectorCores, VectorCycles,
 };
 use tandem::cost::{
-    class_errors, collective_cost, fit_efficiency, gemm_cost, predicted_latency_s, tier_for_group,
-    vector_cost, Bound, CostModel, KernelSample, MemoryLevel,
+    class_errors, collective_cost, fit_efficiency, gemm_cost, predicted_latency_s, vector_cost,
+    Bound, CostModel, KernelSample, MemoryLevel,
 };
 use tandem::error::{parse_toml, read_input, InputError};
 use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, Pass, VectorOp, Workload};
@@ -219,22 +219,73 @@ fn collective_formulas_for_eight_devices() {
 #[test]
 fn a100_tier_selection() {
     let a100 = load_chip("a100");
-    assert_eq!(
-        tier_for_group(&a100, 8).map(|t| t.name.as_str()),
-        Some("nvlink")
-    );
-    assert_eq!(
-        tier_for_group(&a100, 16).map(|t| t.name.as_str()),
-        Some("infiniband")
-    );
     let eff = a100.efficiency.link_bandwidth;
-    let c = collective_cost(&a100, CollectiveKind::AllReduce, 1 << 30, 16);
     let s = (1u64 << 30) as f64;
+    let eight = collective_cost(&a100, CollectiveKind::AllReduce, 1 << 30, 8);
+    assert_eq!(eight.tier.as_deref(), Some("nvlink"));
+    assert_close(
+        eight.latency_s,
+        2.0 * 7.0 / 8.0 * s / (300e9 * eff) + 14.0 * 5e-6,
+        "8-GPU all-reduce on NVLink",
+    );
+    // Two full nodes: eight rings, one per GPU's NIC, 8 x 25 GB/s (below NVLink's 300).
+    let c = collective_cost(&a100, CollectiveKind::AllReduce, 1 << 30, 16);
+    assert_eq!(c.tier.as_deref(), Some("infiniband"));
     assert_close(
         c.latency_s,
-        2.0 * 15.0 / 16.0 * s / (25e9 * eff) + 30.0 * 10e-6,
+        2.0 * 15.0 / 16.0 * s / (200e9 * eff) + 30.0 * 10e-6,
         "16-GPU all-reduce on InfiniBand",
     );
+    // Twelve GPUs leave four in the second node: four rails.
+    let c = collective_cost(&a100, CollectiveKind::AllReduce, 1 << 30, 12);
+    assert_close(
+        c.latency_s,
+        2.0 * 11.0 / 12.0 * s / (100e9 * eff) + 22.0 * 10e-6,
+        "12-GPU all-reduce on InfiniBand",
+    );
+    // A send crosses one link whatever the group.
+    let p2p = collective_cost(&a100, CollectiveKind::SendRecv, 1 << 30, 16);
+    assert_close(p2p.latency_s, s / (25e9 * eff) + 10e-6, "send over one NIC");
+}
+
+#[test]
+fn multi_rail_group_links() {
+    let tier = |name: &str, devices, bandwidth_bytes_per_s| Tier {
+        name: name.into(),
+        devices,
+        bandwidth_bytes_per_s,
+        latency_s: 0.0,
+    };
+    let tiers = [tier("node", 8, 300e9), tier("network", 1024, 25e9)];
+    let link = |span, fewest: u32| {
+        let l = group_link(&tiers, span, |_| fewest).unwrap();
+        (l.tier.name.clone(), l.bandwidth_bytes_per_s)
+    };
+    assert_eq!(link(8, 1), ("node".into(), 300e9));
+    assert_eq!(link(32, 1), ("network".into(), 25e9));
+    assert_eq!(link(32, 4), ("network".into(), 100e9));
+    // Bounded by the node's links, which carry every ring inside it.
+    let fast_nics = [tier("node", 8, 300e9), tier("network", 1024, 50e9)];
+    assert_eq!(
+        group_link(&fast_nics, 64, |_| 8)
+            .unwrap()
+            .bandwidth_bytes_per_s,
+        300e9
+    );
+    // Beyond the last tier: the last tier.
+    assert_eq!(link(4096, 2), ("network".into(), 50e9));
+    assert!(group_link(&[], 8, |_| 1).is_none());
+
+    // Members `stride` apart from a domain boundary, domains of 8.
+    assert_eq!(fewest_in_domain(32, 1, 8), 8);
+    assert_eq!(fewest_in_domain(9, 1, 8), 1);
+    assert_eq!(fewest_in_domain(12, 1, 8), 4);
+    assert_eq!(fewest_in_domain(32, 2, 8), 4);
+    assert_eq!(fewest_in_domain(3, 2, 8), 3);
+    assert_eq!(fewest_in_domain(32, 8, 8), 1);
+    assert_eq!(fewest_in_domain(32, 16, 8), 1);
+    // A stride that does not divide the domain may leave one member in some domain.
+    assert_eq!(fewest_in_domain(32, 3, 8), 1);
 }
 
 #[test]

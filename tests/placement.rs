@@ -131,6 +131,62 @@ fn uniform_chain_pp4_time_is_load_times_m_plus_3() {
 }
 
 #[test]
+fn dp_all_reduce_drives_one_ring_per_copy_in_a_node() {
+    // 32 devices in nodes of 8 with a 25 GB/s NIC each: NCCL runs one ring per copy's NIC.
+    let problem = uniform_problem(32, 32);
+    let grads = |layers: u64| (layers * P * 2) as f64;
+    let ring = |n: f64, bytes: f64, bandwidth: f64| {
+        2.0 * (n - 1.0) / n * bytes / bandwidth + 2.0 * (n - 1.0) * 10e-6
+    };
+    // One stage, 32 copies a device apart: eight in every node, 8 x 25 GB/s.
+    let flat = FixedPlan {
+        tp: 1,
+        dp: 32,
+        stages: vec![FixedStage {
+            layers: (0..4).collect(),
+            devices: 1,
+        }],
+    };
+    let plan = evaluate_fixed(&problem, &flat).unwrap();
+    assert!(close(plan.stages[0].dp_sync_s, ring(32.0, grads(4), 200e9)));
+    // Two stages, 16 copies two devices apart: four in every node, 4 x 25 GB/s.
+    let piped = FixedPlan {
+        tp: 1,
+        dp: 16,
+        stages: vec![
+            FixedStage {
+                layers: vec![0, 1],
+                devices: 1,
+            },
+            FixedStage {
+                layers: vec![2, 3],
+                devices: 1,
+            },
+        ],
+    };
+    let plan = evaluate_fixed(&problem, &piped).unwrap();
+    for stage in &plan.stages {
+        assert!(close(stage.dp_sync_s, ring(16.0, grads(2), 100e9)));
+    }
+    // Four stages of two replicas: pipelines (blocks of 8 devices) a node apart, so a node
+    // holds a stage's two replicas of one pipeline, a device apart: two rails, 50 GB/s.
+    let wide = FixedPlan {
+        tp: 1,
+        dp: 4,
+        stages: (0..4)
+            .map(|i| FixedStage {
+                layers: vec![i],
+                devices: 2,
+            })
+            .collect(),
+    };
+    let plan = evaluate_fixed(&problem, &wide).unwrap();
+    for stage in &plan.stages {
+        assert!(close(stage.dp_sync_s, ring(8.0, grads(1), 50e9)));
+    }
+}
+
+#[test]
 fn bound_below_the_only_allowed_stage_count_finds_nothing() {
     // pp = 4 on 4 devices allows one plan; a bound just below its time leaves no table row
     // for 4 stages, which must read as "no plan", not as a missing row.

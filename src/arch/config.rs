@@ -48,9 +48,65 @@ pub struct Hbm {
 pub struct Tier {
     pub name: String,
     pub devices: u32,
-    /// Per-device bandwidth in one direction.
+    /// Per-device bandwidth in one direction: every device has links of its own at this tier
+    /// (a DGX A100's eight GPUs have eight InfiniBand NICs).
     pub bandwidth_bytes_per_s: f64,
     pub latency_s: f64,
+}
+
+/// The tier a collective group communicates over, and the bus bandwidth it achieves there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupLink<'a> {
+    pub tier: &'a Tier,
+    /// What each member moves its share of a ring collective at.
+    pub bandwidth_bytes_per_s: f64,
+}
+
+/// How a group whose members span `span` consecutive devices communicates: over the first tier
+/// spanning them (the last tier when none does). A group that leaves the domains of the tier
+/// below with several members in each runs one ring per member's own outer link, as NCCL does
+/// over a node's NICs (multi-rail), so it moves as many links' worth across domains as the
+/// sparsest domain has members (`fewest_in(domain devices)`, see [`fewest_in_domain`]), bounded
+/// by the tier below, which carries every ring between a domain's members. `None` when there
+/// are no tiers.
+pub fn group_link(
+    tiers: &[Tier],
+    span: u32,
+    fewest_in: impl Fn(u32) -> u32,
+) -> Option<GroupLink<'_>> {
+    let outer = tiers
+        .iter()
+        .position(|tier| tier.devices >= span)
+        .unwrap_or(tiers.len().checked_sub(1)?);
+    let tier = &tiers[outer];
+    let bandwidth_bytes_per_s = match outer.checked_sub(1).map(|inner| &tiers[inner]) {
+        Some(inner) => {
+            let rails = fewest_in(inner.devices).clamp(1, inner.devices);
+            (f64::from(rails) * tier.bandwidth_bytes_per_s)
+                .min(inner.bandwidth_bytes_per_s)
+                .max(tier.bandwidth_bytes_per_s)
+        }
+        None => tier.bandwidth_bytes_per_s,
+    };
+    Some(GroupLink {
+        tier,
+        bandwidth_bytes_per_s,
+    })
+}
+
+/// The fewest of `count` members, placed `stride` devices apart from a domain boundary, that
+/// any domain of `domain` devices holding one of them holds. 1 when the stride neither spans
+/// nor divides the domain (some domain may then hold a single member).
+pub fn fewest_in_domain(count: u32, stride: u32, domain: u32) -> u32 {
+    if stride == 0 || stride >= domain || domain % stride != 0 {
+        return 1;
+    }
+    let per_domain = domain / stride;
+    match count % per_domain {
+        _ if count <= per_domain => count.max(1),
+        0 => per_domain,
+        rest => rest,
+    }
 }
 
 /// Achievable fractions of peak and fixed overheads, fitted by `calibrate` from measured

@@ -1,8 +1,10 @@
 //! Collectives over the interconnect: bandwidth-optimal ring algorithms and point-to-point
-//! transfers in the α-β model (DESIGN §4). A group of n devices uses the fastest tier that
-//! spans n devices; `efficiency.link_bandwidth` scales that tier's bandwidth.
+//! transfers in the α-β model (DESIGN §4). A group of n consecutive devices uses the fastest
+//! tier that spans n devices, at its bus bandwidth ([`group_link`]: a group wider than one
+//! domain of the tier below drives one ring per member's link); `efficiency.link_bandwidth`
+//! scales it.
 
-use crate::arch::{ArchConfig, Tier};
+use crate::arch::{fewest_in_domain, group_link, ArchConfig};
 use crate::workload::CollectiveKind;
 use serde::{Deserialize, Serialize};
 
@@ -15,15 +17,6 @@ pub struct CollectiveCost {
     pub tier: Option<String>,
     /// Bytes each device sends over its link.
     pub link_bytes: f64,
-}
-
-/// The fastest tier whose groups span at least `group` devices; the last (cluster-wide)
-/// tier when none is that large. `None` when the chip lists no tiers.
-pub fn tier_for_group(arch: &ArchConfig, group: u32) -> Option<&Tier> {
-    arch.interconnect
-        .iter()
-        .find(|t| t.devices >= group)
-        .or(arch.interconnect.last())
 }
 
 /// Latency and energy of `kind` over `group` devices for a buffer of `bytes` per device:
@@ -46,21 +39,30 @@ pub fn collective_cost(
     if bytes == 0 || (group <= 1 && !point_to_point) {
         return none;
     }
-    let Some(tier) = tier_for_group(arch, group.max(2)) else {
+    let group = group.max(2);
+    // A transfer uses the sender's own link; a ring collective every member's.
+    let rails = |domain| {
+        if point_to_point {
+            1
+        } else {
+            fewest_in_domain(group, 1, domain)
+        }
+    };
+    let Some(link) = group_link(&arch.interconnect, group, rails) else {
         return none;
     };
-    let n = f64::from(group.max(2));
+    let n = f64::from(group);
     let s = bytes as f64;
     let (link_bytes, hops) = match kind {
         CollectiveKind::AllReduce => (2.0 * (n - 1.0) / n * s, 2.0 * (n - 1.0)),
         CollectiveKind::AllGather | CollectiveKind::ReduceScatter => ((n - 1.0) / n * s, n - 1.0),
         CollectiveKind::SendRecv => (s, 1.0),
     };
-    let bandwidth = tier.bandwidth_bytes_per_s * arch.efficiency.link_bandwidth;
+    let bandwidth = link.bandwidth_bytes_per_s * arch.efficiency.link_bandwidth;
     CollectiveCost {
-        latency_s: link_bytes / bandwidth + hops * tier.latency_s,
+        latency_s: link_bytes / bandwidth + hops * link.tier.latency_s,
         energy_j: link_bytes * arch.energy.link_byte_j,
-        tier: Some(tier.name.clone()),
+        tier: Some(link.tier.name.clone()),
         link_bytes,
     }
 }

@@ -470,9 +470,10 @@ fn options(
                 if k < k_fit && r.state_bytes + sm.act_one + ctx.stash_bytes(sm, k, s) > hbm {
                     continue;
                 }
-                // The exposed all-reduce grows with k: no larger k can pass the bound.
+                // Not a reason to stop: the exposed all-reduce can fall as k grows (more
+                // replicas in a node drive more of its links).
                 if r.e >= beta {
-                    break;
+                    continue;
                 }
                 if r.value * c_min >= best_s {
                     continue;

@@ -34,7 +34,9 @@
 //!   activations while that layer is recomputed. A layer that keeps as much under full
 //!   recompute as without (a GPT's head) is not recomputed: its backward adds no forward.
 //! * **Data-parallel gradient all-reduce:** ring over the `d·k` copies of each stage on the
-//!   tier spanning `(d − 1)·block + k·t` devices; with ZeRO-1 a reduce-scatter of gradients
+//!   tier spanning `(d − 1)·block + k·t` devices, at that tier's bus bandwidth for the copies'
+//!   layout (`arch::group_link`: with several copies in each domain of the tier below, one
+//!   ring per copy's link, as NCCL over a node's NICs); with ZeRO-1 a reduce-scatter of gradients
 //!   and an all-gather of weights. With overlap the stage's last backward hides
 //!   `overlap_efficiency` of the all-reduce, up to its backward time. Stages reduce
 //!   concurrently; the slowest exposed one counts.
@@ -354,15 +356,6 @@ impl Infeasible {
 /// Bytes in GiB, for messages.
 pub(crate) fn gib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
-}
-
-/// The tier a group spanning `devices` devices communicates on: the fastest one that holds
-/// them all (the last tier when none does). `None` only for an empty tier list.
-pub fn tier_for_span(tiers: &[Tier], devices: u32) -> Option<&Tier> {
-    tiers
-        .iter()
-        .find(|tier| tier.devices >= devices)
-        .or(tiers.last())
 }
 
 /// The plan with the lowest time per batch, found by the exact dynamic programme.

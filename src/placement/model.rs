@@ -2,10 +2,10 @@
 //! stage metrics, memory, pipeline sends, gradient synchronisation and the time per batch.
 
 use super::{
-    gib, tier_for_span, Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph,
-    MemoryBreakdown, PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
+    gib, Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
+    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
 };
-use crate::arch::Tier;
+use crate::arch::{fewest_in_domain, group_link, GroupLink};
 
 /// What the cost model needs to know about a set of layers forming one stage, independent of
 /// how many devices run it.
@@ -204,8 +204,26 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn tier(&self, span: u32) -> &Tier {
-        tier_for_span(&self.problem.tiers, span).expect("validated: at least one tier")
+    fn link(&self, span: u32, fewest_in: impl Fn(u32) -> u32) -> GroupLink<'_> {
+        group_link(&self.problem.tiers, span, fewest_in).expect("validated: at least one tier")
+    }
+
+    /// The fewest of a stage's `d·k` copies that a domain of `domain` devices holding one of
+    /// them holds: copies are `block = units·t` devices apart, a stage's `k` replicas `t`
+    /// apart inside one (stages start where their block does, as the span assumes).
+    fn fewest_copies_in(&self, k: u32, domain: u32) -> u32 {
+        let block = self.units * self.t;
+        if block >= domain {
+            if block % domain == 0 {
+                fewest_in_domain(k, self.t, domain)
+            } else {
+                1
+            }
+        } else if domain % block == 0 {
+            k * fewest_in_domain(self.d, block, domain)
+        } else {
+            1
+        }
     }
 
     /// Pipeline sends of a stage run by `k` replicas.
@@ -213,11 +231,12 @@ impl Ctx<'_> {
         if sm.out_bytes == 0 && sm.in_bytes == 0 {
             return 0.0;
         }
-        let tier = self.tier((k + 1) * self.t);
+        // Each device sends over its own link.
+        let link = self.link((k + 1) * self.t, |_| 1);
         [sm.out_bytes, sm.in_bytes]
             .into_iter()
             .filter(|&b| b > 0)
-            .map(|b| b as f64 / tier.bandwidth_bytes_per_s + tier.latency_s)
+            .map(|b| b as f64 / link.bandwidth_bytes_per_s + link.tier.latency_s)
             .sum()
     }
 
@@ -310,17 +329,17 @@ impl Ctx<'_> {
             return 0.0;
         }
         let span = (self.d - 1) * self.units * self.t + k * self.t;
-        let tier = self.tier(span);
+        let link = self.link(span, |domain| self.fewest_copies_in(k, domain));
         let bpp = &self.problem.bytes_per_param;
         let n_f = f64::from(n);
         let grad_bytes = (sm.params * u64::from(bpp.grads)) as f64;
-        let latency = 2.0 * (n_f - 1.0) * tier.latency_s;
+        let latency = 2.0 * (n_f - 1.0) * link.tier.latency_s;
         if self.problem.zero1 {
             // Reduce-scatter gradients, all-gather updated weights.
             let weight_bytes = (sm.params * u64::from(bpp.weights)) as f64;
-            (n_f - 1.0) / n_f * (grad_bytes + weight_bytes) / tier.bandwidth_bytes_per_s + latency
+            (n_f - 1.0) / n_f * (grad_bytes + weight_bytes) / link.bandwidth_bytes_per_s + latency
         } else {
-            2.0 * (n_f - 1.0) / n_f * grad_bytes / tier.bandwidth_bytes_per_s + latency
+            2.0 * (n_f - 1.0) / n_f * grad_bytes / link.bandwidth_bytes_per_s + latency
         }
     }
 }
