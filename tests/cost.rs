@@ -753,6 +753,7 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     truth.efficiency.hbm_bandwidth = 0.7;
     truth.efficiency.gemm_overhead_s = 10e-6;
     truth.efficiency.vector_overhead_s = 5e-6;
+    truth.efficiency.link_bandwidth = 0.75;
     truth
         .efficiency
         .vector_op_overhead_s
@@ -794,7 +795,18 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         row_len,
         pass,
     });
-    let kinds = [gemms.as_slice(), vectors.as_slice()].concat();
+    // All-reduces and all-gathers in the node, small (hop-latency-bound) to large.
+    let collectives = [
+        (CollectiveKind::AllReduce, 1 << 10, 8),
+        (CollectiveKind::AllReduce, 1 << 28, 8),
+        (CollectiveKind::AllGather, 1 << 26, 4),
+    ]
+    .map(|(collective, bytes, group)| OpKind::Collective {
+        collective,
+        bytes,
+        group,
+    });
+    let kinds = [gemms.as_slice(), vectors.as_slice(), collectives.as_slice()].concat();
     let samples: Vec<KernelSample> = kinds
         .iter()
         .map(|&kind| {
@@ -803,7 +815,7 @@ fn fit_recovers_known_parameters_on_toy_chip() {
                 elem_bytes: 2,
                 measured_s: 0.0,
             };
-            s.measured_s = predicted_latency_s(&truth, &s).expect("gemm or vector");
+            s.measured_s = predicted_latency_s(&truth, &s);
             s
         })
         .collect();
@@ -819,6 +831,7 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     near(fitted.tensor_compute, 0.8, 0.005, "tensor_compute");
     near(fitted.hbm_bandwidth, 0.7, 0.005, "hbm_bandwidth");
     near(fitted.gemm_overhead_s, 10e-6, 0.1e-6, "gemm_overhead_s");
+    near(fitted.link_bandwidth, 0.75, 0.005, "link_bandwidth");
     near(
         fitted.vector_overhead_s,
         5e-6,

@@ -19,7 +19,9 @@ pub use runs::{
 };
 
 use crate::arch::{ArchConfig, Efficiency};
-use crate::cost::{collective_cost, fit_efficiency, gemm_cost, predicted_latency_s, KernelSample};
+use crate::cost::{
+    collective_cost, fit_efficiency, gemm_cost, predicted_latency_s, KernelClass, KernelSample,
+};
 use crate::error::InputError;
 use crate::placement::exposed_after_overlap;
 use crate::workload::{CollectiveKind, OpKind};
@@ -107,26 +109,6 @@ fn shape(kind: &OpKind) -> String {
     }
 }
 
-/// The model's latency for an operator measurement on `arch` (collectives across their group).
-fn predict_op(arch: &ArchConfig, kind: OpKind, elem_bytes: u32) -> f64 {
-    match kind {
-        OpKind::Collective {
-            collective,
-            bytes,
-            group,
-        } => collective_cost(arch, collective, bytes, group).latency_s,
-        _ => predicted_latency_s(
-            arch,
-            &KernelSample {
-                kind,
-                elem_bytes,
-                measured_s: 0.0,
-            },
-        )
-        .unwrap_or(0.0),
-    }
-}
-
 /// Predicted against measured for every measurement; blocks and training steps are priced by
 /// `predict_composite` (which needs the workload, scheduling and placement stages), or
 /// skipped when it returns `None`.
@@ -141,7 +123,14 @@ pub fn kernel_errors(
         .iter()
         .filter_map(|m| {
             let (predicted_s, shape) = match m.target {
-                Target::Op(kind) => (predict_op(&isolated, kind, m.elem_bytes), shape(&kind)),
+                Target::Op(kind) => {
+                    let sample = KernelSample {
+                        kind,
+                        elem_bytes: m.elem_bytes,
+                        measured_s: m.measured_s,
+                    };
+                    (predicted_latency_s(&isolated, &sample), shape(&kind))
+                }
                 Target::Block { shape, .. } => (predict_composite(m)?, shape.label()),
                 Target::Step(step) => (predict_composite(m)?, step.label()),
                 Target::Overlap { part, shape } => (
@@ -231,12 +220,13 @@ fn fit_comm_overlap(measurements: &[Measurement]) -> Result<Option<(f64, usize)>
     Ok(Some((median, fractions.len())))
 }
 
-/// The measurements the efficiency fit uses: GEMMs and vector operators.
+/// The measurements the efficiency fit uses: single operators (GEMMs, vector kernels,
+/// collectives).
 fn fittable(measurements: &[Measurement]) -> Vec<(&Measurement, KernelSample)> {
     measurements
         .iter()
         .filter_map(|m| match m.target {
-            Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) => Some((
+            Target::Op(kind) => Some((
                 m,
                 KernelSample {
                     kind,
@@ -252,7 +242,7 @@ fn fittable(measurements: &[Measurement]) -> Vec<(&Measurement, KernelSample)> {
 /// Why calibration cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
-    #[error("no GEMM or vector-operator measurements to fit (collectives and blocks are only validated)")]
+    #[error("no GEMM, vector-operator or collective measurements to fit (blocks and training steps are only validated)")]
     NothingToFit,
     #[error(
         "{row}: the overlap measurement {shape} needs all three timings (overlap_gemms, \
@@ -273,6 +263,9 @@ pub struct Calibration {
     /// How many overlap measurements (shapes with all three timings) set
     /// `efficiency.comm_overlap`; 0 keeps the chip's value.
     pub overlaps: usize,
+    /// How many collective measurements set `efficiency.link_bandwidth`; 0 keeps the chip's
+    /// value.
+    pub collectives: usize,
 }
 
 /// Fits `arch`'s efficiency parameters to `measurements` and cross-validates the fit.
@@ -328,5 +321,9 @@ pub fn calibrate(
         held_out,
         in_sample,
         overlaps: overlap.map_or(0, |(_, n)| n),
+        collectives: all
+            .iter()
+            .filter(|s| KernelClass::of(&s.kind) == KernelClass::Collective)
+            .count(),
     })
 }

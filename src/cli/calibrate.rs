@@ -8,9 +8,10 @@ use tandem::calibrate::{calibrate, load_measurements, summarise, ErrorSummary};
 use tandem::report::{percent, table};
 use tandem::workload::{Pass, VectorOp};
 
-/// Fit the chip's efficiency parameters (achieved fraction of peak compute and HBM bandwidth,
-/// kernel overheads) to measured GEMM and vector kernels, report the fit by two-fold
-/// cross-validation, and write the calibrated chip file.
+/// Fit the chip's efficiency parameters (achieved fraction of peak compute, HBM and link
+/// bandwidth, kernel overheads, hidden fraction of overlapped all-reduces) to measured GEMM,
+/// vector and collective kernels, report the fit by two-fold cross-validation, and write the
+/// calibrated chip file.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Chip file to calibrate (TOML).
@@ -87,6 +88,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "before": before,
             "efficiency": fit.efficiency,
             "overlaps": fit.overlaps,
+            "collectives": fit.collectives,
             "held_out": held_out,
             "in_sample": in_sample,
         });
@@ -159,6 +161,13 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 ]);
             }
         }
+    }
+    if fit.collectives > 0 {
+        rows.push(vec![
+            format!("link_bandwidth ({} collectives measured)", fit.collectives),
+            format!("{:.3}", before.link_bandwidth),
+            format!("{:.3}", e.link_bandwidth),
+        ]);
     }
     if fit.overlaps > 0 || before.comm_overlap != 1.0 {
         rows.push(vec![

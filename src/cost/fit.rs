@@ -1,10 +1,12 @@
 //! Fits a chip's efficiency parameters to measured kernel latencies (DESIGN §4, §8).
 //!
 //! The parameters are few and physical: the achieved fraction of peak tensor throughput,
-//! the achieved fraction of HBM bandwidth, the fixed GEMM overhead, and per measured vector
-//! primitive a fixed overhead and its own achieved fraction of HBM bandwidth. The objective
-//! is the mean relative latency error per kernel class (GEMM, then each vector primitive),
-//! averaged over classes so a large sweep of one kernel does not drown the others. It is
+//! the achieved fraction of HBM bandwidth, the fixed GEMM overhead, per measured vector
+//! primitive a fixed overhead and its own achieved fraction of HBM bandwidth, and, from
+//! measured collectives, the achieved fraction of link bandwidth (NCCL's bus bandwidth). The
+//! objective is the mean relative latency error per kernel class (GEMM, each vector primitive,
+//! collectives), averaged over classes so a large sweep of one kernel does not drown the
+//! others. It is
 //! minimised by deterministic coordinate descent on shrinking grids (the model has max()
 //! kinks, so no gradients), in two stages: first the shared parameters with every class
 //! (so the shared bandwidth is what kernels achieve in general, the value unmeasured
@@ -12,7 +14,7 @@
 //! ones held. A primitive's measured backward kernels are a class of their own and get their
 //! own bandwidth (they are often another implementation); its overhead is shared by both.
 
-use super::{gemm_cost, vector_cost};
+use super::{collective_cost, gemm_cost, vector_cost};
 use crate::arch::{ArchConfig, Efficiency};
 use crate::workload::{OpKind, Pass, VectorOp};
 use std::collections::BTreeMap;
@@ -24,7 +26,8 @@ const OVERHEAD_RANGE_S: (f64, f64) = (0.0, 200e-6);
 const GRID_POINTS: usize = 21;
 const ROUNDS: usize = 5;
 
-/// One measured kernel: a GEMM or vector operator run on all cores of the chip.
+/// One measured kernel: a GEMM or vector operator run on all cores of the chip, or a
+/// collective across its group of devices.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KernelSample {
     pub kind: OpKind,
@@ -32,19 +35,18 @@ pub struct KernelSample {
     pub measured_s: f64,
 }
 
-/// The model's latency for `sample` on all cores of `arch` (`None` for collectives, which
-/// this fit does not use).
-pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> Option<f64> {
+/// The model's latency for `sample` on all cores of `arch` (a collective across its group).
+pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> f64 {
     match sample.kind {
         OpKind::Gemm { batch, m, n, k } => {
-            Some(gemm_cost(arch, batch, m, n, k, sample.elem_bytes, arch.tensor.count).latency_s)
+            gemm_cost(arch, batch, m, n, k, sample.elem_bytes, arch.tensor.count).latency_s
         }
         OpKind::Vector {
             op,
             elements,
             row_len,
             pass,
-        } => Some(
+        } => {
             vector_cost(
                 arch,
                 op,
@@ -54,27 +56,42 @@ pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> Option<f
                 sample.elem_bytes,
                 arch.vector.count,
             )
-            .latency_s,
-        ),
-        OpKind::Collective { .. } => None,
+            .latency_s
+        }
+        OpKind::Collective {
+            collective,
+            bytes,
+            group,
+        } => collective_cost(arch, collective, bytes, group).latency_s,
     }
 }
 
-/// Mean relative latency error per kernel class (`None` = GEMM, `Some((op, pass))` = that
-/// vector primitive's forward or backward kernels), in a deterministic order.
-pub fn class_errors(
-    arch: &ArchConfig,
-    samples: &[KernelSample],
-) -> BTreeMap<Option<(VectorOp, Pass)>, f64> {
-    let mut sums: BTreeMap<Option<(VectorOp, Pass)>, (f64, usize)> = BTreeMap::new();
+/// What a kernel's error is averaged with in the fit's objective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum KernelClass {
+    Gemm,
+    /// A vector primitive's forward or backward kernels.
+    Vector(VectorOp, Pass),
+    /// All-reduces and all-gathers: they share the links.
+    Collective,
+}
+
+impl KernelClass {
+    pub fn of(kind: &OpKind) -> KernelClass {
+        match *kind {
+            OpKind::Gemm { .. } => KernelClass::Gemm,
+            OpKind::Vector { op, pass, .. } => KernelClass::Vector(op, pass),
+            OpKind::Collective { .. } => KernelClass::Collective,
+        }
+    }
+}
+
+/// Mean relative latency error per kernel class, in a deterministic order.
+pub fn class_errors(arch: &ArchConfig, samples: &[KernelSample]) -> BTreeMap<KernelClass, f64> {
+    let mut sums: BTreeMap<KernelClass, (f64, usize)> = BTreeMap::new();
     for s in samples {
-        let Some(predicted_s) = predicted_latency_s(arch, s) else {
-            continue;
-        };
-        let class = match s.kind {
-            OpKind::Vector { op, pass, .. } => Some((op, pass)),
-            _ => None,
-        };
+        let predicted_s = predicted_latency_s(arch, s);
+        let class = KernelClass::of(&s.kind);
         let entry = sums.entry(class).or_insert((0.0, 0));
         entry.0 += (predicted_s - s.measured_s).abs() / s.measured_s;
         entry.1 += 1;
@@ -100,6 +117,7 @@ enum Param {
     VectorOverhead(VectorOp),
     VectorBandwidth(VectorOp),
     VectorBackwardBandwidth(VectorOp),
+    LinkBandwidth,
 }
 
 impl Param {
@@ -108,7 +126,8 @@ impl Param {
             Param::TensorCompute
             | Param::HbmBandwidth
             | Param::VectorBandwidth(_)
-            | Param::VectorBackwardBandwidth(_) => FRACTION_RANGE,
+            | Param::VectorBackwardBandwidth(_)
+            | Param::LinkBandwidth => FRACTION_RANGE,
             Param::GemmOverhead | Param::VectorOverhead(_) => OVERHEAD_RANGE_S,
         }
     }
@@ -121,6 +140,7 @@ impl Param {
             Param::VectorOverhead(op) => eff.vector_overhead_for(op),
             Param::VectorBandwidth(op) => eff.hbm_bandwidth_for(op, Pass::Forward),
             Param::VectorBackwardBandwidth(op) => eff.hbm_bandwidth_for(op, Pass::Backward),
+            Param::LinkBandwidth => eff.link_bandwidth,
         }
     }
 
@@ -134,20 +154,21 @@ impl Param {
             Param::VectorBackwardBandwidth(op) => {
                 eff.vector_op_backward_hbm_bandwidth.set(op, Some(value))
             }
+            Param::LinkBandwidth => eff.link_bandwidth = value,
         }
     }
 }
 
 /// Efficiency parameters of `arch` fitted to `samples`. Parameters without samples to
-/// inform them (tensor terms without GEMMs, vector compute, links) keep `arch`'s values.
+/// inform them (tensor terms without GEMMs, vector compute, links without collectives) keep
+/// `arch`'s values.
 /// The default `vector_overhead_s` becomes the smallest fitted per-primitive overhead (the
 /// leanest measured kernel: the best guess for unmeasured ones), and only primitives that
 /// differ from it keep an override; each measured primitive keeps its own bandwidth, and its
 /// measured backward kernels theirs where it differs.
 pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency {
-    let has_gemm = samples
-        .iter()
-        .any(|s| matches!(s.kind, OpKind::Gemm { .. }));
+    let has = |class: KernelClass| samples.iter().any(|s| KernelClass::of(&s.kind) == class);
+    let has_gemm = has(KernelClass::Gemm);
     let measured = |pass: Pass| {
         let mut ops: Vec<VectorOp> = samples
             .iter()
@@ -173,6 +194,9 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
         params.push(Param::HbmBandwidth);
     }
     params.extend(vector_ops.iter().map(|&op| Param::VectorOverhead(op)));
+    if has(KernelClass::Collective) {
+        params.push(Param::LinkBandwidth);
+    }
 
     let mut trial = arch.clone();
     for &op in &vector_ops {

@@ -14,7 +14,7 @@ mod gemm;
 mod vector;
 
 pub use collective::{collective_cost, CollectiveCost};
-pub use fit::{class_errors, fit_efficiency, predicted_latency_s, KernelSample};
+pub use fit::{class_errors, fit_efficiency, predicted_latency_s, KernelClass, KernelSample};
 pub use gemm::{gemm_cost, GemmCost, GemmTile};
 pub use vector::{vector_cost, vector_cycles_per_element, VectorCost};
 
