@@ -133,6 +133,7 @@ fn uniform_chain_pp4_time_is_load_times_m_plus_3() {
 #[test]
 fn dp_all_reduce_drives_one_ring_per_copy_in_a_node() {
     // 32 devices in nodes of 8 with a 25 GB/s NIC each: NCCL runs one ring per copy's NIC.
+    // (`uniform_problem`'s tiers: NVLink within 8 devices, then InfiniBand.)
     let problem = uniform_problem(32, 32);
     let grads = |layers: u64| (layers * P * 2) as f64;
     let ring = |n: f64, bytes: f64, bandwidth: f64| {
@@ -168,8 +169,9 @@ fn dp_all_reduce_drives_one_ring_per_copy_in_a_node() {
     for stage in &plan.stages {
         assert!(close(stage.dp_sync_s, ring(16.0, grads(2), 100e9)));
     }
-    // Four stages of two replicas: pipelines (blocks of 8 devices) a node apart, so a node
-    // holds a stage's two replicas of one pipeline, a device apart: two rails, 50 GB/s.
+    // Four stages of two replicas: pipelines (blocks of 8 devices) a node apart. Where a stage
+    // sits in its block is not fixed, so its two replicas may straddle two nodes: one NIC's
+    // 25 GB/s, the safe count.
     let wide = FixedPlan {
         tp: 1,
         dp: 4,
@@ -182,8 +184,20 @@ fn dp_all_reduce_drives_one_ring_per_copy_in_a_node() {
     };
     let plan = evaluate_fixed(&problem, &wide).unwrap();
     for stage in &plan.stages {
-        assert!(close(stage.dp_sync_s, ring(8.0, grads(1), 50e9)));
+        assert!(close(stage.dp_sync_s, ring(8.0, grads(1), 25e9)));
     }
+    // One stage of two replicas, 16 pipelines of two devices: a node holds four whole
+    // pipelines, so eight of the 32 copies: 8 x 25 GB/s.
+    let replicated = FixedPlan {
+        tp: 1,
+        dp: 16,
+        stages: vec![FixedStage {
+            layers: (0..4).collect(),
+            devices: 2,
+        }],
+    };
+    let plan = evaluate_fixed(&problem, &replicated).unwrap();
+    assert!(close(plan.stages[0].dp_sync_s, ring(32.0, grads(4), 200e9)));
 }
 
 #[test]

@@ -6,10 +6,9 @@
 //! measured collectives, the achieved fraction of link bandwidth (NCCL's bus bandwidth). The
 //! objective is the mean relative latency error per kernel class (GEMM, each vector primitive,
 //! collectives), averaged over classes so a large sweep of one kernel does not drown the
-//! others. It is
-//! minimised by deterministic coordinate descent on shrinking grids (the model has max()
-//! kinks, so no gradients), in two stages: first the shared parameters with every class
-//! (so the shared bandwidth is what kernels achieve in general, the value unmeasured
+//! others. It is minimised by deterministic coordinate descent on shrinking grids (the model
+//! has max() kinks, so no gradients), in two stages: first the shared parameters with every
+//! class (so the shared bandwidth is what kernels achieve in general, the value unmeasured
 //! primitives use), then each measured primitive's bandwidth and overhead with the shared
 //! ones held. A primitive's measured backward kernels are a class of their own and get their
 //! own bandwidth (they are often another implementation); its overhead is shared by both.

@@ -470,9 +470,12 @@ fn options(
                 if k < k_fit && r.state_bytes + sm.act_one + ctx.stash_bytes(sm, k, s) > hbm {
                     continue;
                 }
-                // Not a reason to stop: the exposed all-reduce can fall as k grows (more
-                // replicas in a node drive more of its links).
+                // No larger k can pass the bound either, unless more replicas in a node drive
+                // more of its links.
                 if r.e >= beta {
+                    if ctx.all_reduce_grows_with_replicas() {
+                        break;
+                    }
                     continue;
                 }
                 if r.value * c_min >= best_s {

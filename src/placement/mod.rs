@@ -34,12 +34,12 @@
 //!   activations while that layer is recomputed. A layer that keeps as much under full
 //!   recompute as without (a GPT's head) is not recomputed: its backward adds no forward.
 //! * **Data-parallel gradient all-reduce:** ring over the `d·k` copies of each stage on the
-//!   tier spanning `(d − 1)·block + k·t` devices, at that tier's bus bandwidth for the copies'
-//!   layout (`arch::group_link`: with several copies in each domain of the tier below, one
-//!   ring per copy's link, as NCCL over a node's NICs); with ZeRO-1 a reduce-scatter of gradients
-//!   and an all-gather of weights. With overlap the stage's last backward hides
-//!   `overlap_efficiency` of the all-reduce, up to its backward time. Stages reduce
-//!   concurrently; the slowest exposed one counts.
+//!   tier spanning `(d − 1)·block + k·t` devices, at that tier's bus bandwidth for the
+//!   copies' layout (`arch::group_link`: with several copies in each domain of the tier
+//!   below, one ring per copy's link, as NCCL over a node's NICs); with ZeRO-1 a
+//!   reduce-scatter of gradients and an all-gather of weights. With overlap the stage's last
+//!   backward hides `overlap_efficiency` of the all-reduce, up to its backward time. Stages
+//!   reduce concurrently; the slowest exposed one counts.
 //! * **Time per batch** `= L·(m + p − 1) + E`, `L` the largest `load / k`, `m = global batch
 //!   / (d · micro-batch)` (must be an integer), `E` the largest exposed all-reduce.
 //!

@@ -209,21 +209,28 @@ impl Ctx<'_> {
     }
 
     /// The fewest of a stage's `d·k` copies that a domain of `domain` devices holding one of
-    /// them holds: copies are `block = units·t` devices apart, a stage's `k` replicas `t`
-    /// apart inside one (stages start where their block does, as the span assumes).
+    /// them holds. Pipelines (blocks of `units·t` devices) tile the cluster from device 0, so
+    /// when whole blocks fit a domain, each holds as many copies of the stage as blocks fit
+    /// (fewer in the last), `k` replicas each. When a block spans domains, where the stage sits
+    /// in it is not fixed and its replicas may straddle a boundary: one, the safe count.
     fn fewest_copies_in(&self, k: u32, domain: u32) -> u32 {
         let block = self.units * self.t;
-        if block >= domain {
-            if block % domain == 0 {
-                fewest_in_domain(k, self.t, domain)
-            } else {
-                1
-            }
-        } else if domain % block == 0 {
+        if block < domain && domain % block == 0 {
             k * fewest_in_domain(self.d, block, domain)
         } else {
             1
         }
+    }
+
+    /// Whether a stage's all-reduce can only grow with its replica count `k`: when no domain
+    /// below the last tier holds whole pipelines, its copies drive one link per domain
+    /// whatever `k` ([`Ctx::fewest_copies_in`]), so more copies only add ring steps.
+    pub fn all_reduce_grows_with_replicas(&self) -> bool {
+        let block = self.units * self.t;
+        let inner = &self.problem.tiers[..self.problem.tiers.len().saturating_sub(1)];
+        inner
+            .iter()
+            .all(|tier| !(block < tier.devices && tier.devices % block == 0))
     }
 
     /// Pipeline sends of a stage run by `k` replicas.
@@ -759,6 +766,61 @@ mod tests {
             constraints: Default::default(),
             allow_idle_devices: false,
         }
+    }
+
+    /// Where `all_reduce_grows_with_replicas` holds, a stage's all-reduce never falls as its
+    /// replica count grows (the options loop stops at the first that reaches its bound); where
+    /// it does not, more replicas in a node can make it fall, so the loop must look on.
+    #[test]
+    fn all_reduce_grows_with_replicas_where_claimed() {
+        let mut problem = chain_problem(2, 2, RecomputeMode::None);
+        problem.tiers = vec![
+            Tier {
+                name: "node".into(),
+                devices: 4,
+                bandwidth_bytes_per_s: 100e9,
+                latency_s: 1e-6,
+            },
+            Tier {
+                name: "cluster".into(),
+                devices: 1024,
+                bandwidth_bytes_per_s: 1e9,
+                latency_s: 5e-6,
+            },
+        ];
+        let sm = StageMetrics {
+            params: 1 << 20,
+            bwd_s: 1.0,
+            ..Default::default()
+        };
+        let (mut claimed, mut falls) = (0, 0);
+        for t in [1, 2, 4, 8] {
+            for d in 1..=8 {
+                for units in 1..=8 {
+                    let ctx = Ctx {
+                        problem: &problem,
+                        graph_index: 0,
+                        t,
+                        d,
+                        m: 1,
+                        units,
+                        optimizer_total_s: 0.0,
+                    };
+                    let all_reduce: Vec<f64> = (1..=units).map(|k| ctx.dp_comm_s(&sm, k)).collect();
+                    let grows = all_reduce.windows(2).all(|w| w[0] <= w[1]);
+                    if ctx.all_reduce_grows_with_replicas() {
+                        claimed += 1;
+                        assert!(grows, "t {t} d {d} units {units}: {all_reduce:?}");
+                    } else if !grows {
+                        falls += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            claimed > 100 && falls >= 5,
+            "{claimed} claimed, {falls} falling"
+        );
     }
 
     #[test]
