@@ -68,6 +68,7 @@ fn uniform_problem(devices: u32, global_batch: u64) -> PlacementProblem {
             tp: 1,
             layers,
             edges: chain(4, EDGE),
+            replicated_edges: false,
         }],
         devices,
         hbm_bytes: 80 * GIB,
@@ -198,6 +199,49 @@ fn dp_all_reduce_drives_one_ring_per_copy_in_a_node() {
     };
     let plan = evaluate_fixed(&problem, &replicated).unwrap();
     assert!(close(plan.stages[0].dp_sync_s, ring(32.0, grads(4), 200e9)));
+}
+
+#[test]
+fn replicated_activations_are_sent_scattered_and_gathered() {
+    // Two 8-GPU stages (t = 8) on two nodes: every GPU of a tensor group holds the whole
+    // 128 MiB activation. Sent whole over each GPU's NIC it takes E / 25 GB/s; scattered, each
+    // GPU sends an eighth and the receiving node all-gathers it over NVLink.
+    const E: u64 = 128 << 20;
+    let mut problem = uniform_problem(16, 8);
+    let layers = problem.graphs[0].layers[..2].to_vec();
+    problem.graphs = vec![LayerCostGraph {
+        tp: 8,
+        layers,
+        edges: vec![(0, 1, E)],
+        replicated_edges: true,
+    }];
+    let plan = FixedPlan {
+        tp: 8,
+        dp: 1,
+        stages: (0..2)
+            .map(|i| FixedStage {
+                layers: vec![i],
+                devices: 8,
+            })
+            .collect(),
+    };
+    let e = E as f64;
+    let whole = e / 25e9 + 10e-6;
+    let scattered = e / 8.0 / 25e9 + 10e-6 + 7.0 / 8.0 * e / NVLINK_BW + 7.0 * NVLINK_LAT;
+    assert!(scattered < whole / 4.0);
+    let sent = evaluate_fixed(&problem, &plan).unwrap();
+    // The first stage sends the activation, the second the gradient back.
+    for stage in &sent.stages {
+        assert!(
+            close(stage.send_s, scattered),
+            "{} vs {scattered}",
+            stage.send_s
+        );
+    }
+    // Sequence parallelism already splits the tensor: sent as it is.
+    problem.graphs[0].replicated_edges = false;
+    let split = evaluate_fixed(&problem, &plan).unwrap();
+    assert!(close(split.stages[0].send_s, whole));
 }
 
 #[test]
@@ -481,6 +525,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
                 .iter()
                 .map(|&(a, b, bytes)| (a, b, bytes / u64::from(t)))
                 .collect(),
+            replicated_edges: t > 1,
         })
         .collect();
     PlacementProblem {

@@ -25,7 +25,9 @@
 //! * **Pipeline sends** are charged to the sender: the activations on edges leaving the stage
 //!   (forward) and the gradients on edges entering it from earlier stages (backward), each
 //!   `bytes / B + α` on the tier spanning the stage's devices plus one tensor group of its
-//!   neighbour, `(k + 1)·t`.
+//!   neighbour, `(k + 1)·t`. Where the tensor group holds the whole tensor on every device
+//!   (`replicated_edges`) and it is faster, each of the `t` devices sends a `t`-th and the
+//!   receiving group all-gathers it on the tier of `t` devices (Megatron-LM's scatter/gather).
 //! * **Memory per device:** weights + gradients + optimizer state (optimizer ÷ `d·k` with
 //!   ZeRO-1) + activations of the micro-batch being processed + stash of the other in-flight
 //!   micro-batches. In flight at a stage: 1F1B `s` (stages from this one to the last), GPipe
@@ -160,6 +162,11 @@ pub struct LayerCostGraph {
     pub tp: u32,
     pub layers: Vec<LayerCost>,
     pub edges: Vec<(usize, usize, u64)>,
+    /// Whether every device of a tensor group holds the whole of each edge's tensor (tensor
+    /// parallelism without sequence parallelism): a pipeline send may then scatter it over the
+    /// group's links and all-gather it on the receiving group (Megatron-LM's scatter/gather).
+    #[serde(default)]
+    pub replicated_edges: bool,
 }
 
 /// Everything the search needs: per-t cost graphs, the cluster and the training setup.

@@ -240,10 +240,23 @@ impl Ctx<'_> {
         }
         // Each device sends over its own link.
         let link = self.link((k + 1) * self.t, |_| 1);
+        // Or, where every device of the group holds the whole tensor, a t-th each and an
+        // all-gather on the receiving group, if that is faster.
+        let group = (self.t > 1 && self.problem.graphs[self.graph_index].replicated_edges)
+            .then(|| self.link(self.t, |domain| fewest_in_domain(self.t, 1, domain)));
+        let t = f64::from(self.t);
+        let send = |bytes: f64| {
+            let direct = bytes / link.bandwidth_bytes_per_s + link.tier.latency_s;
+            group.map_or(direct, |group| {
+                let gather = (t - 1.0) / t * bytes / group.bandwidth_bytes_per_s
+                    + (t - 1.0) * group.tier.latency_s;
+                direct.min(bytes / t / link.bandwidth_bytes_per_s + link.tier.latency_s + gather)
+            })
+        };
         [sm.out_bytes, sm.in_bytes]
             .into_iter()
             .filter(|&b| b > 0)
-            .map(|b| b as f64 / link.bandwidth_bytes_per_s + link.tier.latency_s)
+            .map(|b| send(b as f64))
             .sum()
     }
 
@@ -746,6 +759,7 @@ mod tests {
                 tp: 1,
                 layers,
                 edges,
+                replicated_edges: false,
             }],
             devices: 4,
             hbm_bytes: 1 << 30,

@@ -250,6 +250,7 @@ pub fn layer_costs(
             tp,
             layers,
             edges: graph.edges.clone(),
+            replicated_edges: tp > 1 && !sequence_parallel,
         },
         energy_j,
         unique,
@@ -326,6 +327,7 @@ fn lower_bound_graph(
         tp,
         layers,
         edges: graph.edges.clone(),
+        replicated_edges: tp > 1 && !sequence_parallel,
     })
 }
 
