@@ -1111,7 +1111,11 @@ fn a100_calibration_cross_validates() {
 /// weights).
 #[test]
 fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
-    let gpt = workload("gpt-1.7b");
+    // Without separate gradient accumulation (next test), which falls with d.
+    let gpt = Workload {
+        gradient_accumulation_fusion: true,
+        ..workload("gpt-1.7b")
+    };
     let a100 = chip("a100");
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let energy = |dp: u32, zero1: bool| {
@@ -1147,6 +1151,66 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
         ((two_zero1 - one) - expected).abs() <= 1e-9 * one,
         "ZeRO-1 copy adds {} J per sample, expected {expected}",
         two_zero1 - one
+    );
+}
+
+/// Every micro-batch after a copy's first adds its weight gradients into the iteration's: one
+/// kernel per layer reading both fp16 gradients and writing the sum (6 B per parameter at the
+/// A100's 0.83 × 2039 GB/s, plus a vector-kernel overhead). GPT-1.7B on one A100 at
+/// micro-batch 16 runs 32 micro-batches per iteration, so 31 accumulations of every layer:
+/// in time (one stage, so nothing overlaps them) and in energy per sample; none when the
+/// weight-gradient GEMMs accumulate themselves.
+#[test]
+fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
+    let gpt = workload("gpt-1.7b");
+    assert!(!gpt.gradient_accumulation_fusion);
+    let fused = Workload {
+        gradient_accumulation_fusion: true,
+        ..gpt.clone()
+    };
+    let a100 = chip("a100");
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let costs = layer_costs(&gpt, &CostModel::new(&a100), &cache, 1, 16, false).expect("costs");
+    let block = &costs.graph.layers[1];
+    let expected_s = block.params as f64 * 6.0 / (2039e9 * 0.83) + 12.6e-6;
+    assert!(
+        (block.grad_accumulation_s - expected_s).abs() <= 1e-9 * expected_s,
+        "{} s vs {expected_s} s",
+        block.grad_accumulation_s
+    );
+    let per_iteration_s: f64 = costs
+        .graph
+        .layers
+        .iter()
+        .map(|l| l.grad_accumulation_s)
+        .sum();
+    let per_iteration_j: f64 = costs.energy_j.iter().map(|e| e.grad_accumulation_j).sum();
+    assert!(per_iteration_j > 0.0);
+    let plan = |w: &Workload| {
+        let options = PlanOptions {
+            micro_batches: vec![16],
+            recompute: vec![RecomputeMode::Full],
+            fixed: tandem::placement::Fixed {
+                tp: Some(1),
+                pp: Some(1),
+                dp: Some(1),
+            },
+            ..PlanOptions::searching(1)
+        };
+        evaluate(w, &a100, &options, &cache).expect("a plan exists")
+    };
+    let (separate, together) = (plan(&gpt), plan(&fused));
+    assert_eq!(separate.plan.micro_batches_per_pipeline, 32);
+    let extra_s = separate.plan.time_per_batch_s - together.plan.time_per_batch_s;
+    assert!(
+        (extra_s - 31.0 * per_iteration_s).abs() <= 1e-9 * extra_s,
+        "{extra_s} s vs 31 x {per_iteration_s} s"
+    );
+    let extra_j = separate.energy_per_sample_j - together.energy_per_sample_j;
+    let expected_j = 31.0 * per_iteration_j / 512.0;
+    assert!(
+        (extra_j - expected_j).abs() <= 1e-9 * expected_j,
+        "{extra_j} J vs {expected_j} J per sample"
     );
 }
 

@@ -47,6 +47,7 @@ fn layer(name: &str, fwd_s: f64, bwd_s: f64, params: u64, act: u64) -> LayerCost
         },
         output_bytes: 1 << 20,
         optimizer_step_s: 0.0,
+        grad_accumulation_s: 0.0,
     }
 }
 
@@ -242,6 +243,44 @@ fn replicated_activations_are_sent_scattered_and_gathered() {
     problem.graphs[0].replicated_edges = false;
     let split = evaluate_fixed(&problem, &plan).unwrap();
     assert!(close(split.stages[0].send_s, whole));
+}
+
+#[test]
+fn gradient_accumulation_is_charged_to_all_but_each_replicas_first_micro_batch() {
+    // pp = 4 on 4 devices, 8 micro-batches: each stage adds its gradients 7 times, 7/8 of an
+    // accumulation per micro-batch; with two replicas per stage (8 devices, pp = 4) each
+    // replica runs 4 micro-batches and accumulates 3 times, 3/4 of one per micro-batch.
+    const ACC: f64 = 0.8e-3;
+    let mut problem = uniform_problem(4, 8);
+    let plain = evaluate_fixed(&problem, &one_per_stage()).unwrap();
+    for layer in &mut problem.graphs[0].layers {
+        layer.grad_accumulation_s = ACC;
+    }
+    let accumulating = evaluate_fixed(&problem, &one_per_stage()).unwrap();
+    for (a, b) in accumulating.stages.iter().zip(&plain.stages) {
+        assert!(close(a.grad_accumulation_s, 7.0 / 8.0 * ACC));
+        assert!(close(a.load_s, b.load_s + 7.0 / 8.0 * ACC));
+    }
+    assert!(close(
+        accumulating.time_per_batch_s,
+        plain.time_per_batch_s + 11.0 * 7.0 / 8.0 * ACC
+    ));
+    problem.devices = 8;
+    let replicated = FixedPlan {
+        tp: 1,
+        dp: 1,
+        stages: (0..4)
+            .map(|i| FixedStage {
+                layers: vec![i],
+                devices: 2,
+            })
+            .collect(),
+    };
+    let plan = evaluate_fixed(&problem, &replicated).unwrap();
+    assert!(plan
+        .stages
+        .iter()
+        .all(|s| close(s.grad_accumulation_s, 3.0 / 4.0 * ACC)));
 }
 
 #[test]
@@ -518,6 +557,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
                     let mut l = layer(&format!("l{i}"), f * scale, b * scale, p / u64::from(t), a);
                     l.selective_recompute_s = 0.3 * f * scale;
                     l.optimizer_step_s = 0.05 * b * scale;
+                    l.grad_accumulation_s = 0.5 * b * scale;
                     l
                 })
                 .collect(),

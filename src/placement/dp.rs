@@ -62,6 +62,9 @@ pub(crate) struct Analysis {
     /// order, so the stages' own critical paths add up to at least it).
     work_inside_s: Vec<f64>,
     work_outside_s: Vec<f64>,
+    /// One micro-batch's gradient accumulation of the layers inside / outside each downset.
+    accumulation_inside_s: Vec<f64>,
+    accumulation_outside_s: Vec<f64>,
 }
 
 fn contains(set: &[u64], v: usize) -> bool {
@@ -101,6 +104,30 @@ pub(crate) fn downsets(n: usize, preds: &[Vec<usize>], limit: usize) -> Option<V
 /// a bound built from it exceed a load summed in another order.
 fn work_s(sm: &StageMetrics) -> f64 {
     (sm.fwd_s + sm.bwd_s) * (1.0 - WORK_MARGIN)
+}
+
+/// Smallest `k` in `from..=units` with which `c` pipeline slots of `work_s` (from [`work_s`])
+/// and `accumulation_s` of gradient accumulation stay below `prune_s`, `units + 1` when none.
+/// Shared by `k` groups, the load per group is at least `(work + accumulation · (1 − k/m)) / k`
+/// (each group adds its gradients for all but the first of its micro-batches, and a stage of
+/// several groups sums them), which is below `prune_s / c` exactly when
+/// `(work + accumulation) · c < k · (prune_s + accumulation · c / m)`.
+fn first_below(
+    work_s: f64,
+    accumulation_s: f64,
+    c: f64,
+    m: u64,
+    prune_s: f64,
+    from: u32,
+    units: u32,
+) -> u32 {
+    let bound_s = (work_s + accumulation_s * (1.0 - WORK_MARGIN)) * c;
+    first_above(
+        bound_s,
+        prune_s + accumulation_s * c / m as f64,
+        from,
+        units,
+    )
 }
 
 impl Analysis {
@@ -188,41 +215,41 @@ impl Analysis {
                     + (params * u128::from(bpp.optimizer)).div_ceil(u128::from(max_shard))
             })
             .collect();
-        let (work_inside_s, work_outside_s) = if chain {
+        // (work, accumulation) of the layers inside and outside each downset.
+        let bounds: Vec<[(f64, f64); 2]> = if chain {
             // Downset `i` holds the stage 0..i and leaves the stage i..n.
             let stage = |from: usize, to: usize| {
-                (from < to).then(|| work_s(&pairs[from][to - from - 1].metrics))
+                (from < to)
+                    .then(|| &pairs[from][to - from - 1].metrics)
+                    .map_or((0.0, 0.0), |sm| (work_s(sm), sm.grad_accumulation_s))
             };
-            (0..=n)
-                .map(|i| (stage(0, i).unwrap_or(0.0), stage(i, n).unwrap_or(0.0)))
-                .unzip()
+            (0..=n).map(|i| [stage(0, i), stage(i, n)]).collect()
         } else {
             let nothing = vec![false; n];
             let mut work = |set: &Vec<u64>, inside: bool| {
                 for (v, x) in in_stage.iter_mut().enumerate() {
                     *x = contains(set, v) == inside;
                 }
-                work_s(&stage_metrics(
-                    problem,
-                    graph_index,
-                    &preds,
-                    &in_stage,
-                    &nothing,
-                    &mut dist,
-                ))
+                let sm =
+                    stage_metrics(problem, graph_index, &preds, &in_stage, &nothing, &mut dist);
+                (work_s(&sm), sm.grad_accumulation_s)
             };
             downsets
                 .iter()
-                .map(|set| (work(set, true), work(set, false)))
-                .unzip()
+                .map(|set| [work(set, true), work(set, false)])
+                .collect()
         };
+        let side =
+            |i: usize, part: fn((f64, f64)) -> f64| bounds.iter().map(|b| part(b[i])).collect();
         Ok(Analysis {
             downsets,
             suffix_len,
             state_outside_bytes,
             pairs,
-            work_inside_s,
-            work_outside_s,
+            work_inside_s: side(0, |b| b.0),
+            work_outside_s: side(1, |b| b.0),
+            accumulation_inside_s: side(0, |b| b.1),
+            accumulation_outside_s: side(1, |b| b.1),
         })
     }
 
@@ -358,12 +385,16 @@ impl Shape {
                         (first, last) = (0, 0);
                     }
                 } else if an.suffix_len[d] >= s {
-                    first = first_above(an.work_outside_s[d] * c, prune_s, s, units);
+                    let m = ctx.m;
+                    let (work, accumulation) = (an.work_outside_s[d], an.accumulation_outside_s[d]);
+                    first = first_below(work, accumulation, c, m, prune_s, s, units);
                     // The stages before D need `units − K` groups with the same bound.
                     let before = if d == an.empty() {
                         0
                     } else {
-                        first_above(an.work_inside_s[d] * c, prune_s, 1, units)
+                        let (work, accumulation) =
+                            (an.work_inside_s[d], an.accumulation_inside_s[d]);
+                        first_below(work, accumulation, c, m, prune_s, 1, units)
                     };
                     last = units.saturating_sub(before);
                     if first <= last {
@@ -575,11 +606,15 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 if k_from > k_to {
                     continue;
                 }
-                let work_s = pair.work_s * c_min;
+                // As in `first_below`: the stage's load per replica is at least
+                // (work + accumulation · (1 − k/m)) / k.
+                let accumulation_s = pair.metrics.grad_accumulation_s;
+                let bound_s = (pair.work_s + accumulation_s * (1.0 - WORK_MARGIN)) * c_min;
+                let prune_k_s = prune_s + accumulation_s * c_min / ctx.m as f64;
                 if k_work == 0 {
-                    k_work = first_above(work_s, prune_s, 1, k_to);
+                    k_work = first_above(bound_s, prune_k_s, 1, k_to);
                 }
-                while k_work <= k_to && work_s >= prune_s * f64::from(k_work) {
+                while k_work <= k_to && bound_s >= prune_k_s * f64::from(k_work) {
                     k_work += 1;
                 }
                 if time {
@@ -987,8 +1022,40 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
 
 #[cfg(test)]
 mod tests {
-    use super::{combine_every, combine_walk, walkable, Opt, Rows, MIN_WALK_OPTIONS};
+    use super::{
+        combine_every, combine_walk, first_below, walkable, Opt, Rows, MIN_WALK_OPTIONS,
+        WORK_MARGIN,
+    };
     use proptest::prelude::*;
+
+    proptest! {
+        /// `first_below` leaves out exactly the group counts whose load bound, with each of
+        /// the `k` groups adding its gradients for all but its first of `m / k` micro-batches,
+        /// reaches the pruning bound over `c` slots: every smaller `k` is pruned soundly and
+        /// the count it returns is not.
+        #[test]
+        fn first_below_prunes_only_group_counts_that_cannot_beat_the_bound(
+            work_s in 0.0f64..10.0,
+            accumulation_s in 0.0f64..10.0,
+            m in 1u64..64,
+            extra_slots in 0u64..8,
+            prune_s in 0.1f64..200.0,
+            units in 1u32..80,
+        ) {
+            let c = (m + extra_slots) as f64;
+            let k0 = first_below(work_s, accumulation_s, c, m, prune_s, 1, units);
+            let load = |k: u32| {
+                (work_s + accumulation_s * (1.0 - WORK_MARGIN) * (1.0 - f64::from(k) / m as f64))
+                    / f64::from(k)
+            };
+            for k in 1..k0.min(units + 1) {
+                prop_assert!(load(k) * c >= prune_s * (1.0 - 1e-12), "k {k} pruned");
+            }
+            if k0 <= units {
+                prop_assert!(load(k0) * c < prune_s * (1.0 + 1e-12), "k {k0} kept");
+            }
+        }
+    }
 
     /// Falling values (some infinite at the front when `inf_front`), as [`walkable`]
     /// requires of the remainder's row and of the stage's options.

@@ -152,6 +152,10 @@ pub struct LayerCost {
     /// the gradients are synchronised (ZeRO-1 divides it among the data-parallel copies).
     #[serde(default)]
     pub optimizer_step_s: f64,
+    /// Adding one micro-batch's weight gradients into the iteration's on one device, which
+    /// every micro-batch after a copy's first does (0 where the GEMMs accumulate themselves).
+    #[serde(default)]
+    pub grad_accumulation_s: f64,
 }
 
 /// The per-layer cost graph at one tensor width. Layers are in topological order and every
@@ -240,7 +244,10 @@ pub struct Stage {
     pub bwd_s: f64,
     /// Pipeline sends charged to this stage.
     pub send_s: f64,
-    /// `fwd_s + bwd_s + send_s`: one replica, one micro-batch.
+    /// Gradient accumulation per micro-batch, on average (all but a replica's first
+    /// micro-batch add their weight gradients into the iteration's).
+    pub grad_accumulation_s: f64,
+    /// `fwd_s + bwd_s + send_s + grad_accumulation_s`: one replica, one micro-batch.
     pub load_s: f64,
     /// Gradient synchronisation not hidden behind the backward pass.
     pub dp_comm_s: f64,
@@ -254,7 +261,8 @@ pub struct Stage {
 /// Where the time per batch goes; the parts add up to `time_per_batch_s`.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct TimeSplit {
-    /// `m ·` the bottleneck stage's compute per micro-batch (÷ its replicas).
+    /// `m ·` the bottleneck stage's compute per micro-batch, gradient accumulation included
+    /// (÷ its replicas).
     pub compute_s: f64,
     /// `(p − 1) ·` the bottleneck load: pipeline fill and drain.
     pub bubble_s: f64,

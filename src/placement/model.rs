@@ -21,6 +21,8 @@ pub(crate) struct StageMetrics {
     pub params: u64,
     /// Optimizer step of the stage's layers on one device (unsharded).
     pub optimizer_s: f64,
+    /// One micro-batch's gradient accumulation over the stage's layers on one device.
+    pub grad_accumulation_s: f64,
     /// Activations of the micro-batch being processed.
     pub act_one: u64,
     /// Activations kept per other in-flight micro-batch.
@@ -104,6 +106,7 @@ pub(crate) fn stage_metrics(
         }
         sm.params += layer.params;
         sm.optimizer_s += layer.optimizer_step_s;
+        sm.grad_accumulation_s += layer.grad_accumulation_s;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
@@ -160,6 +163,7 @@ pub(crate) fn chain_stage_metrics(
         sm.bwd_s += backward_s(layer, mode);
         sm.params += layer.params;
         sm.optimizer_s += layer.optimizer_step_s;
+        sm.grad_accumulation_s += layer.grad_accumulation_s;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
@@ -260,9 +264,16 @@ impl Ctx<'_> {
             .sum()
     }
 
+    /// Gradient accumulation of one replica per micro-batch: of its `m / k` micro-batches all
+    /// but the first add their weight gradients into the iteration's, `1 − k/m` of an
+    /// accumulation per micro-batch on average.
+    pub fn accumulation_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        (1.0 - f64::from(k) / self.m as f64).max(0.0) * sm.grad_accumulation_s
+    }
+
     /// Load of one replica for one micro-batch.
     pub fn load_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        sm.fwd_s + sm.bwd_s + self.send_s(sm, k)
+        sm.fwd_s + sm.bwd_s + self.send_s(sm, k) + self.accumulation_s(sm, k)
     }
 
     /// Micro-batches a stage with `stages_to_end` stages from it to the last holds.
@@ -531,7 +542,8 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
         let k = part.replicas;
         let sm = &part.metrics;
         let send_s = ctx.send_s(sm, k);
-        let load_s = sm.fwd_s + sm.bwd_s + send_s;
+        let grad_accumulation_s = ctx.accumulation_s(sm, k);
+        let load_s = ctx.load_s(sm, k);
         if load_s / f64::from(k) > bottleneck_load {
             bottleneck_load = load_s / f64::from(k);
             bottleneck = i;
@@ -543,6 +555,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             fwd_s: sm.fwd_s,
             bwd_s: sm.bwd_s,
             send_s,
+            grad_accumulation_s,
             load_s,
             dp_comm_s: ctx.dp_comm_s(sm, k),
             dp_sync_s: ctx.dp_sync_s(sm, k),
@@ -555,7 +568,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
     let dp_comm_s = stages.iter().map(|s| s.dp_comm_s).fold(0.0, f64::max);
     let optimizer_s = ctx.optimizer_s(p);
     let time_split = TimeSplit {
-        compute_s: per_mb * (b.fwd_s + b.bwd_s),
+        compute_s: per_mb * (b.fwd_s + b.bwd_s + b.grad_accumulation_s),
         bubble_s: f64::from(p - 1) * bottleneck_load,
         pp_comm_s: per_mb * b.send_s,
         dp_comm_s,
@@ -749,6 +762,7 @@ mod tests {
                 },
                 output_bytes: 10,
                 optimizer_step_s: 0.001 * i as f64,
+                grad_accumulation_s: 0.0005 * i as f64,
             })
             .collect();
         let mut edges: Vec<(usize, usize, u64)> =

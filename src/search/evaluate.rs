@@ -10,7 +10,7 @@ use crate::placement::{
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
 };
 use crate::schedule::{lower_bound, Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
-use crate::workload::{CollectiveKind, Layer, OpGraph, OpKind, VectorOp, Workload};
+use crate::workload::{CollectiveKind, Layer, Op, OpGraph, OpKind, VectorOp, Workload};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -93,6 +93,9 @@ pub struct UniqueLayerSchedule {
     /// The optimizer step over one layer's parameters (once per iteration), and its energy.
     pub optimizer_step_s: f64,
     pub optimizer_step_energy_j: f64,
+    /// Adding one micro-batch's weight gradients into the iteration's, and its energy.
+    pub grad_accumulation_s: f64,
+    pub grad_accumulation_energy_j: f64,
 }
 
 /// Per-layer costs of a workload at one (t, micro-batch) on one chip: the placement input,
@@ -113,15 +116,18 @@ pub struct LayerEnergy {
     pub bwd_j: f64,
     pub selective_recompute_j: f64,
     pub optimizer_step_j: f64,
+    /// One micro-batch's gradient accumulation (every micro-batch after a copy's first).
+    pub grad_accumulation_j: f64,
 }
 
 impl LayerCosts {
     /// Energy of one sample under `plan`: every layer's forward and backward (and
     /// recomputation) on each of the `t` devices of its tensor group, per sample of a
     /// micro-batch; and once per iteration, over the global batch, each data-parallel copy's
-    /// optimizer step and gradient synchronisation (ring all-reduce over the `d · k` copies of
-    /// a stage; with ZeRO-1 a reduce-scatter of gradients and an all-gather of weights, and
-    /// each copy steps its share of the optimizer state). Pipeline sends are not counted.
+    /// gradient accumulation (every micro-batch after its first), optimizer step and gradient
+    /// synchronisation (ring all-reduce over the `d · k` copies of a stage; with ZeRO-1 a
+    /// reduce-scatter of gradients and an all-gather of weights, and each copy steps its share
+    /// of the optimizer state). Pipeline sends are not counted.
     pub fn energy_per_sample_j(
         &self,
         plan: &Plan,
@@ -165,9 +171,13 @@ impl LayerCosts {
                     collective_cost(arch, CollectiveKind::AllReduce, grad_bytes, copies).energy_j
                 };
                 let step_copies = if zero1 { 1 } else { copies };
+                // The d·k copies run the pipeline's m micro-batches, each copy its share.
+                let accumulations = (u64::from(plan.dp) * plan.micro_batches_per_pipeline)
+                    .saturating_sub(u64::from(copies));
                 per_iteration += t
                     * (f64::from(copies) * sync_j
-                        + f64::from(step_copies) * self.energy_j[l].optimizer_step_j);
+                        + f64::from(step_copies) * self.energy_j[l].optimizer_step_j
+                        + accumulations as f64 * self.energy_j[l].grad_accumulation_j);
             }
         }
         per_micro_batch * t / f64::from(plan.micro_batch) + per_iteration / global_batch as f64
@@ -210,6 +220,8 @@ pub fn layer_costs(
                     attention_core(&layer.fwd, &fwd_problem);
                 let (optimizer_step_s, optimizer_step_energy_j) =
                     optimizer_step(workload, cost, layer.params);
+                let (grad_accumulation_s, grad_accumulation_energy_j) =
+                    grad_accumulation(workload, cost, layer.params);
                 index_of.insert(&layer.signature, unique.len());
                 unique.push(UniqueLayerSchedule {
                     signature: layer.signature.clone(),
@@ -223,6 +235,8 @@ pub fn layer_costs(
                     selective_recompute_energy_j,
                     optimizer_step_s,
                     optimizer_step_energy_j,
+                    grad_accumulation_s,
+                    grad_accumulation_energy_j,
                 });
                 unique.len() - 1
             }
@@ -237,12 +251,14 @@ pub fn layer_costs(
             activation_bytes: layer.activation_bytes,
             output_bytes: layer.output_bytes,
             optimizer_step_s: s.optimizer_step_s,
+            grad_accumulation_s: s.grad_accumulation_s,
         });
         energy_j.push(LayerEnergy {
             fwd_j: s.fwd.energy_j,
             bwd_j: s.bwd.energy_j,
             selective_recompute_j: s.selective_recompute_energy_j,
             optimizer_step_j: s.optimizer_step_energy_j,
+            grad_accumulation_j: s.grad_accumulation_energy_j,
         });
     }
     Ok(LayerCosts {
@@ -257,15 +273,24 @@ pub fn layer_costs(
     })
 }
 
-/// Time and energy of the optimizer step over `params` parameters on the chip's vector cores:
-/// its kernels one after another, each in its faster variant.
+/// Time and energy of the optimizer step over `params` parameters on the chip's vector cores.
 fn optimizer_step(workload: &Workload, cost: &CostModel, params: u64) -> (f64, f64) {
     if params == 0 {
         return (0.0, 0.0);
     }
-    workload
-        .optimizer_step_ops(params)
-        .iter()
+    kernels_in_turn(cost, &workload.optimizer_step_ops(params))
+}
+
+/// Time and energy of one micro-batch's gradient accumulation over `params` parameters.
+fn grad_accumulation(workload: &Workload, cost: &CostModel, params: u64) -> (f64, f64) {
+    let op = workload.grad_accumulation_op(params);
+    kernels_in_turn(cost, op.as_slice())
+}
+
+/// Time and energy of `ops` on the chip's vector cores: one after another, each in its
+/// faster variant.
+fn kernels_in_turn(cost: &CostModel, ops: &[Op]) -> (f64, f64) {
+    ops.iter()
         .map(|op| {
             let c = cost.op_cost(op);
             if c.all_cores_s <= c.one_core_s {
@@ -299,15 +324,21 @@ fn lower_bound_graph(
     sequence_parallel: bool,
 ) -> Result<LayerCostGraph, EvaluateError> {
     let graph = workload.layer_graph(tp, micro_batch, sequence_parallel)?;
-    let mut bounds: BTreeMap<&str, [f64; 4]> = BTreeMap::new();
+    let mut bounds: BTreeMap<&str, [f64; 5]> = BTreeMap::new();
     let mut layers = Vec::with_capacity(graph.layers.len());
     for layer in &graph.layers {
-        let [fwd_s, bwd_s, selective_recompute_s, optimizer_step_s] =
+        let [fwd_s, bwd_s, selective_recompute_s, optimizer_step_s, grad_accumulation_s] =
             match bounds.get(layer.signature.as_str()) {
                 Some(&b) => b,
                 None => {
                     let [f, b, s] = layer_bounds(layer, cost)?;
-                    let b = [f, b, s, optimizer_step(workload, cost, layer.params).0];
+                    let b = [
+                        f,
+                        b,
+                        s,
+                        optimizer_step(workload, cost, layer.params).0,
+                        grad_accumulation(workload, cost, layer.params).0,
+                    ];
                     bounds.insert(&layer.signature, b);
                     b
                 }
@@ -321,6 +352,7 @@ fn lower_bound_graph(
             activation_bytes: layer.activation_bytes,
             output_bytes: layer.output_bytes,
             optimizer_step_s,
+            grad_accumulation_s,
         });
     }
     Ok(LayerCostGraph {

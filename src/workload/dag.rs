@@ -90,6 +90,8 @@ pub(crate) struct RawDag {
     loss_scaling: Option<bool>,
     #[serde(default = "clips")]
     gradient_clipping: bool,
+    #[serde(default)]
+    gradient_accumulation_fusion: bool,
     layers: Vec<DagLayer>,
     edges: Vec<(usize, usize, u64)>,
 }
@@ -254,6 +256,7 @@ impl RawDag {
                 .loss_scaling
                 .unwrap_or(self.precision == Precision::Fp16),
             gradient_clipping: self.gradient_clipping,
+            gradient_accumulation_fusion: self.gradient_accumulation_fusion,
             source: file.to_path_buf(),
             model: Model::Dag(Dag {
                 layers: self.layers,

@@ -152,6 +152,11 @@ pub struct Workload {
     /// Whether each step computes the gradient norm to clip by (`gradient_clipping` in a
     /// workload file; default true, as Megatron-LM and most LLM recipes clip).
     pub gradient_clipping: bool,
+    /// Whether the weight-gradient GEMMs add into the iteration's gradients themselves
+    /// (`gradient_accumulation_fusion` in a workload file, Megatron-LM's flag of that name;
+    /// default false): otherwise every micro-batch after a copy's first adds its weight
+    /// gradients with a kernel of its own ([`Workload::grad_accumulation_op`]).
+    pub gradient_accumulation_fusion: bool,
     pub model: Model,
     /// The file it was loaded from (named in errors).
     pub source: PathBuf,
@@ -362,6 +367,16 @@ impl Workload {
             ));
         }
         ops
+    }
+
+    /// The kernel that adds one micro-batch's weight gradients over `params` parameters into
+    /// the iteration's (both read, the sum written, at the gradients' precision: PyTorch's
+    /// `AccumulateGrad`, Megatron-LM's `main_grad.add_`), run by every micro-batch after a
+    /// copy's first; `None` without parameters or when the GEMMs accumulate themselves.
+    pub fn grad_accumulation_op(&self, params: u64) -> Option<Op> {
+        let grads = self.bytes_per_param().grads;
+        (!self.gradient_accumulation_fusion && params > 0)
+            .then(|| ops::vector("grad_accumulate", VectorOp::Add, params, 1, grads))
     }
 
     /// Tokens per sample.

@@ -39,6 +39,7 @@ pub(crate) struct RawTemplate {
     optimizer: Option<String>,
     loss_scaling: Option<bool>,
     gradient_clipping: Option<bool>,
+    gradient_accumulation_fusion: Option<bool>,
 }
 
 impl RawTemplate {
@@ -61,6 +62,7 @@ impl RawTemplate {
             optimizer: Some("adam".to_string()),
             loss_scaling: None,
             gradient_clipping: None,
+            gradient_accumulation_fusion: None,
         }
     }
 }
@@ -184,6 +186,7 @@ impl RawTemplate {
             optimizer,
             loss_scaling: self.loss_scaling.unwrap_or(precision == Precision::Fp16),
             gradient_clipping: self.gradient_clipping.unwrap_or(true),
+            gradient_accumulation_fusion: self.gradient_accumulation_fusion.unwrap_or(false),
             source: file.to_path_buf(),
             model: Model::Template(Template {
                 family,
