@@ -1100,6 +1100,28 @@ fn a100_calibration_cross_validates() {
     assert!((fit.efficiency.hbm_bandwidth - a100.efficiency.hbm_bandwidth).abs() < 0.02);
 }
 
+/// `workload` on `dp` A100s at micro-batch 16 under full recompute, one stage per copy
+/// (t = p = 1), optionally with ZeRO-1.
+fn one_stage_a100_plan(
+    workload: &Workload,
+    dp: u32,
+    zero1: bool,
+    cache: &ScheduleCache,
+) -> tandem::search::Evaluation {
+    let options = PlanOptions {
+        micro_batches: vec![16],
+        recompute: vec![RecomputeMode::Full],
+        fixed: tandem::placement::Fixed {
+            tp: Some(1),
+            pp: Some(1),
+            dp: Some(dp),
+        },
+        zero1,
+        ..PlanOptions::searching(dp)
+    };
+    evaluate(workload, &chip("a100"), &options, cache).expect("a plan exists")
+}
+
 /// Energy per sample counts, once per iteration over the global batch, each data-parallel
 /// copy's optimizer step and the copies' gradient synchronisation. GPT-1.7B at t = p = 1 on
 /// the A100: a second copy adds one mixed-precision Adam step per parameter (casts, gradient
@@ -1116,24 +1138,9 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
         gradient_accumulation_fusion: true,
         ..workload("gpt-1.7b")
     };
-    let a100 = chip("a100");
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let energy = |dp: u32, zero1: bool| {
-        let options = PlanOptions {
-            micro_batches: vec![16],
-            recompute: vec![RecomputeMode::Full],
-            fixed: tandem::placement::Fixed {
-                tp: Some(1),
-                pp: Some(1),
-                dp: Some(dp),
-            },
-            zero1,
-            ..PlanOptions::searching(dp)
-        };
-        evaluate(&gpt, &a100, &options, &cache)
-            .expect("a plan exists")
-            .energy_per_sample_j
-    };
+    let energy =
+        |dp: u32, zero1: bool| one_stage_a100_plan(&gpt, dp, zero1, &cache).energy_per_sample_j;
     let (params, _) = gpt_1_7b_params(&cache);
     assert!((1.6e9..1.8e9).contains(&(params as f64)), "{params}");
     let per_sample = |joules_per_param: f64| params as f64 * joules_per_param / 512.0;
@@ -1186,20 +1193,10 @@ fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
         .sum();
     let per_iteration_j: f64 = costs.energy_j.iter().map(|e| e.grad_accumulation_j).sum();
     assert!(per_iteration_j > 0.0);
-    let plan = |w: &Workload| {
-        let options = PlanOptions {
-            micro_batches: vec![16],
-            recompute: vec![RecomputeMode::Full],
-            fixed: tandem::placement::Fixed {
-                tp: Some(1),
-                pp: Some(1),
-                dp: Some(1),
-            },
-            ..PlanOptions::searching(1)
-        };
-        evaluate(w, &a100, &options, &cache).expect("a plan exists")
-    };
-    let (separate, together) = (plan(&gpt), plan(&fused));
+    let (separate, together) = (
+        one_stage_a100_plan(&gpt, 1, false, &cache),
+        one_stage_a100_plan(&fused, 1, false, &cache),
+    );
     assert_eq!(separate.plan.micro_batches_per_pipeline, 32);
     let extra_s = separate.plan.time_per_batch_s - together.plan.time_per_batch_s;
     assert!(
