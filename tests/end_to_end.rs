@@ -1133,11 +1133,9 @@ fn one_stage_a100_plan(
 /// weights).
 #[test]
 fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
-    // Without separate gradient accumulation (next test), which falls with d.
-    let gpt = Workload {
-        gradient_accumulation_fusion: true,
-        ..workload("gpt-1.7b")
-    };
+    // Gradient accumulation fused into the GEMMs (the default; the next test unfuses it).
+    let gpt = workload("gpt-1.7b");
+    assert!(gpt.gradient_accumulation_fusion);
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let energy =
         |dp: u32, zero1: bool| one_stage_a100_plan(&gpt, dp, zero1, &cache).energy_per_sample_j;
@@ -1166,14 +1164,13 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
 /// A100's 0.83 × 2039 GB/s, plus a vector-kernel overhead). GPT-1.7B on one A100 at
 /// micro-batch 16 runs 32 micro-batches per iteration, so 31 accumulations of every layer:
 /// in time (one stage, so nothing overlaps them) and in energy per sample; none when the
-/// weight-gradient GEMMs accumulate themselves.
+/// weight-gradient GEMMs accumulate themselves (the default).
 #[test]
 fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
-    let gpt = workload("gpt-1.7b");
-    assert!(!gpt.gradient_accumulation_fusion);
-    let fused = Workload {
-        gradient_accumulation_fusion: true,
-        ..gpt.clone()
+    let fused = workload("gpt-1.7b");
+    let gpt = Workload {
+        gradient_accumulation_fusion: false,
+        ..fused.clone()
     };
     let a100 = chip("a100");
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");

@@ -558,39 +558,37 @@ fn optimizer_step_kernels_by_optimizer_and_precision() {
     .expect("write");
     let plain = load(file.to_str().expect("utf-8"));
     assert_eq!(kernels(&plain).len(), 3);
-    // Gradient accumulation: a kernel of its own by default, reading both fp16 gradients and
-    // writing the sum; none where the GEMMs accumulate themselves.
-    let accumulate = fp16
-        .grad_accumulation_op(params)
-        .expect("a kernel by default");
+    // Gradient accumulation: fused into the GEMMs by default, no kernel of its own; unfused,
+    // a kernel reading both fp16 gradients and writing the sum.
+    assert!(fp16.gradient_accumulation_fusion);
+    assert!(fp16.grad_accumulation_op(params).is_none());
+    std::fs::write(
+        &file,
+        format!("{text}\nprecision = \"fp16\"\ngradient_accumulation_fusion = false\n"),
+    )
+    .expect("write");
+    let separate = load(file.to_str().expect("utf-8"));
+    let accumulate = separate.grad_accumulation_op(params).expect("a kernel");
     assert_eq!(
         (accumulate.bytes_read, accumulate.bytes_written),
         (4 * params, 2 * params)
     );
-    assert!(fp16.grad_accumulation_op(0).is_none());
-    std::fs::write(
-        &file,
-        format!("{text}\ngradient_accumulation_fusion = true\n"),
-    )
-    .expect("write");
-    let fused = load(file.to_str().expect("utf-8"));
-    assert!(fused.gradient_accumulation_fusion);
-    assert!(fused.grad_accumulation_op(params).is_none());
+    assert!(separate.grad_accumulation_op(0).is_none());
     std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn dag_workload_loads_scales_and_derives_backward() {
     let w = load("examples/dag-workload.json");
-    assert!(!w.gradient_accumulation_fusion);
+    assert!(w.gradient_accumulation_fusion);
     // The recipe knobs of a template file work in a DAG file too.
     let dir = std::env::temp_dir().join(format!("tandem-dag-recipe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let text = std::fs::read_to_string("examples/dag-workload.json").expect("read");
-    let file = dir.join("fused.json");
-    let fused_text = text.replacen('{', "{\"gradient_accumulation_fusion\": true, ", 1);
-    std::fs::write(&file, fused_text).expect("write");
-    assert!(load(file.to_str().expect("utf-8")).gradient_accumulation_fusion);
+    let file = dir.join("separate.json");
+    let separate_text = text.replacen('{', "{\"gradient_accumulation_fusion\": false, ", 1);
+    std::fs::write(&file, separate_text).expect("write");
+    assert!(!load(file.to_str().expect("utf-8")).gradient_accumulation_fusion);
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(w.total_params(), 288_768 + 262_656 + 525_568 + 256_000);
     assert_eq!(w.valid_tp(8), vec![1]);

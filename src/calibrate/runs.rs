@@ -238,7 +238,8 @@ pub fn validate_runs(
             )
             .into());
         }
-        // Megatron-LM's runs: fp16 weights and activations, Adam with fp32 master weights.
+        // Megatron-LM's runs: fp16 weights and activations, Adam with fp32 master weights, and
+        // (2021, before `--gradient-accumulation-fusion`) a kernel per gradient accumulation.
         let sizes = GptSizes {
             layers: run.layers,
             hidden: run.hidden,
@@ -247,8 +248,11 @@ pub fn validate_runs(
             seq_len: run.seq,
             global_batch: run.global_batch,
         };
-        let workload = Workload::gpt(&run.model, runs_csv, sizes, Precision::Fp16)
-            .map_err(|e| in_row(row, e))?;
+        let workload = Workload {
+            gradient_accumulation_fusion: false,
+            ..Workload::gpt(&run.model, runs_csv, sizes, Precision::Fp16)
+                .map_err(|e| in_row(row, e))?
+        };
         let held = plans.by_model.get(&run.model).copied();
         let options = PlanOptions {
             micro_batches: held.map_or(vec![1, 2, 4, 8, 16], |p| vec![p.micro_batch]),

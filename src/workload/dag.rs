@@ -90,10 +90,14 @@ pub(crate) struct RawDag {
     loss_scaling: Option<bool>,
     #[serde(default = "clips")]
     gradient_clipping: bool,
-    #[serde(default)]
+    #[serde(default = "fuses_accumulation")]
     gradient_accumulation_fusion: bool,
     layers: Vec<DagLayer>,
     edges: Vec<(usize, usize, u64)>,
+}
+
+fn fuses_accumulation() -> bool {
+    true
 }
 
 fn default_precision() -> Precision {

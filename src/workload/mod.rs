@@ -153,9 +153,10 @@ pub struct Workload {
     /// workload file; default true, as Megatron-LM and most LLM recipes clip).
     pub gradient_clipping: bool,
     /// Whether the weight-gradient GEMMs add into the iteration's gradients themselves
-    /// (`gradient_accumulation_fusion` in a workload file, Megatron-LM's flag of that name;
-    /// default false): otherwise every micro-batch after a copy's first adds its weight
-    /// gradients with a kernel of its own ([`Workload::grad_accumulation_op`]).
+    /// (`gradient_accumulation_fusion` in a workload file; default true, as Megatron-LM has
+    /// done by default since 2022): otherwise every micro-batch after a copy's first adds its
+    /// weight gradients with a kernel of its own ([`Workload::grad_accumulation_op`]:
+    /// PyTorch's `AccumulateGrad`, the Megatron-LM of the 2021 published runs).
     pub gradient_accumulation_fusion: bool,
     pub model: Model,
     /// The file it was loaded from (named in errors).

@@ -186,7 +186,7 @@ impl RawTemplate {
             optimizer,
             loss_scaling: self.loss_scaling.unwrap_or(precision == Precision::Fp16),
             gradient_clipping: self.gradient_clipping.unwrap_or(true),
-            gradient_accumulation_fusion: self.gradient_accumulation_fusion.unwrap_or(false),
+            gradient_accumulation_fusion: self.gradient_accumulation_fusion.unwrap_or(true),
             source: file.to_path_buf(),
             model: Model::Template(Template {
                 family,
