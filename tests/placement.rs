@@ -88,13 +88,19 @@ fn uniform_problem(devices: u32, global_batch: u64) -> PlacementProblem {
 }
 
 fn one_per_stage() -> FixedPlan {
+    fixed_plan(1, 1, &[(&[0], 1), (&[1], 1), (&[2], 1), (&[3], 1)])
+}
+
+/// A plan of width `tp` and `dp` pipeline copies whose stages hold (layers, devices).
+fn fixed_plan(tp: u32, dp: u32, stages: &[(&[usize], u32)]) -> FixedPlan {
     FixedPlan {
-        tp: 1,
-        dp: 1,
-        stages: (0..4)
-            .map(|i| FixedStage {
-                layers: vec![i],
-                devices: 1,
+        tp,
+        dp,
+        stages: stages
+            .iter()
+            .map(|&(layers, devices)| FixedStage {
+                layers: layers.to_vec(),
+                devices,
             })
             .collect(),
     }
@@ -142,31 +148,11 @@ fn dp_all_reduce_drives_one_ring_per_copy_in_a_node() {
         2.0 * (n - 1.0) / n * bytes / bandwidth + 2.0 * (n - 1.0) * 10e-6
     };
     // One stage, 32 copies a device apart: eight in every node, 8 x 25 GB/s.
-    let flat = FixedPlan {
-        tp: 1,
-        dp: 32,
-        stages: vec![FixedStage {
-            layers: (0..4).collect(),
-            devices: 1,
-        }],
-    };
+    let flat = fixed_plan(1, 32, &[(&[0, 1, 2, 3], 1)]);
     let plan = evaluate_fixed(&problem, &flat).unwrap();
     assert!(close(plan.stages[0].dp_sync_s, ring(32.0, grads(4), 200e9)));
     // Two stages, 16 copies two devices apart: four in every node, 4 x 25 GB/s.
-    let piped = FixedPlan {
-        tp: 1,
-        dp: 16,
-        stages: vec![
-            FixedStage {
-                layers: vec![0, 1],
-                devices: 1,
-            },
-            FixedStage {
-                layers: vec![2, 3],
-                devices: 1,
-            },
-        ],
-    };
+    let piped = fixed_plan(1, 16, &[(&[0, 1], 1), (&[2, 3], 1)]);
     let plan = evaluate_fixed(&problem, &piped).unwrap();
     for stage in &plan.stages {
         assert!(close(stage.dp_sync_s, ring(16.0, grads(2), 100e9)));
@@ -174,30 +160,14 @@ fn dp_all_reduce_drives_one_ring_per_copy_in_a_node() {
     // Four stages of two replicas: pipelines (blocks of 8 devices) a node apart. Where a stage
     // sits in its block is not fixed, so its two replicas may straddle two nodes: one NIC's
     // 25 GB/s, the safe count.
-    let wide = FixedPlan {
-        tp: 1,
-        dp: 4,
-        stages: (0..4)
-            .map(|i| FixedStage {
-                layers: vec![i],
-                devices: 2,
-            })
-            .collect(),
-    };
+    let wide = fixed_plan(1, 4, &[(&[0], 2), (&[1], 2), (&[2], 2), (&[3], 2)]);
     let plan = evaluate_fixed(&problem, &wide).unwrap();
     for stage in &plan.stages {
         assert!(close(stage.dp_sync_s, ring(8.0, grads(1), 25e9)));
     }
     // One stage of two replicas, 16 pipelines of two devices: a node holds four whole
     // pipelines, so eight of the 32 copies: 8 x 25 GB/s.
-    let replicated = FixedPlan {
-        tp: 1,
-        dp: 16,
-        stages: vec![FixedStage {
-            layers: (0..4).collect(),
-            devices: 2,
-        }],
-    };
+    let replicated = fixed_plan(1, 16, &[(&[0, 1, 2, 3], 2)]);
     let plan = evaluate_fixed(&problem, &replicated).unwrap();
     assert!(close(plan.stages[0].dp_sync_s, ring(32.0, grads(4), 200e9)));
 }
@@ -216,16 +186,7 @@ fn replicated_activations_are_sent_scattered_and_gathered() {
         edges: vec![(0, 1, E)],
         replicated_edges: true,
     }];
-    let plan = FixedPlan {
-        tp: 8,
-        dp: 1,
-        stages: (0..2)
-            .map(|i| FixedStage {
-                layers: vec![i],
-                devices: 8,
-            })
-            .collect(),
-    };
+    let plan = fixed_plan(8, 1, &[(&[0], 8), (&[1], 8)]);
     let e = E as f64;
     let whole = e / 25e9 + 10e-6;
     let scattered = e / 8.0 / 25e9 + 10e-6 + 7.0 / 8.0 * e / NVLINK_BW + 7.0 * NVLINK_LAT;
@@ -266,16 +227,7 @@ fn gradient_accumulation_is_charged_to_all_but_each_replicas_first_micro_batch()
         plain.time_per_batch_s + 11.0 * 7.0 / 8.0 * ACC
     ));
     problem.devices = 8;
-    let replicated = FixedPlan {
-        tp: 1,
-        dp: 1,
-        stages: (0..4)
-            .map(|i| FixedStage {
-                layers: vec![i],
-                devices: 2,
-            })
-            .collect(),
-    };
+    let replicated = fixed_plan(1, 1, &[(&[0], 2), (&[1], 2), (&[2], 2), (&[3], 2)]);
     let plan = evaluate_fixed(&problem, &replicated).unwrap();
     assert!(plan
         .stages
