@@ -834,10 +834,7 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
 fn collected_layouts_and_block_slices_load() {
     let dir = scratch_dir("collected-rows");
     let header = COLLECTED_HEADER;
-    // `shape`: batch, m, n, k, elements, row_len.
-    let collected = |kernel: &str, shape: &str, group: u32| {
-        format!("H100,1980,2619,580,13.0,2.11,bf16,{kernel},{shape},{group},1e-3,1e-3,1e-3,30,10")
-    };
+    let collected = |kernel: &str, shape: &str, group: u32| h100_row(kernel, shape, group, 1e-3);
     let row =
         |kernel: &str, gemm: &str, group: u32| collected(kernel, &format!("{gemm},0,0"), group);
     let good = [
@@ -943,6 +940,15 @@ fn collected_layouts_and_block_slices_load() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A `kernels.csv` row as collect.py writes it on an H100: `shape` is
+/// `batch,m,n,k,elements,row_len`, and the median and both percentiles are `median_s`.
+fn h100_row(kernel: &str, shape: &str, group: u32, median_s: f64) -> String {
+    format!(
+        "H100,1980,2619,580,13.0,2.11,bf16,{kernel},{shape},{group},{median_s},{median_s},\
+         {median_s},30,10"
+    )
+}
+
 /// collect.py's overlap rows (two or more GPUs): a stream of GEMMs and an all-reduce timed
 /// apart and together set `efficiency.comm_overlap` to the median over shapes of the hidden
 /// fraction, (gemms + all-reduce − both) / min(gemms, all-reduce), each clamped to [0, 1]:
@@ -952,23 +958,17 @@ fn collected_layouts_and_block_slices_load() {
 #[test]
 fn overlap_rows_calibrate_comm_overlap() {
     let dir = scratch_dir("overlap-rows");
-    let collected = |kernel: &str, shape: &str, group: u32, median_s: f64| {
-        format!(
-            "H100,1980,2619,580,13.0,2.11,bf16,{kernel},{shape},{group},{median_s},{median_s},\
-             {median_s},30,10"
-        )
-    };
     let overlap = |gemms: u32, both_s: f64| {
         let shape = format!("{gemms},8192,8192,8192,67108864,1");
         [
-            collected("overlap_gemms", &shape, 8, 10e-3),
-            collected("overlap_all_reduce", &shape, 8, 4e-3),
-            collected("overlap_both", &shape, 8, both_s),
+            h100_row("overlap_gemms", &shape, 8, 10e-3),
+            h100_row("overlap_all_reduce", &shape, 8, 4e-3),
+            h100_row("overlap_both", &shape, 8, both_s),
         ]
     };
     let mut rows = vec![
         COLLECTED_HEADER.to_string(),
-        collected("gemm", "1,4096,4096,4096,0,0", 1, 0.2e-3),
+        h100_row("gemm", "1,4096,4096,4096,0,0", 1, 0.2e-3),
     ];
     rows.extend(overlap(8, 11.5e-3));
     rows.extend(overlap(9, 15e-3));
@@ -1035,9 +1035,11 @@ fn collective_rows_calibrate_link_bandwidth() {
         for elements in [1u64 << 19, 1 << 23, 1 << 27, 1 << 29] {
             let median_s = collective_cost(&truth, collective, 2 * elements, 8).latency_s;
             measured.push(median_s);
-            rows.push(format!(
-                "H100,1980,2619,580,13.0,2.11,bf16,{kernel},1,0,0,0,{elements},1,8,{median_s},\
-                 {median_s},{median_s},30,10"
+            rows.push(h100_row(
+                kernel,
+                &format!("1,0,0,0,{elements},1"),
+                8,
+                median_s,
             ));
         }
     }

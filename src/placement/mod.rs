@@ -166,8 +166,8 @@ pub struct LayerCostGraph {
     pub tp: u32,
     pub layers: Vec<LayerCost>,
     pub edges: Vec<(usize, usize, u64)>,
-    /// Whether every device of a tensor group holds the whole of each edge's tensor (tensor
-    /// parallelism without sequence parallelism): a pipeline send may then scatter it over the
+    /// Whether every device of a tensor group holds the whole of each edge's tensor
+    /// (`workload::LayerGraph::replicated_edges`): a pipeline send may then scatter it over the
     /// group's links and all-gather it on the receiving group (Megatron-LM's scatter/gather).
     #[serde(default)]
     pub replicated_edges: bool,

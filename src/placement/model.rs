@@ -218,23 +218,27 @@ impl Ctx<'_> {
     /// (fewer in the last), `k` replicas each. When a block spans domains, where the stage sits
     /// in it is not fixed and its replicas may straddle a boundary: one, the safe count.
     fn fewest_copies_in(&self, k: u32, domain: u32) -> u32 {
-        let block = self.units * self.t;
-        if block < domain && domain % block == 0 {
-            k * fewest_in_domain(self.d, block, domain)
+        if self.holds_whole_pipelines(domain) {
+            k * fewest_in_domain(self.d, self.units * self.t, domain)
         } else {
             1
         }
+    }
+
+    /// Whether a domain of `domain` devices holds whole pipelines (blocks of `units·t`).
+    fn holds_whole_pipelines(&self, domain: u32) -> bool {
+        let block = self.units * self.t;
+        block < domain && domain % block == 0
     }
 
     /// Whether a stage's all-reduce can only grow with its replica count `k`: when no domain
     /// below the last tier holds whole pipelines, its copies drive one link per domain
     /// whatever `k` ([`Ctx::fewest_copies_in`]), so more copies only add ring steps.
     pub fn all_reduce_grows_with_replicas(&self) -> bool {
-        let block = self.units * self.t;
         let inner = &self.problem.tiers[..self.problem.tiers.len().saturating_sub(1)];
-        inner
+        !inner
             .iter()
-            .all(|tier| !(block < tier.devices && tier.devices % block == 0))
+            .any(|tier| self.holds_whole_pipelines(tier.devices))
     }
 
     /// Pipeline sends of a stage run by `k` replicas.

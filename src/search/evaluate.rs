@@ -266,7 +266,7 @@ pub fn layer_costs(
             tp,
             layers,
             edges: graph.edges.clone(),
-            replicated_edges: tp > 1 && !sequence_parallel,
+            replicated_edges: graph.replicated_edges(),
         },
         energy_j,
         unique,
@@ -359,7 +359,7 @@ fn lower_bound_graph(
         tp,
         layers,
         edges: graph.edges.clone(),
-        replicated_edges: tp > 1 && !sequence_parallel,
+        replicated_edges: graph.replicated_edges(),
     })
 }
 

@@ -372,3 +372,12 @@ pub struct LayerGraph {
     pub micro_batch: u32,
     pub sequence_parallel: bool,
 }
+
+impl LayerGraph {
+    /// Whether every device of a tensor group holds each edge's whole tensor: tensor
+    /// parallelism without sequence parallelism leaves the activations between layers
+    /// replicated (sequence parallelism splits them along the sequence).
+    pub fn replicated_edges(&self) -> bool {
+        self.tp > 1 && !self.sequence_parallel
+    }
+}
