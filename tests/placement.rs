@@ -779,6 +779,16 @@ fn costs_json_errors_name_file_field_and_reason() {
         "costs.json: field `graphs[0].layers[0].bwd_s`: latency must be finite and \
          non-negative, got -0.002"
     );
+    let accumulation = parse_err(&GOOD.replacen(
+        r#""bwd_s": 0.002"#,
+        r#""bwd_s": 0.002, "grad_accumulation_s": -1e-4"#,
+        1,
+    ));
+    assert_eq!(
+        accumulation,
+        "costs.json: field `graphs[0].layers[0].grad_accumulation_s`: latency must be finite \
+         and non-negative, got -0.0001"
+    );
     let unknown = parse_err(&GOOD.replace("[[0, 1, 10]]", "[[0, 5, 10]]"));
     assert_eq!(
         unknown,

@@ -65,6 +65,8 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                 ("fwd_s", layer.fwd_s),
                 ("bwd_s", layer.bwd_s),
                 ("selective_recompute_s", layer.selective_recompute_s),
+                ("optimizer_step_s", layer.optimizer_step_s),
+                ("grad_accumulation_s", layer.grad_accumulation_s),
             ] {
                 if !value.is_finite() || value < 0.0 {
                     return Err(bad(
