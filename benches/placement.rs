@@ -1,43 +1,66 @@
-//! Placement speed (issue 4): GPT-3 175B as a 98-layer chain (embedding, 96 blocks, head) on
-//! 1024 devices with t ∈ {4, 8} and 80 GiB of HBM, per-layer costs from the TPU v4-like chip.
-//! One iteration is the full plan search of one design point (every t, d, stage count and
-//! stage width) for one recompute mode.
+//! Placement speed: the plan search of one design point, in the cases that stress it.
+//!
+//! * `phaze-setting`: GPT-3 175B as a 98-layer chain (embedding, 96 blocks, head) with the
+//!   TPU v4-like chip's per-layer costs, t ∈ {4, 8}, 1024 devices, 80 GiB, one interconnect
+//!   tier at 4 GB/s, global batch 4096 at micro-batch 1, plain SGD (2 + 2 B per parameter,
+//!   no optimizer state): PHAZE's own GPT-3 setting. Checked against the unpruned programme.
+//! * `tpuv4 gpt3-175b`: the same chain on the chip's own ICI, Adam, global batch 1536,
+//!   recompute none and full.
+//! * `h100 gpt3-175b, N devices`: list-schedule layer costs (`plan --no-ilp`), t ∈ {1, 2, 4,
+//!   8}, 16,384 and 65,536 devices.
+//! * `a100 plan <model>`: `tandem plan` with everything searched (micro-batch 1–8, every
+//!   recompute mode, t ≤ 8) on 1,024 A100s: layer schedules (a fresh cache) and placements.
 //!
 //! `cargo bench --bench placement`
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 use std::path::Path;
-use tandem::arch::load_chip;
+use tandem::arch::{load_chip, ArchConfig, Tier};
 use tandem::cost::CostModel;
 use tandem::placement::{
-    place, BytesPerParam, Fixed, PipelineSchedule, PlacementProblem, RecomputeMode,
+    place, place_exhaustive, BytesPerParam, Fixed, PipelineSchedule, PlacementProblem,
+    RecomputeMode,
 };
 use tandem::schedule::{ScheduleCache, SolverOptions};
-use tandem::search::layer_costs;
+use tandem::search::{evaluate, layer_costs, PlanOptions};
 use tandem::workload::Workload;
 
-fn problem(recompute: RecomputeMode) -> PlacementProblem {
-    let workload = Workload::load(Path::new("workloads/gpt3-175b.toml")).expect("bundled workload");
-    let chip = load_chip(Path::new("arch_specs/tpuv4.toml")).expect("bundled chip");
-    let cost = CostModel::new(&chip);
-    let cache = ScheduleCache::new(SolverOptions::default()).expect("default options are valid");
-    let graphs = [4, 8]
-        .map(|t| {
+fn chip(name: &str) -> ArchConfig {
+    load_chip(Path::new(&format!("arch_specs/{name}.toml"))).expect("bundled chip")
+}
+
+fn gpt3() -> Workload {
+    Workload::load(Path::new("workloads/gpt3-175b.toml")).expect("bundled workload")
+}
+
+/// GPT-3's placement problem on `chip` at the tensor widths `widths`, micro-batch 1.
+fn problem(
+    chip: &ArchConfig,
+    widths: &[u32],
+    devices: u32,
+    solver: SolverOptions,
+) -> PlacementProblem {
+    let workload = gpt3();
+    let cost = CostModel::new(chip);
+    let cache = ScheduleCache::new(solver).expect("valid options");
+    let graphs: Vec<_> = widths
+        .iter()
+        .map(|&t| {
             layer_costs(&workload, &cost, &cache, t, 1, false)
                 .expect("GPT-3 schedules")
                 .graph
         })
-        .to_vec();
+        .collect();
     assert_eq!(graphs[0].layers.len(), 98);
     let bytes = workload.bytes_per_param();
     PlacementProblem {
         graphs,
-        devices: 1024,
+        devices,
         hbm_bytes: 80 << 30,
         global_batch: workload.global_batch,
         micro_batch: 1,
-        recompute,
+        recompute: RecomputeMode::None,
         bytes_per_param: BytesPerParam {
             weights: bytes.weights,
             grads: bytes.grads,
@@ -50,28 +73,101 @@ fn problem(recompute: RecomputeMode) -> PlacementProblem {
         overlap_efficiency: 1.0,
         constraints: Fixed::default(),
         allow_idle_devices: false,
+        allow_uneven_batch: false,
     }
 }
 
-fn bench(c: &mut Criterion) {
+fn report(name: &str, problem: &PlacementProblem) {
+    match place(problem) {
+        Ok(plan) => println!(
+            "{name}: t={} p={} d={} K={}, {:.4} s per batch",
+            plan.tp,
+            plan.pp,
+            plan.dp,
+            plan.groups_per_pipeline(),
+            plan.time_per_batch_s
+        ),
+        Err(why) => println!("{name}: {why}"),
+    }
+}
+
+fn placement(c: &mut Criterion) {
     let mut group = c.benchmark_group("placement");
     group.sample_size(10);
+    let tpu = chip("tpuv4");
+    let tpu_problem = problem(&tpu, &[4, 8], 1024, SolverOptions::default());
+
+    let phaze = PlacementProblem {
+        tiers: vec![Tier {
+            name: "phaze".into(),
+            devices: 1024,
+            bandwidth_bytes_per_s: 4e9,
+            latency_s: 0.0,
+        }],
+        global_batch: 4096,
+        bytes_per_param: BytesPerParam {
+            weights: 2,
+            grads: 2,
+            optimizer: 0,
+        },
+        ..tpu_problem.clone()
+    };
+    let fast = place(&phaze).expect("a plan");
+    let full = place_exhaustive(&phaze).expect("a plan");
+    assert_eq!(
+        fast.time_per_batch_s, full.time_per_batch_s,
+        "pruned = unpruned"
+    );
+    report("phaze-setting", &phaze);
+    group.bench_function(
+        "phaze-setting gpt3-175b, 1024 devices, t in {4, 8}, 4 GB/s, SGD",
+        |b| b.iter(|| black_box(place(&phaze).is_ok())),
+    );
+
     for recompute in [RecomputeMode::None, RecomputeMode::Full] {
-        let problem = problem(recompute);
-        match place(&problem) {
-            Ok(plan) => println!(
-                "recompute {recompute:?}: t={} p={} d={}, {:.3} s per batch",
-                plan.tp, plan.pp, plan.dp, plan.time_per_batch_s
-            ),
-            Err(why) => println!("recompute {recompute:?}: {why}"),
-        }
+        let p = PlacementProblem {
+            recompute,
+            ..tpu_problem.clone()
+        };
+        report(&format!("tpuv4 recompute {recompute:?}"), &p);
         group.bench_function(
-            format!("gpt3-175b 98 layers, 1024 devices, t in {{4, 8}}, recompute {recompute:?}"),
-            |bench| bench.iter(|| black_box(place(&problem).is_ok())),
+            format!("tpuv4 gpt3-175b, 1024 devices, t in {{4, 8}}, recompute {recompute:?}"),
+            |b| b.iter(|| black_box(place(&p).is_ok())),
+        );
+    }
+
+    let list_only = SolverOptions {
+        use_ilp: false,
+        ..SolverOptions::default()
+    };
+    let h100 = chip("h100");
+    for devices in [16_384, 65_536] {
+        let p = problem(&h100, &[1, 2, 4, 8], devices, list_only);
+        report(&format!("h100 {devices}"), &p);
+        group.bench_function(
+            format!("h100 gpt3-175b, {devices} devices, t in {{1, 2, 4, 8}}"),
+            |b| b.iter(|| black_box(place(&p).is_ok())),
+        );
+    }
+
+    let a100 = chip("a100");
+    for model in ["megatron-gpt2-8.3b", "gpt3-175b"] {
+        let workload = Workload::load(Path::new(&format!("workloads/{model}.toml")))
+            .expect("bundled workload");
+        let options = PlanOptions::searching(1024);
+        group.bench_function(
+            format!("a100 plan {model}, 1024 devices, everything searched"),
+            |b| {
+                b.iter(|| {
+                    let cache =
+                        ScheduleCache::new(SolverOptions::default()).expect("valid options");
+                    black_box(evaluate(&workload, &a100, &options, &cache).is_ok())
+                })
+            },
         );
     }
     group.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, placement);
 criterion_main!(benches);

@@ -6,7 +6,7 @@ use super::{in_row, BlockShape, Measurement, StepShape, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
-use crate::placement::{Fixed, RecomputeMode};
+use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{ScheduleCache, ScheduleProblem};
 use crate::search::{evaluate, recompute_from_name, EvaluateError, PlanOptions};
 use crate::workload::{GptSizes, OpGraph, Precision, Workload};
@@ -49,6 +49,10 @@ pub struct RunError {
     pub micro_batch_held: bool,
     /// Whether the gradient all-reduce overlapped the last micro-batch's backward pass.
     pub dp_overlap: bool,
+    /// The pipeline schedule the run used (from the run-plans file; 1F1B otherwise) and its
+    /// model chunks per stage.
+    pub schedule: PipelineSchedule,
+    pub virtual_stages: u32,
     pub measured_tflops_per_gpu: f64,
     /// The publication's FLOPs per iteration ([`megatron_flops_per_iteration`]) over the
     /// predicted iteration time, per GPU: predicted / measured is measured / predicted time.
@@ -109,10 +113,15 @@ struct RunPlan {
     /// Gradient all-reduce overlapped with the last micro-batch's backward pass (PyTorch DDP,
     /// `--DDP-impl torch`) or run after it (`--DDP-impl local`).
     dp_overlap: bool,
+    /// Megatron-LM's pipeline schedule: interleaved with `v` model chunks per stage where the
+    /// run gave `--num-layers-per-virtual-pipeline-stage`, else 1F1B.
+    schedule: PipelineSchedule,
+    virtual_stages: Option<u32>,
 }
 
-/// Run plans by model name, read from a CSV of `model,micro_batch,dp_overlap` (`#` starts a
-/// comment line, for the plans' provenance).
+/// Run plans by model name, read from a CSV of `model,micro_batch,dp_overlap` and optionally
+/// `schedule` (`1f1b` or `interleaved`) and `virtual_stages` (`#` starts a comment line, for
+/// the plans' provenance).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunPlans {
     file: PathBuf,
@@ -124,6 +133,10 @@ struct RunPlanRow {
     model: String,
     micro_batch: u32,
     dp_overlap: bool,
+    #[serde(default)]
+    schedule: Option<PipelineSchedule>,
+    #[serde(default)]
+    virtual_stages: Option<u32>,
 }
 
 impl RunPlans {
@@ -145,9 +158,30 @@ impl RunPlans {
                     "must be a positive number of samples",
                 ));
             }
+            let schedule = plan.schedule.unwrap_or_default();
+            match (schedule, plan.virtual_stages) {
+                (PipelineSchedule::Interleaved, Some(v)) if v >= 2 => {}
+                (PipelineSchedule::Interleaved, _) => {
+                    return Err(InputError::invalid(
+                        file,
+                        format!("row {row}, virtual_stages"),
+                        "the interleaved schedule needs at least 2 model chunks per stage",
+                    ))
+                }
+                (_, Some(v)) => {
+                    return Err(InputError::invalid(
+                        file,
+                        format!("row {row}, virtual_stages"),
+                        format!("{v} chunks per stage need the interleaved schedule"),
+                    ))
+                }
+                (_, None) => {}
+            }
             let held = RunPlan {
                 micro_batch: plan.micro_batch,
                 dp_overlap: plan.dp_overlap,
+                schedule,
+                virtual_stages: plan.virtual_stages,
             };
             if by_model.insert(plan.model.clone(), held).is_some() {
                 return Err(InputError::invalid(
@@ -261,7 +295,9 @@ pub fn validate_runs(
                 tp: Some(run.tp),
                 pp: Some(run.pp),
                 dp: Some(run.dp),
+                virtual_stages: held.and_then(|p| p.virtual_stages),
             },
+            schedule: held.map_or(PipelineSchedule::OneFOneB, |p| p.schedule),
             dp_overlap: held.is_none_or(|p| p.dp_overlap),
             ..PlanOptions::searching(run.gpus)
         };
@@ -287,6 +323,8 @@ pub fn validate_runs(
             micro_batch: e.plan.micro_batch,
             micro_batch_held: held.is_some(),
             dp_overlap: options.dp_overlap,
+            schedule: e.plan.schedule,
+            virtual_stages: e.plan.virtual_stages,
             measured_tflops_per_gpu: run.measured_tflops_per_gpu,
             predicted_tflops_per_gpu: predicted,
             measured_time_per_batch_s: flops
@@ -377,6 +415,7 @@ pub fn gpt_step_latency(
             tp: Some(1),
             pp: Some(1),
             dp: Some(1),
+            virtual_stages: None,
         },
         // The step ran, so it fit; the model's time does not depend on the capacity.
         hbm_bytes: Some(MEASURED_STEP_HBM_BYTES),

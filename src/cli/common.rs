@@ -158,6 +158,36 @@ pub fn layer_ranges(layers: &[usize], names: &[String]) -> String {
     parts.join(", ")
 }
 
+/// What a plan is, in one line: its widths, pipelines, replicas per stage and schedule, e.g.
+/// `t=4, 1 pipeline (d=1) of 25 stages × 40 replicas (1000 tensor groups), 1f1b`.
+pub fn plan_shape(p: &Plan) -> String {
+    let (fewest, most) = p.replica_range();
+    let replicas = if fewest == most {
+        format!("{most} replica{}", if most == 1 { "" } else { "s" })
+    } else {
+        format!("{fewest}–{most} replicas")
+    };
+    let schedule = if p.virtual_stages > 1 {
+        format!(
+            "{}, {} chunks per stage",
+            p.schedule.name(),
+            p.virtual_stages
+        )
+    } else {
+        p.schedule.name().to_string()
+    };
+    format!(
+        "t={}, {} pipeline{} (d={}) of {} stage{} × {replicas} ({} tensor groups), {schedule}",
+        p.tp,
+        p.dp,
+        if p.dp == 1 { "" } else { "s" },
+        p.dp,
+        p.pp,
+        if p.pp == 1 { "" } else { "s" },
+        p.groups_per_pipeline()
+    )
+}
+
 /// The stage table and time split of a plan.
 pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
     let rows = plan
@@ -172,9 +202,10 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
                 format!("{} ({}×t)", s.devices, s.replicas),
                 seconds(s.fwd_s),
                 seconds(s.bwd_s),
-                seconds(s.send_s),
+                seconds(s.send_s()),
                 seconds(s.grad_accumulation_s),
                 seconds(s.load_s),
+                s.in_flight.to_string(),
                 bytes(m.weights as f64),
                 bytes(m.grads as f64),
                 bytes(m.optimizer as f64),
@@ -196,6 +227,7 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
                 "send",
                 "accum.",
                 "load",
+                "held",
                 "weights",
                 "grads",
                 "optimizer",
@@ -236,16 +268,18 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
 pub fn print_plan(e: &Evaluation, workload: &Workload) {
     let p = &e.plan;
     println!(
-        "{} on {}: t={} p={} d={} micro-batch {} ({} per pipeline), recompute {}{}, {} devices used",
+        "{} on {}: {}, micro-batch {} ({} per pipeline), recompute {}{}, {} devices used",
         e.workload,
         e.arch,
-        p.tp,
-        p.pp,
-        p.dp,
+        plan_shape(p),
         p.micro_batch,
         p.micro_batches_per_pipeline,
         recompute_name(e.recompute),
-        if e.sequence_parallel { ", sequence parallel" } else { "" },
+        if e.sequence_parallel {
+            ", sequence parallel"
+        } else {
+            ""
+        },
         p.devices_used
     );
     println!(

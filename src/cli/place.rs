@@ -1,6 +1,6 @@
 //! `tandem place`: the placement search on per-layer costs the user measured.
 
-use super::common::{hbm_gib_to_bytes, print_plan_body};
+use super::common::{hbm_gib_to_bytes, plan_shape, print_plan_body};
 use super::plan::EXIT_INFEASIBLE;
 use anyhow::{bail, Result};
 use serde_json::json;
@@ -45,10 +45,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             } else {
                 let p = &plan;
                 println!(
-                    "t={} p={} d={} micro-batch {} ({} per pipeline), {} of {} devices used",
-                    p.tp,
-                    p.pp,
-                    p.dp,
+                    "{}, micro-batch {} ({} per pipeline), {} of {} devices used",
+                    plan_shape(p),
                     p.micro_batch,
                     p.micro_batches_per_pipeline,
                     p.devices_used,

@@ -3,10 +3,11 @@
 use super::common::{print_plan, ChipArgs, SolverArgs};
 use anyhow::{Context, Result};
 use serde_json::json;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tandem::arch::load_chip;
-use tandem::placement::{Fixed, PipelineSchedule, RecomputeMode};
+use tandem::placement::{simulate_plan, Fixed, PipelineSchedule, Plan, RecomputeMode, Simulation};
 use tandem::schedule::ScheduleCache;
 use tandem::search::{
     append_rows, evaluate, recompute_name, DesignRow, EvaluateError, PlanOptions,
@@ -47,9 +48,13 @@ pub struct Args {
     /// Largest tensor width searched when --tp is not given.
     #[arg(long, default_value_t = 8)]
     max_tp: u32,
-    /// Pipeline schedule: decides how many micro-batches each stage keeps in flight.
+    /// Pipeline schedule: the order each replica runs its forwards and backwards, which sets
+    /// the pipeline bubble and the micro-batches a stage holds (docs/pipeline.md).
     #[arg(long, value_enum, default_value_t = Schedule::OneFOneB)]
     schedule: Schedule,
+    /// Hold the model chunks per stage of the interleaved schedule (searched otherwise).
+    #[arg(long, value_name = "V")]
+    virtual_stages: Option<u32>,
     /// Shard optimizer state across data-parallel copies (ZeRO-1).
     #[arg(long)]
     zero1: bool,
@@ -59,6 +64,14 @@ pub struct Args {
     /// Allow d·t not dividing the device count and stages leaving devices idle.
     #[arg(long)]
     allow_idle_devices: bool,
+    /// Allow d × micro-batch not dividing the global batch: each pipeline then runs
+    /// ⌈global batch / (d × micro-batch)⌉ micro-batches (PHAZE's convention).
+    #[arg(long)]
+    allow_uneven_batch: bool,
+    /// Also run the plan's schedule in the discrete-event simulator and print its time next
+    /// to the closed form the search optimises.
+    #[arg(long)]
+    simulate: bool,
     #[command(flatten)]
     solver: SolverArgs,
     /// Print JSON instead of tables.
@@ -92,6 +105,18 @@ pub enum Schedule {
     OneFOneB,
     #[value(name = "gpipe")]
     GPipe,
+    #[value(name = "interleaved")]
+    Interleaved,
+}
+
+impl From<Schedule> for PipelineSchedule {
+    fn from(s: Schedule) -> Self {
+        match s {
+            Schedule::OneFOneB => PipelineSchedule::OneFOneB,
+            Schedule::GPipe => PipelineSchedule::GPipe,
+            Schedule::Interleaved => PipelineSchedule::Interleaved,
+        }
+    }
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
@@ -103,20 +128,20 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         micro_batches: positive("--micro-batch", &args.micro_batch)?,
         recompute: args.recompute.iter().map(|&r| r.into()).collect(),
         sequence_parallel: args.seq_parallel,
-        schedule: match args.schedule {
-            Schedule::OneFOneB => PipelineSchedule::OneFOneB,
-            Schedule::GPipe => PipelineSchedule::GPipe,
-        },
+        schedule: args.schedule.into(),
         fixed: Fixed {
             tp: args.tp,
             pp: args.pp,
             dp: args.dp,
+            virtual_stages: args.virtual_stages,
         },
         max_tp: args.max_tp.max(1),
         only_widths: None,
         zero1: args.zero1,
         dp_overlap: !args.no_dp_overlap,
         allow_idle_devices: args.allow_idle_devices,
+        allow_uneven_batch: args.allow_uneven_batch,
+        progress: std::io::stderr().is_terminal(),
     };
     let cache = ScheduleCache::new(args.solver.options()?)?;
     let outcome = evaluate(&workload, &arch, &options, &cache);
@@ -139,10 +164,26 @@ pub fn run(args: &Args) -> Result<ExitCode> {
 
     match outcome {
         Ok(e) => {
+            let simulated = args
+                .simulate
+                .then(|| simulate_plan(&e.plan))
+                .transpose()
+                .map_err(|why| anyhow::anyhow!("simulating the plan's schedule: {why}"))?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&plan_json(&e))?);
+                let mut value = plan_json(&e);
+                if let Some(sim) = &simulated {
+                    value["simulated"] = json!({
+                        "pipeline_s": sim.makespan_s,
+                        "closed_form_pipeline_s": pipeline_s(&e.plan),
+                        "peak_in_flight": sim.peak_in_flight,
+                    });
+                }
+                println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 print_plan(&e, &workload);
+                if let Some(sim) = &simulated {
+                    print_simulation(&e.plan, sim);
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -183,9 +224,28 @@ fn positive(flag: &str, values: &[u32]) -> Result<Vec<u32>> {
     Ok(values.to_vec())
 }
 
+/// The pipeline part of a plan's time: what the schedule simulator runs.
+fn pipeline_s(plan: &Plan) -> f64 {
+    let split = &plan.time_split;
+    split.compute_s + split.bubble_s + split.pp_comm_s
+}
+
+fn print_simulation(plan: &Plan, sim: &Simulation) {
+    let closed_s = pipeline_s(plan);
+    println!(
+        "schedule simulator: pipeline {} against the closed form's {} ({:+.2} %); most \
+         micro-batches held per stage {:?}",
+        tandem::report::seconds(sim.makespan_s),
+        tandem::report::seconds(closed_s),
+        100.0 * (sim.makespan_s / closed_s - 1.0),
+        sim.peak_in_flight
+    );
+}
+
 /// The plan as JSON: the documented top-level fields first, then the whole evaluation.
 pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
     let p = &e.plan;
+    let (fewest, most) = p.replica_range();
     json!({
         "status": "ok",
         "workload": e.workload,
@@ -199,6 +259,10 @@ pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
         "tp": p.tp,
         "pp": p.pp,
         "dp": p.dp,
+        "schedule": p.schedule,
+        "virtual_stages": p.virtual_stages,
+        "groups_per_pipeline": p.groups_per_pipeline(),
+        "replicas_per_stage": [fewest, most],
         "micro_batch": p.micro_batch,
         "micro_batches_per_pipeline": p.micro_batches_per_pipeline,
         "recompute": recompute_name(e.recompute),
@@ -207,19 +271,29 @@ pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
         "devices_used": p.devices_used,
         "peak_memory_bytes": p.peak_memory_bytes,
         "time_split": p.time_split,
-        "stages": p.stages.iter().map(|s| json!({
+        "stages": p.stages.iter().map(stage_json).collect::<Vec<_>>(),
+    })
+}
+
+/// One stage in the plan's JSON.
+fn stage_json(s: &tandem::placement::Stage) -> serde_json::Value {
+    json!({
             "layers": s.layers,
             "devices": s.devices,
             "replicas": s.replicas,
+            "in_flight": s.in_flight,
             "fwd_s": s.fwd_s,
             "bwd_s": s.bwd_s,
-            "send_s": s.send_s,
+            "send_s": s.send_s(),
+            "send_forward_s": s.send_forward_s,
+            "send_backward_s": s.send_backward_s,
+            "grad_accumulation_s": s.grad_accumulation_s,
             "load_s": s.load_s,
             "dp_comm_s": s.dp_comm_s,
             "dp_sync_s": s.dp_sync_s,
             "optimizer_s": s.optimizer_s,
             "memory_bytes": s.memory.total,
             "memory": s.memory,
-        })).collect::<Vec<_>>(),
+            "chunks": s.chunks,
     })
 }

@@ -28,9 +28,10 @@ pub struct Args {
     /// Published end-to-end runs (CSV with the columns of ../shared/reference/published_runs.csv).
     #[arg(long)]
     runs: Option<PathBuf>,
-    /// What the runs' publication leaves out of their plans (CSV `model,micro_batch,dp_overlap`,
-    /// e.g. calibration/published_run_plans.csv): held for the runs it names; the others get
-    /// the best micro-batch the model finds and an overlapped gradient all-reduce.
+    /// What the runs' publication leaves out of their plans (CSV `model,micro_batch,dp_overlap`
+    /// and optionally `schedule` (1f1b or interleaved) and `virtual_stages`, e.g.
+    /// calibration/published_run_plans.csv): held for the runs it names; the others get the
+    /// best micro-batch the model finds, an overlapped gradient all-reduce and 1F1B.
     #[arg(long, requires = "runs")]
     run_plans: Option<PathBuf>,
     /// Directory for kernels.csv, runs.csv, summary.csv and summary.md.
@@ -85,6 +86,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "d",
             "recompute",
             "b",
+            "schedule",
             "dp overlap",
             "measured",
             "predicted",
@@ -147,6 +149,11 @@ fn run_row(r: &RunError) -> Vec<String> {
                 " (searched)"
             }
         ),
+        if r.virtual_stages > 1 {
+            format!("{}, v={}", r.schedule.name(), r.virtual_stages)
+        } else {
+            r.schedule.name().to_string()
+        },
         if r.dp_overlap {
             format!("yes, hides {}", seconds(r.dp_sync_s - r.dp_comm_s))
         } else {

@@ -1,9 +1,13 @@
 //! Reference implementation: tries every partition into stages (every chain of downsets),
 //! every device count per stage, every tensor width and every data-parallel width, and keeps
-//! the fastest plan that fits. Exponential; meant for tests on graphs of a few layers.
+//! the fastest plan that fits. Exponential; meant for tests on graphs of a few layers. (The
+//! interleaved schedule's layouts follow from the widths; its search is an enumeration.)
 
-use super::model::{build_plan, predecessors, stage_metrics, validate, widths, Ctx, PartStage};
-use super::{Infeasible, PlacementProblem, Plan};
+use super::interleaved;
+use super::model::{
+    build_plan, predecessors, stage_metrics, validate, widths, Ctx, PartStage, StageMetrics,
+};
+use super::{Infeasible, PipelineSchedule, PlacementProblem, Plan};
 
 /// Largest graph the brute force accepts (it enumerates all subsets of the layers).
 const MAX_LAYERS: usize = 16;
@@ -13,7 +17,7 @@ struct Cand {
     from: usize,
     to: usize,
     layers: u32,
-    metrics: super::model::StageMetrics,
+    metrics: StageMetrics,
 }
 
 struct Search<'a> {
@@ -52,26 +56,40 @@ impl Search<'_> {
             }
             return;
         }
-        for k in 1..=left {
+        let most = if self.ctx.replicas_free() {
+            left
+        } else {
+            left.min(1)
+        };
+        for k in 1..=most {
             self.replicas.push(k);
             self.devices(i + 1, left - k);
             self.replicas.pop();
         }
     }
 
+    /// Prices the chain with its replicas: `(m + K − 1) · (largest rate + largest backward
+    /// rate) + largest tail`, if every stage fits and the schedule admits the replica counts.
     fn price(&mut self) {
         let ctx = self.ctx;
-        let p = self.chain.len() as u32;
-        let (mut load, mut exposed) = (0.0f64, 0.0f64);
-        for (i, (&ci, &k)) in self.chain.iter().zip(&self.replicas).enumerate() {
+        let groups: u32 = self.replicas.iter().sum();
+        let (mut rate, mut backward_rate, mut tail) = (0.0f64, 0.0f64, 0.0f64);
+        let mut groups_to_end = groups;
+        for (&ci, &k) in self.chain.iter().zip(&self.replicas) {
             let sm = &self.cands[ci].metrics;
-            if ctx.memory(sm, k, p - i as u32).total > ctx.problem.hbm_bytes {
+            if ctx.problem.schedule == PipelineSchedule::OneFOneB && groups_to_end % k != 0 {
                 return;
             }
-            load = load.max(ctx.load_s(sm, k) / f64::from(k));
-            exposed = exposed.max(ctx.dp_comm_s(sm, k));
+            if !ctx.fits(sm, k, groups_to_end) {
+                return;
+            }
+            groups_to_end -= k;
+            let (r, b) = ctx.rate_s(&ctx.ops(sm, k), k);
+            rate = rate.max(r);
+            backward_rate = backward_rate.max(b);
+            tail = tail.max(ctx.tail_s(sm, k));
         }
-        let time_s = load * (ctx.m as f64 + f64::from(p - 1)) + exposed + ctx.optimizer_s(p);
+        let time_s = ctx.slots(groups) * (rate + backward_rate) + tail;
         if self.best.as_ref().is_none_or(|b| time_s < b.0) {
             let n = ctx.problem.graphs[ctx.graph_index].layers.len();
             let parts = self
@@ -95,6 +113,10 @@ impl Search<'_> {
 /// most 16 layers).
 pub fn brute_force(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
     validate(problem).map_err(Infeasible::reason)?;
+    if problem.schedule == PipelineSchedule::Interleaved {
+        return interleaved::search(problem, f64::INFINITY)?
+            .ok_or_else(|| Infeasible::reason("no interleaved layout".into()));
+    }
     let n = problem.graphs[0].layers.len();
     if n > MAX_LAYERS {
         return Err(Infeasible::reason(format!(

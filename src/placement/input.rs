@@ -1,7 +1,7 @@
 //! `costs.json`: a [`PlacementProblem`] in JSON, for users who profile their own layers.
 //! Every rejection names the file, the field and the reason.
 
-use super::{model, PlacementProblem};
+use super::{model, PipelineSchedule, PlacementProblem};
 use crate::error::{parse_json, read_input, InputError};
 use std::path::Path;
 
@@ -32,6 +32,33 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                 problem.overlap_efficiency
             ),
         ));
+    }
+    let held = &problem.constraints;
+    for (name, value) in [("tp", held.tp), ("pp", held.pp), ("dp", held.dp)] {
+        if value == Some(0) {
+            return Err(bad(
+                format!("constraints.{name}"),
+                "must be at least 1 (or null to search it)".into(),
+            ));
+        }
+    }
+    match held.virtual_stages {
+        Some(v) if problem.schedule != PipelineSchedule::Interleaved => {
+            return Err(bad(
+                "constraints.virtual_stages".into(),
+                format!(
+                    "{v} model chunks per stage need \"schedule\": \"interleaved\", not \"{}\"",
+                    problem.schedule.name()
+                ),
+            ))
+        }
+        Some(v) if v < 2 => {
+            return Err(bad(
+                "constraints.virtual_stages".into(),
+                format!("must be at least 2 model chunks per stage, got {v}"),
+            ))
+        }
+        _ => {}
     }
     if problem.graphs.is_empty() {
         return Err(bad(
@@ -81,6 +108,14 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                 return Err(bad(
                     format!("{at}.edges[{ei}]"),
                     format!("edge to unknown layer {unknown} (the graph has {n} layers)"),
+                ));
+            }
+        }
+        if let Some([first, end]) = graph.repeated_layers {
+            if first >= end || end > n {
+                return Err(bad(
+                    format!("{at}.repeated_layers"),
+                    format!("[{first}, {end}) is not a non-empty range of the {n} layers"),
                 ));
             }
         }

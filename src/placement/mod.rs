@@ -1,76 +1,74 @@
 //! Placement (DESIGN §6): the data × tensor × pipeline parallel plan with the lowest time per
 //! batch for a model given as per-layer costs, one layer graph per tensor width.
+//! `docs/pipeline.md` derives every formula below and says how each is tested.
 //!
 //! # Model
 //!
-//! * **Downset.** A set of layers closed under predecessors: if a layer is in it, so is every
-//!   layer with an edge into it. A chain of `n` layers has `n + 1` downsets; a branching graph
-//!   has more (its order ideals).
-//! * **Stage.** `D₂ \ D₁` for downsets `D₁ ⊂ D₂`. A partition into stages is a chain of
-//!   downsets `∅ = D₀ ⊂ D₁ ⊂ … ⊂ D_p = all layers`; stage `i` holds `Dᵢ₊₁ \ Dᵢ`, so every edge
-//!   goes from a stage to itself or to a later one.
-//! * **Devices.** Each stage uses `k · t` devices: `k` replicas of one tensor-parallel group of
-//!   `t`. Replicas take micro-batches round-robin (Piper's data parallelism within a stage),
-//!   so a stage's per-micro-batch load counts `load / k` towards the pipeline rate and each
-//!   replica holds `⌈in-flight / k⌉` micro-batches. The whole pipeline is replicated `d` times;
-//!   each replica owns a block of `⌊N / (d·t)⌋ · t` devices (exactly `N / d` unless idle
-//!   devices are allowed), and its stages use all of the block, or at most the block when idle
-//!   devices are allowed.
-//! * **Stage load** (one micro-batch, one replica): critical path of the forward latencies
-//!   through the stage's layers + critical path of the backward latencies (each layer's
-//!   backward includes its recomputation: nothing, `selective_recompute_s`, or its whole
-//!   forward, because recomputation runs layer by layer inside the backward pass) + pipeline
-//!   sends. A branching stage runs independent branches concurrently, so its load is a longest
-//!   path, not a sum.
-//! * **Pipeline sends** are charged to the sender: the activations on edges leaving the stage
-//!   (forward) and the gradients on edges entering it from earlier stages (backward), each
-//!   `bytes / B + α` on the tier spanning the stage's devices plus one tensor group of its
-//!   neighbour, `(k + 1)·t`. Where the tensor group holds the whole tensor on every device
-//!   (`replicated_edges`) and it is faster, each of the `t` devices sends a `t`-th and the
-//!   receiving group all-gathers it on the tier of `t` devices (Megatron-LM's scatter/gather).
+//! * **Downset.** A set of layers closed under predecessors. A partition into stages is a chain
+//!   of downsets `∅ = D₀ ⊂ D₁ ⊂ … ⊂ D_p = all layers`; stage `i` holds `Dᵢ₊₁ \ Dᵢ`, so every
+//!   edge goes from a stage to itself or to a later one.
+//! * **Devices.** Each stage uses `k · t` devices: `k` replicas of one tensor-parallel group
+//!   of `t`. Micro-batch `j` runs, whole, on replica `j mod k` of every stage (PipeDream's
+//!   stage replication). The whole pipeline is copied `d` times; a pipeline owns `K = Σ kᵢ`
+//!   tensor groups (all `⌊N / (d·t)⌋` of its block unless idle devices are allowed).
+//! * **Operations.** One micro-batch on one replica of stage `i` is a forward operation
+//!   `Fᵢ` (the critical path of the stage's forward latencies, then the activations sent on
+//!   edges leaving the stage) and a backward operation `Bᵢ` (the backward critical path with
+//!   its recomputation, the gradients sent back on edges entering the stage, and, on every
+//!   micro-batch after the replica's first, the gradient accumulation). Sends are charged to
+//!   the sender: `bytes / B + α` on the tier spanning the stage's devices and one tensor group
+//!   of its neighbour, or scattered over the tensor group and all-gathered where every device
+//!   holds the whole tensor and that is faster (Megatron-LM's scatter/gather).
+//! * **Schedules** ([`PipelineSchedule`]), each an explicit per-replica order of operations
+//!   that [`simulate`] executes; `m` micro-batches per pipeline, `τ = maxᵢ (Fᵢ + Bᵢ) / kᵢ`:
+//!   - *1F1B*: replica counts must divide the tensor groups from their stage to the end
+//!     (`kᵢ | Kᵢ`, `Kᵢ = Σ_{l ≥ i} k_l`; one replica per stage always qualifies). Each replica
+//!     runs `K_{i+1} / kᵢ` forwards, then alternates forward and backward. Pipeline time
+//!     `(m + K − 1) · τ`, an upper bound proved by a periodic schedule (micro-batch `j` starts
+//!     at `j·τ`) and equal to the simulated schedule for one replica per stage and equal
+//!     loads; each replica holds `min(Kᵢ / kᵢ, ⌈m / kᵢ⌉)` micro-batches.
+//!   - *GPipe*: any replica counts; each replica runs all its forwards, then its backwards.
+//!     Pipeline time `(m + K − 1) · (maxᵢ Fᵢ/kᵢ + maxᵢ Bᵢ/kᵢ)`; a replica holds `⌈m / k⌉`.
+//!   - *Interleaved 1F1B* (Megatron-LM, Narayanan et al. 2021 §2.2.2): `p` stages of one
+//!     group, each holding `v` model chunks laid out as Megatron-LM does (the model's repeated
+//!     layers split evenly into `p·v` chunks, chunk `c` on stage `c mod p`, the layers before
+//!     and after them with the first and last chunk); `m` a multiple of `p`. Pipeline time
+//!     `(m·v + p − 1) · (f + b)` for chunks of equal forward `f` and backward `b` (exact), and
+//!     for unequal chunks `min_f [(m·v + p − 1)·f + m·Σ_c (F_c − f)⁺]` plus the same in `B`
+//!     (monotonicity of the schedule's longest path); stage `r` holds
+//!     `min(2(p − r − 1) + (v − 1)p + 1, m·v)` chunk activations (all `m·v` when `m = p`).
 //! * **Memory per device:** weights + gradients + optimizer state (optimizer ÷ `d·k` with
-//!   ZeRO-1) + activations of the micro-batch being processed + stash of the other in-flight
-//!   micro-batches. In flight at a stage: 1F1B `s` (stages from this one to the last), GPipe
-//!   `m` (all). Under full recompute a layer keeps only its input (`activation_bytes.full`)
-//!   and the micro-batch being processed also holds the largest recomputed layer's full
-//!   activations while that layer is recomputed. A layer that keeps as much under full
-//!   recompute as without (a GPT's head) is not recomputed: its backward adds no forward.
-//! * **Data-parallel gradient all-reduce:** ring over the `d·k` copies of each stage on the
-//!   tier spanning `(d − 1)·block + k·t` devices, at that tier's bus bandwidth for the
-//!   copies' layout (`arch::group_link`: with several copies in each domain of the tier
-//!   below, one ring per copy's link, as NCCL over a node's NICs); with ZeRO-1 a
-//!   reduce-scatter of gradients and an all-gather of weights. With overlap the stage's last
-//!   backward hides `overlap_efficiency` of the all-reduce, up to its backward time. Stages
-//!   reduce concurrently; the slowest exposed one counts.
-//! * **Time per batch** `= L·(m + p − 1) + E`, `L` the largest `load / k`, `m = global batch
-//!   / (d · micro-batch)` (must be an integer), `E` the largest exposed all-reduce.
+//!   ZeRO-1) + the activations of the micro-batch being processed + the stash of the other
+//!   micro-batches it holds. Under full recompute a layer keeps only its input and the
+//!   micro-batch being processed also holds the largest recomputed layer's activations.
+//! * **Tail:** after its last backward, every stage synchronises its gradients (a ring over
+//!   its `d·k` copies on the tier they span, at the multi-rail bus bandwidth of their layout;
+//!   with ZeRO-1 a reduce-scatter and an all-gather; with overlap the last backward hides
+//!   `overlap_efficiency` of it, up to the backward's length) and then steps its optimizer.
+//!   The iteration ends with the slowest stage: time per batch = pipeline time +
+//!   `maxᵢ (exposed syncᵢ + stepᵢ)`.
 //!
 //! # Search
 //!
-//! [`place`] runs, per tensor width `t` and data-parallel width `d`, a dynamic programme over
-//! (downset, stages to go, device groups) whose value is the lexicographically smallest
-//! (largest `load / k`, largest exposed all-reduce). Since the objective adds the two maxima,
-//! the programme is repeated with a tightening bound on the all-reduce term until no plan
-//! with a smaller bound can win, which makes the result exact (it equals [`brute_force`]).
-//!
-//! (t, d) pairs are tried with the fewest tensor groups first, and each table only holds the
-//! cells that can still beat the best time found so far: a plan that leaves `K` groups to the
-//! stages after downset `D` has bottleneck at least (work after `D`) / `K` and (work before
-//! `D`) / (groups − `K`), work being forward plus backward critical path; `s` stages cannot
-//! hold more than `s` HBMs of weights, gradients and optimizer state. Cells outside these
-//! bounds are cells the full table leaves empty or drops against the best time, so the plan
-//! is the one the full table gives. Chains (every layer feeding the next) take stage metrics
-//! from running sums. GPT-3 175B on 1024 devices: under 8 ms per design point
-//! (`BENCHMARKS.md`).
+//! [`place`] tries every tensor width `t` and data-parallel width `d`. 1F1B and GPipe plans
+//! come from an exact dynamic programme over (downset, tensor groups left) whose value is the
+//! lexicographically smallest (`maxᵢ Fᵢ+Bᵢ / kᵢ` or its GPipe parts, largest tail), repeated
+//! with a tightening bound on the tail (and for GPipe on the backward part) until no plan with
+//! a smaller bound can win, so the result equals [`brute_force`]. Cells that cannot beat the
+//! best time found so far (work bounds inside and outside each downset) are left out.
+//! Interleaved plans are enumerated: their layout follows from (t, d, p, v).
 
 mod brute;
 mod dp;
 mod input;
+mod interleaved;
 mod model;
+mod simulate;
 
 pub use brute::brute_force;
 pub use input::{load_costs_file, parse_costs};
 pub use model::{evaluate_fixed, exposed_after_overlap};
+pub use simulate::{simulate, simulate_plan, SimOp, SimSchedule, Simulation};
 
 use crate::arch::Tier;
 use crate::workload::ActivationBytes;
@@ -90,18 +88,31 @@ pub enum RecomputeMode {
     Full,
 }
 
-/// Pipeline schedule; decides how many micro-batches a stage holds at once.
+/// Pipeline schedule: the order in which each replica runs its forwards and backwards, which
+/// decides the time per batch and how many micro-batches a stage holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PipelineSchedule {
-    /// One forward, one backward (PipeDream-flush / Megatron): a stage holds as many
-    /// micro-batches as there are stages from it to the end.
+    /// One forward, one backward (PipeDream-flush / Megatron-LM).
     #[default]
     #[serde(rename = "1f1b")]
     OneFOneB,
-    /// All forwards, then all backwards: every stage holds all micro-batches.
+    /// All forwards, then all backwards: every replica holds all its micro-batches.
     #[serde(rename = "gpipe")]
     GPipe,
+    /// Megatron-LM's interleaved 1F1B: `v` model chunks per stage, a `v`-th of the bubble.
+    Interleaved,
+}
+
+impl PipelineSchedule {
+    /// The name used on the command line, in `costs.json` and in CSV.
+    pub fn name(self) -> &'static str {
+        match self {
+            PipelineSchedule::OneFOneB => "1f1b",
+            PipelineSchedule::GPipe => "gpipe",
+            PipelineSchedule::Interleaved => "interleaved",
+        }
+    }
 }
 
 /// Bytes each parameter costs in memory (mixed-precision Adam: 2, 2, 12; SGD: 2, 2, 0 or 4, 4, 0).
@@ -123,13 +134,17 @@ impl BytesPerParam {
     };
 }
 
-/// Parallel widths the user fixes; `None` lets the search choose.
+/// Parallel widths the user fixes; `None` lets the search choose. A held `dp` is the exact
+/// number of data-parallel copies of every stage: its plans have one replica per stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fixed {
     pub tp: Option<u32>,
     pub pp: Option<u32>,
     pub dp: Option<u32>,
+    /// Model chunks per stage of the interleaved schedule.
+    #[serde(default)]
+    pub virtual_stages: Option<u32>,
 }
 
 /// Cost of one layer at one tensor width, per device and micro-batch. Tensor-parallel
@@ -171,6 +186,10 @@ pub struct LayerCostGraph {
     /// group's links and all-gather it on the receiving group (Megatron-LM's scatter/gather).
     #[serde(default)]
     pub replicated_edges: bool,
+    /// The model's repeated layers `[first, end)` (a transformer's blocks), which the
+    /// interleaved schedule splits evenly into chunks; `None`: all layers.
+    #[serde(default)]
+    pub repeated_layers: Option<[usize; 2]>,
 }
 
 /// Everything the search needs: per-t cost graphs, the cluster and the training setup.
@@ -207,6 +226,10 @@ pub struct PlacementProblem {
     /// Allow `d·t` not dividing the device count and stages leaving devices unused.
     #[serde(default)]
     pub allow_idle_devices: bool,
+    /// Allow `d × micro-batch` not dividing the global batch: each pipeline then runs
+    /// `⌈global batch / (d × micro-batch)⌉` micro-batches (PHAZE's convention).
+    #[serde(default)]
+    pub allow_uneven_batch: bool,
 }
 
 fn all_hidden() -> f64 {
@@ -225,9 +248,23 @@ pub struct MemoryBreakdown {
     pub optimizer: u64,
     /// The micro-batch being processed.
     pub activations: u64,
-    /// The other in-flight micro-batches.
+    /// The other micro-batches (or, interleaved, chunk activations) the device holds.
     pub stash: u64,
     pub total: u64,
+}
+
+/// One model chunk of an interleaved stage: a range of layers and its operations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Layer indices, ascending and contiguous.
+    pub layers: Vec<usize>,
+    pub fwd_s: f64,
+    pub bwd_s: f64,
+    pub send_forward_s: f64,
+    pub send_backward_s: f64,
+    pub grad_accumulation_s: f64,
+    /// Activation bytes each micro-batch the chunk holds keeps.
+    pub kept_bytes: u64,
 }
 
 /// One pipeline stage of a plan.
@@ -238,39 +275,62 @@ pub struct Stage {
     /// Devices of one pipeline copy of this stage (`replicas · t`).
     pub devices: u32,
     pub replicas: u32,
-    /// Forward critical path for one micro-batch.
+    /// Forward critical path for one micro-batch (all chunks, interleaved).
     pub fwd_s: f64,
     /// Backward critical path, recomputation included.
     pub bwd_s: f64,
-    /// Pipeline sends charged to this stage.
-    pub send_s: f64,
-    /// Gradient accumulation per micro-batch, on average (all but a replica's first
-    /// micro-batch add their weight gradients into the iteration's).
+    /// Activations sent forward per micro-batch, charged to this stage.
+    pub send_forward_s: f64,
+    /// Gradients sent back per micro-batch, charged to this stage.
+    pub send_backward_s: f64,
+    /// Gradient accumulation of every micro-batch after a replica's first.
     pub grad_accumulation_s: f64,
-    /// `fwd_s + bwd_s + send_s + grad_accumulation_s`: one replica, one micro-batch.
+    /// `fwd_s + bwd_s + sends + grad_accumulation_s`: one replica's forward and backward
+    /// operation of one micro-batch.
     pub load_s: f64,
+    /// Micro-batches (interleaved: chunk activations) each replica holds at most.
+    pub in_flight: u64,
+    /// Activation bytes each micro-batch a replica holds keeps (interleaved: its largest
+    /// chunk's).
+    pub kept_bytes: u64,
     /// Gradient synchronisation not hidden behind the backward pass.
     pub dp_comm_s: f64,
     /// The whole gradient synchronisation, hidden or not (`dp_comm_s` without overlap).
     pub dp_sync_s: f64,
-    /// Its own optimizer step (the plan charges the stages' average, see `TimeSplit`).
+    /// Its optimizer step, after the synchronisation.
     pub optimizer_s: f64,
     pub memory: MemoryBreakdown,
+    /// The interleaved schedule's model chunks, in the order the stage holds them; empty for
+    /// the other schedules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<Chunk>,
+}
+
+impl Stage {
+    /// Both directions' pipeline sends per micro-batch.
+    pub fn send_s(&self) -> f64 {
+        self.send_forward_s + self.send_backward_s
+    }
+
+    /// The slowest stage's tail: what follows its last backward.
+    fn tail_s(&self) -> f64 {
+        self.dp_comm_s + self.optimizer_s
+    }
 }
 
 /// Where the time per batch goes; the parts add up to `time_per_batch_s`.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct TimeSplit {
-    /// `m ·` the bottleneck stage's compute per micro-batch, gradient accumulation included
-    /// (÷ its replicas).
+    /// `m ·` the bottleneck's compute per micro-batch and tensor group (forward, backward,
+    /// gradient accumulation): the pipeline's steady state.
     pub compute_s: f64,
-    /// `(p − 1) ·` the bottleneck load: pipeline fill and drain.
+    /// Pipeline fill and drain: the pipeline time less `compute_s` and `pp_comm_s`.
     pub bubble_s: f64,
-    /// `m ·` the bottleneck stage's pipeline sends (÷ its replicas).
+    /// `m ·` the bottleneck's pipeline sends per micro-batch and tensor group.
     pub pp_comm_s: f64,
-    /// Exposed data-parallel gradient synchronisation (the slowest stage's).
+    /// The exposed gradient synchronisation of the stage that ends the iteration.
     pub dp_comm_s: f64,
-    /// The optimizer step: all layers' steps over the stage count (the stages update at once).
+    /// That stage's optimizer step.
     #[serde(default)]
     pub optimizer_s: f64,
 }
@@ -281,6 +341,9 @@ pub struct Plan {
     pub tp: u32,
     pub pp: u32,
     pub dp: u32,
+    pub schedule: PipelineSchedule,
+    /// Model chunks per stage (1 unless interleaved).
+    pub virtual_stages: u32,
     pub micro_batch: u32,
     pub micro_batches_per_pipeline: u64,
     pub stages: Vec<Stage>,
@@ -296,9 +359,24 @@ impl Plan {
     pub fn dp_sync_s(&self) -> f64 {
         self.stages.iter().map(|s| s.dp_sync_s).fold(0.0, f64::max)
     }
+
+    /// Tensor groups in one pipeline copy (`K = Σ` replicas).
+    pub fn groups_per_pipeline(&self) -> u32 {
+        self.stages.iter().map(|s| s.replicas).sum()
+    }
+
+    /// The fewest and most replicas of any stage.
+    pub fn replica_range(&self) -> (u32, u32) {
+        let replicas = self.stages.iter().map(|s| s.replicas);
+        (
+            replicas.clone().min().unwrap_or(0),
+            replicas.max().unwrap_or(0),
+        )
+    }
 }
 
-/// A user-fixed partition for [`evaluate_fixed`].
+/// A user-fixed partition for [`evaluate_fixed`] (1F1B and GPipe; interleaved layouts
+/// follow from the widths, so `place` with every width held prices them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FixedPlan {
     pub tp: u32,
@@ -373,10 +451,9 @@ pub(crate) fn gib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
 }
 
-/// The plan with the lowest time per batch, found by the exact dynamic programme.
+/// The plan with the lowest time per batch, found by the exact search of its schedule.
 pub fn place(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
-    model::validate(problem).map_err(Infeasible::reason)?;
-    dp::search(problem, f64::INFINITY)?
+    place_faster_than(problem, f64::INFINITY)?
         .ok_or_else(|| Infeasible::reason("no plan found (the search space is empty)".to_string()))
 }
 
@@ -388,5 +465,21 @@ pub fn place_faster_than(
     bound_s: f64,
 ) -> Result<Option<Plan>, Infeasible> {
     model::validate(problem).map_err(Infeasible::reason)?;
-    dp::search(problem, bound_s)
+    match problem.schedule {
+        PipelineSchedule::Interleaved => interleaved::search(problem, bound_s),
+        PipelineSchedule::OneFOneB | PipelineSchedule::GPipe => dp::search(problem, bound_s, true),
+    }
+}
+
+/// [`place`] without pruning: every (t, d) fills its dynamic programme's whole table, with no
+/// bound from the others. Slow; the reference the pruned search must equal (tests, benches).
+pub fn place_exhaustive(problem: &PlacementProblem) -> Result<Plan, Infeasible> {
+    model::validate(problem).map_err(Infeasible::reason)?;
+    let plan = match problem.schedule {
+        PipelineSchedule::Interleaved => interleaved::search(problem, f64::INFINITY)?,
+        PipelineSchedule::OneFOneB | PipelineSchedule::GPipe => {
+            dp::search(problem, f64::INFINITY, false)?
+        }
+    };
+    plan.ok_or_else(|| Infeasible::reason("no plan found (the search space is empty)".to_string()))
 }

@@ -1,5 +1,6 @@
 //! The cost model shared by the dynamic programme, the brute force and fixed-plan evaluation:
-//! stage metrics, memory, pipeline sends, gradient synchronisation and the time per batch.
+//! stage metrics, operations, memory, pipeline sends, the tail (gradient synchronisation and
+//! optimizer step) and the time per batch of the 1F1B and GPipe schedules.
 
 use super::{
     gib, Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
@@ -139,6 +140,15 @@ pub(crate) fn is_chain(preds: &[Vec<usize>]) -> bool {
         .all(|(v, p)| p.contains(&(v - 1)))
 }
 
+/// Edges into each layer as (from, bytes).
+pub(crate) fn incoming(graph: &LayerCostGraph) -> Vec<Vec<(usize, u64)>> {
+    let mut incoming = vec![Vec::new(); graph.layers.len()];
+    for &(from, to, bytes) in &graph.edges {
+        incoming[to].push((from, bytes));
+    }
+    incoming
+}
+
 /// [`stage_metrics`] of the stages `first..end` of a chain ([`is_chain`]) for every `end`
 /// after `first`, extending the stage one layer at a time: a chain stage's critical path is
 /// its sum, accumulated in the same order, so the results are identical.
@@ -188,10 +198,6 @@ pub(crate) fn chain_stage_metrics(
     all
 }
 
-fn optimizer_total_s(graph: &LayerCostGraph) -> f64 {
-    graph.layers.iter().map(|l| l.optimizer_step_s).sum()
-}
-
 /// One choice of tensor width and data-parallel width, with what follows from it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ctx<'a> {
@@ -203,8 +209,19 @@ pub(crate) struct Ctx<'a> {
     pub m: u64,
     /// Tensor groups (of `t` devices) in each pipeline copy's block.
     pub units: u32,
-    /// All layers' optimizer steps on one device (before any ZeRO-1 sharding).
-    pub optimizer_total_s: f64,
+}
+
+/// The two operations of one micro-batch on one replica of a stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Ops {
+    pub send_forward_s: f64,
+    pub send_backward_s: f64,
+    /// Gradient accumulation on every micro-batch after the replica's first.
+    pub accumulation_s: f64,
+    /// Forward critical path and the forward sends.
+    pub forward_s: f64,
+    /// Backward critical path, the backward sends and the accumulation.
+    pub backward_s: f64,
 }
 
 impl Ctx<'_> {
@@ -218,33 +235,29 @@ impl Ctx<'_> {
     /// (fewer in the last), `k` replicas each. When a block spans domains, where the stage sits
     /// in it is not fixed and its replicas may straddle a boundary: one, the safe count.
     fn fewest_copies_in(&self, k: u32, domain: u32) -> u32 {
-        if self.holds_whole_pipelines(domain) {
-            k * fewest_in_domain(self.d, self.units * self.t, domain)
+        let block = self.units * self.t;
+        if block < domain && domain % block == 0 {
+            k * fewest_in_domain(self.d, block, domain)
         } else {
             1
         }
     }
 
-    /// Whether a domain of `domain` devices holds whole pipelines (blocks of `units·t`).
-    fn holds_whole_pipelines(&self, domain: u32) -> bool {
-        let block = self.units * self.t;
-        block < domain && domain % block == 0
+    /// Whether replica counts are free (a held `dp` holds every stage to one replica).
+    pub fn replicas_free(&self) -> bool {
+        self.problem.constraints.dp.is_none()
     }
 
-    /// Whether a stage's all-reduce can only grow with its replica count `k`: when no domain
-    /// below the last tier holds whole pipelines, its copies drive one link per domain
-    /// whatever `k` ([`Ctx::fewest_copies_in`]), so more copies only add ring steps.
-    pub fn all_reduce_grows_with_replicas(&self) -> bool {
-        let inner = &self.problem.tiers[..self.problem.tiers.len().saturating_sub(1)];
-        !inner
-            .iter()
-            .any(|tier| self.holds_whole_pipelines(tier.devices))
+    /// The pipeline time's multiplier of the bottleneck: `m + K − 1` slots for a pipeline of
+    /// `K` tensor groups.
+    pub fn slots(&self, groups: u32) -> f64 {
+        (self.m + u64::from(groups) - 1) as f64
     }
 
-    /// Pipeline sends of a stage run by `k` replicas.
-    pub fn send_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+    /// Pipeline sends of a stage run by `k` replicas: forward, backward.
+    pub fn sends(&self, sm: &StageMetrics, k: u32) -> [f64; 2] {
         if sm.out_bytes == 0 && sm.in_bytes == 0 {
-            return 0.0;
+            return [0.0; 2];
         }
         // Each device sends over its own link.
         let link = self.link((k + 1) * self.t, |_| 1);
@@ -253,7 +266,11 @@ impl Ctx<'_> {
         let group = (self.t > 1 && self.problem.graphs[self.graph_index].replicated_edges)
             .then(|| self.link(self.t, |domain| fewest_in_domain(self.t, 1, domain)));
         let t = f64::from(self.t);
-        let send = |bytes: f64| {
+        let send = |bytes: u64| {
+            if bytes == 0 {
+                return 0.0;
+            }
+            let bytes = bytes as f64;
             let direct = bytes / link.bandwidth_bytes_per_s + link.tier.latency_s;
             group.map_or(direct, |group| {
                 let gather = (t - 1.0) / t * bytes / group.bandwidth_bytes_per_s
@@ -261,89 +278,118 @@ impl Ctx<'_> {
                 direct.min(bytes / t / link.bandwidth_bytes_per_s + link.tier.latency_s + gather)
             })
         };
-        [sm.out_bytes, sm.in_bytes]
-            .into_iter()
-            .filter(|&b| b > 0)
-            .map(|b| send(b as f64))
-            .sum()
+        [send(sm.out_bytes), send(sm.in_bytes)]
     }
 
-    /// Gradient accumulation of one replica per micro-batch: of its `m / k` micro-batches all
-    /// but the first add their weight gradients into the iteration's, `1 − k/m` of an
-    /// accumulation per micro-batch on average.
+    /// Gradient accumulation of every micro-batch after a replica's first (none when each
+    /// replica runs a single micro-batch).
     pub fn accumulation_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        (1.0 - f64::from(k) / self.m as f64).max(0.0) * sm.grad_accumulation_s
+        if self.m.div_ceil(u64::from(k)) >= 2 {
+            sm.grad_accumulation_s
+        } else {
+            0.0
+        }
     }
 
-    /// Load of one replica for one micro-batch.
-    pub fn load_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        sm.fwd_s + sm.bwd_s + self.send_s(sm, k) + self.accumulation_s(sm, k)
+    /// The forward and backward operation of one micro-batch on one of `k` replicas.
+    pub fn ops(&self, sm: &StageMetrics, k: u32) -> Ops {
+        let [send_forward_s, send_backward_s] = self.sends(sm, k);
+        let accumulation_s = self.accumulation_s(sm, k);
+        Ops {
+            send_forward_s,
+            send_backward_s,
+            accumulation_s,
+            forward_s: sm.fwd_s + send_forward_s,
+            backward_s: sm.bwd_s + send_backward_s + accumulation_s,
+        }
     }
 
-    /// Micro-batches a stage with `stages_to_end` stages from it to the last holds.
-    pub fn in_flight(&self, stages_to_end: u32) -> u64 {
+    /// What the pipeline time charges per slot for a stage of `k` replicas, as the pair the
+    /// search minimises: 1F1B `((F + B) / k, 0)`, GPipe `(F / k, B / k)`; the pipeline time is
+    /// `slots · (max first + max second)`.
+    pub fn rate_s(&self, ops: &Ops, k: u32) -> (f64, f64) {
+        let k = f64::from(k);
         match self.problem.schedule {
-            PipelineSchedule::OneFOneB => u64::from(stages_to_end),
-            PipelineSchedule::GPipe => self.m,
+            PipelineSchedule::GPipe => (ops.forward_s / k, ops.backward_s / k),
+            PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved => {
+                ((ops.forward_s + ops.backward_s) / k, 0.0)
+            }
+        }
+    }
+
+    /// Micro-batches each of a stage's `k` replicas holds at most, `groups_to_end` tensor
+    /// groups from the stage to the pipeline's end (its own included).
+    pub fn in_flight(&self, k: u32, groups_to_end: u32) -> u64 {
+        let own = self.m.div_ceil(u64::from(k));
+        match self.problem.schedule {
+            PipelineSchedule::GPipe => own,
+            PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved => {
+                u64::from(groups_to_end / k).min(own)
+            }
         }
     }
 
     /// Weights, gradients and optimizer state on one device of a stage with `k` replicas.
-    pub fn state_bytes(&self, sm: &StageMetrics, k: u32) -> [u64; 3] {
+    pub fn state_bytes(&self, params: u64, k: u32) -> [u64; 3] {
         let bpp = &self.problem.bytes_per_param;
-        let shard = if self.problem.zero1 {
-            u64::from(self.d) * u64::from(k)
-        } else {
-            1
-        };
         [
-            sm.params * u64::from(bpp.weights),
-            sm.params * u64::from(bpp.grads),
-            (sm.params * u64::from(bpp.optimizer)).div_ceil(shard),
+            params * u64::from(bpp.weights),
+            params * u64::from(bpp.grads),
+            (params * u64::from(bpp.optimizer)).div_ceil(self.zero1_shards(k)),
         ]
     }
 
-    /// Stashed activations on one device of a stage with `k` replicas: the in-flight
-    /// micro-batches of its replica other than the one being processed.
-    pub fn stash_bytes(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> u64 {
-        let per_replica = self.in_flight(stages_to_end).div_ceil(u64::from(k));
-        per_replica.saturating_sub(1) * sm.stash_per_micro_batch
+    /// Copies the optimizer state and step are divided over: the stage's `d·k` with ZeRO-1.
+    pub fn zero1_shards(&self, k: u32) -> u64 {
+        if self.problem.zero1 {
+            u64::from(self.d) * u64::from(k)
+        } else {
+            1
+        }
     }
 
-    /// Memory of one device of a stage with `k` replicas.
-    pub fn memory(&self, sm: &StageMetrics, k: u32, stages_to_end: u32) -> MemoryBreakdown {
-        let [weights, grads, optimizer] = self.state_bytes(sm, k);
+    /// Memory of one device of a stage with `k` replicas holding `in_flight` micro-batches.
+    pub fn memory(&self, sm: &StageMetrics, k: u32, in_flight: u64) -> MemoryBreakdown {
+        let [weights, grads, optimizer] = self.state_bytes(sm.params, k);
         let mut mem = MemoryBreakdown {
             weights,
             grads,
             optimizer,
             activations: sm.act_one,
-            stash: self.stash_bytes(sm, k, stages_to_end),
+            stash: in_flight.saturating_sub(1) * sm.stash_per_micro_batch,
             total: 0,
         };
         mem.total = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.stash;
         mem
     }
 
-    /// The optimizer step of a stage on one device (ZeRO-1 shards it over the `d` copies).
-    pub fn stage_optimizer_s(&self, sm: &StageMetrics) -> f64 {
-        self.zero1_share(sm.optimizer_s)
+    /// Whether `k` replicas fit in memory with `groups_to_end` groups from the stage to the end.
+    pub fn fits(&self, sm: &StageMetrics, k: u32, groups_to_end: u32) -> bool {
+        self.fits_state(
+            self.state_bytes(sm.params, k).iter().sum(),
+            sm,
+            k,
+            groups_to_end,
+        )
     }
 
-    /// The optimizer step a plan of `p` stages ends with: the stages update their own layers
-    /// at the same time, charged as a `p`-th of all layers' steps (exact for stages of equal
-    /// size). It does not depend on the partition, so the search's lexicographic (load,
-    /// exposed all-reduce) tables stay as they are and the plan's time adds it per `p`.
-    pub fn optimizer_s(&self, p: u32) -> f64 {
-        self.zero1_share(self.optimizer_total_s) / f64::from(p.max(1))
+    /// [`Ctx::fits`] with the state bytes per device already summed (`state_bytes`), the same
+    /// sum [`Ctx::memory`] makes.
+    pub fn fits_state(
+        &self,
+        state_bytes: u64,
+        sm: &StageMetrics,
+        k: u32,
+        groups_to_end: u32,
+    ) -> bool {
+        let held = self.in_flight(k, groups_to_end);
+        state_bytes + sm.act_one + held.saturating_sub(1) * sm.stash_per_micro_batch
+            <= self.problem.hbm_bytes
     }
 
-    fn zero1_share(&self, seconds: f64) -> f64 {
-        if self.problem.zero1 {
-            seconds / f64::from(self.d)
-        } else {
-            seconds
-        }
+    /// The optimizer step of a stage with `k` replicas on one device.
+    pub fn stage_optimizer_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        sm.optimizer_s / self.zero1_shards(k) as f64
     }
 
     /// Exposed gradient synchronisation of a stage with `k` replicas: all of it, or with
@@ -355,6 +401,12 @@ impl Ctx<'_> {
         } else {
             all_reduce
         }
+    }
+
+    /// What a stage with `k` replicas does after its last backward: its exposed gradient
+    /// synchronisation, then its optimizer step.
+    pub fn tail_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        self.dp_comm_s(sm, k) + self.stage_optimizer_s(sm, k)
     }
 
     /// The whole gradient synchronisation of a stage with `k` replicas, hidden or not.
@@ -385,6 +437,9 @@ pub fn exposed_after_overlap(comm_s: f64, compute_s: f64, hidden_fraction: f64) 
     comm_s - hidden_fraction * comm_s.min(compute_s)
 }
 
+/// The largest cluster the plan search takes.
+pub(crate) const MAX_DEVICES: u32 = 1 << 20;
+
 /// Checks the problem's invariants; the message says what is wrong.
 pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
     if problem.graphs.is_empty() {
@@ -393,11 +448,38 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
     if problem.devices == 0 || problem.micro_batch == 0 || problem.global_batch == 0 {
         return Err("devices, micro-batch and global batch must be positive".into());
     }
+    if problem.devices > MAX_DEVICES {
+        return Err(format!(
+            "{} devices: the plan search handles at most {MAX_DEVICES} (its tables grow with the \
+             tensor groups of a pipeline)",
+            problem.devices
+        ));
+    }
     if !(0.0..=1.0).contains(&problem.overlap_efficiency) {
         return Err(format!(
             "overlap_efficiency must be a fraction in [0, 1], got {}",
             problem.overlap_efficiency
         ));
+    }
+    let fixed = &problem.constraints;
+    for (name, value) in [("tp", fixed.tp), ("pp", fixed.pp), ("dp", fixed.dp)] {
+        if value == Some(0) {
+            return Err(format!("constraints.{name} must be at least 1"));
+        }
+    }
+    match fixed.virtual_stages {
+        Some(v) if problem.schedule != PipelineSchedule::Interleaved => {
+            return Err(format!(
+                "constraints.virtual_stages = {v} needs the interleaved schedule, not {}",
+                problem.schedule.name()
+            ))
+        }
+        Some(v) if v < 2 => {
+            return Err(format!(
+                "constraints.virtual_stages must be at least 2 (model chunks per stage), got {v}"
+            ))
+        }
+        _ => {}
     }
     let n = problem.graphs[0].layers.len();
     for (gi, g) in problem.graphs.iter().enumerate() {
@@ -415,7 +497,13 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
             return Err(format!("two graphs for tensor width {}", g.tp));
         }
         for (li, l) in g.layers.iter().enumerate() {
-            let times = [l.fwd_s, l.bwd_s, l.selective_recompute_s];
+            let times = [
+                l.fwd_s,
+                l.bwd_s,
+                l.selective_recompute_s,
+                l.optimizer_step_s,
+                l.grad_accumulation_s,
+            ];
             if times.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(format!(
                     "graph t={} layer {li} ({}): latencies must be finite and non-negative",
@@ -427,6 +515,15 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
             if from >= to || to >= n {
                 return Err(format!(
                     "graph t={}: edge ({from}, {to}) must go forward between existing layers",
+                    g.tp
+                ));
+            }
+        }
+        if let Some([first, end]) = g.repeated_layers {
+            if first >= end || end > n {
+                return Err(format!(
+                    "graph t={}: repeated_layers [{first}, {end}) must be a non-empty range of \
+                     the {n} layers",
                     g.tp
                 ));
             }
@@ -469,6 +566,19 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
     Ok(())
 }
 
+/// Micro-batches per pipeline for `d` pipelines: the global batch over `d × micro-batch`,
+/// rounded up where uneven batches are allowed, `None` where it does not divide.
+pub(crate) fn micro_batches(problem: &PlacementProblem, d: u32) -> Option<u64> {
+    let per_step = u64::from(d) * u64::from(problem.micro_batch);
+    if problem.global_batch % per_step == 0 {
+        Some(problem.global_batch / per_step)
+    } else if problem.allow_uneven_batch {
+        Some(problem.global_batch.div_ceil(per_step))
+    } else {
+        None
+    }
+}
+
 /// The (t, d) choices the constraints allow, and a line per choice rejected for a reason the
 /// user can act on.
 pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) {
@@ -495,19 +605,17 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
             if !problem.allow_idle_devices && problem.devices % (t * d) != 0 {
                 continue;
             }
-            let per_step = u64::from(d) * u64::from(problem.micro_batch);
-            if problem.global_batch % per_step != 0 {
+            let Some(m) = micro_batches(problem, d) else {
                 not_divisible.push(d.to_string());
                 continue;
-            }
+            };
             ok.push(Ctx {
                 problem,
                 graph_index,
                 t,
                 d,
-                m: problem.global_batch / per_step,
+                m,
                 units: problem.devices / (t * d),
-                optimizer_total_s: optimizer_total_s(g),
             });
         }
         if !not_divisible.is_empty() {
@@ -537,60 +645,91 @@ pub(crate) struct PartStage {
     pub replicas: u32,
 }
 
-/// Turns a partition into a [`Plan`] (memory not checked).
+/// The first index with the largest value (`NaN`-free input).
+fn argmax(values: impl Iterator<Item = f64>) -> usize {
+    let mut best = (0, f64::NEG_INFINITY);
+    for (i, v) in values.enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0
+}
+
+/// Turns a 1F1B or GPipe partition into a [`Plan`] (memory not checked); its time is what the
+/// search minimises, computed by the same expressions.
 pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
     let p = parts.len() as u32;
+    let groups: u32 = parts.iter().map(|s| s.replicas).sum();
     let mut stages = Vec::with_capacity(parts.len());
-    let (mut bottleneck, mut bottleneck_load) = (0usize, f64::NEG_INFINITY);
-    for (i, part) in parts.iter().enumerate() {
+    let mut rates = Vec::with_capacity(parts.len());
+    let mut groups_to_end = groups;
+    for part in parts {
         let k = part.replicas;
         let sm = &part.metrics;
-        let send_s = ctx.send_s(sm, k);
-        let grad_accumulation_s = ctx.accumulation_s(sm, k);
-        let load_s = ctx.load_s(sm, k);
-        if load_s / f64::from(k) > bottleneck_load {
-            bottleneck_load = load_s / f64::from(k);
-            bottleneck = i;
-        }
+        let ops = ctx.ops(sm, k);
+        rates.push((ops, ctx.rate_s(&ops, k)));
+        let in_flight = ctx.in_flight(k, groups_to_end);
+        groups_to_end -= k;
         stages.push(Stage {
             layers: part.layers.clone(),
             devices: k * ctx.t,
             replicas: k,
             fwd_s: sm.fwd_s,
             bwd_s: sm.bwd_s,
-            send_s,
-            grad_accumulation_s,
-            load_s,
+            send_forward_s: ops.send_forward_s,
+            send_backward_s: ops.send_backward_s,
+            grad_accumulation_s: ops.accumulation_s,
+            load_s: ops.forward_s + ops.backward_s,
+            in_flight,
+            kept_bytes: sm.stash_per_micro_batch,
             dp_comm_s: ctx.dp_comm_s(sm, k),
             dp_sync_s: ctx.dp_sync_s(sm, k),
-            optimizer_s: ctx.stage_optimizer_s(sm),
-            memory: ctx.memory(sm, k, p - i as u32),
+            optimizer_s: ctx.stage_optimizer_s(sm, k),
+            memory: ctx.memory(sm, k, in_flight),
+            chunks: Vec::new(),
         });
     }
-    let b = &stages[bottleneck];
-    let per_mb = ctx.m as f64 / f64::from(b.replicas);
-    let dp_comm_s = stages.iter().map(|s| s.dp_comm_s).fold(0.0, f64::max);
-    let optimizer_s = ctx.optimizer_s(p);
-    let time_split = TimeSplit {
-        compute_s: per_mb * (b.fwd_s + b.bwd_s + b.grad_accumulation_s),
-        bubble_s: f64::from(p - 1) * bottleneck_load,
-        pp_comm_s: per_mb * b.send_s,
-        dp_comm_s,
-        optimizer_s,
+    let first = argmax(rates.iter().map(|r| r.1 .0));
+    let second = argmax(rates.iter().map(|r| r.1 .1));
+    let rate_s = rates[first].1 .0 + rates[second].1 .1;
+    let pipeline_s = ctx.slots(groups) * rate_s;
+    // The steady state: m times the bottleneck's work per group (for GPipe its forward and
+    // backward bottlenecks), split into compute and sends.
+    let m = ctx.m as f64;
+    let per_group = |i: usize| f64::from(stages[i].replicas);
+    let pp_comm_s = match ctx.problem.schedule {
+        PipelineSchedule::GPipe => {
+            m * (rates[first].0.send_forward_s / per_group(first)
+                + rates[second].0.send_backward_s / per_group(second))
+        }
+        PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved => {
+            m * stages[first].send_s() / per_group(first)
+        }
     };
-    let time_per_batch_s =
-        bottleneck_load * (ctx.m as f64 + f64::from(p - 1)) + dp_comm_s + optimizer_s;
+    let compute_s = m * rate_s - pp_comm_s;
+    let tail = argmax(stages.iter().map(Stage::tail_s));
+    let tail_s = stages[tail].tail_s();
+    let time_per_batch_s = pipeline_s + tail_s;
     Plan {
         tp: ctx.t,
         pp: p,
         dp: ctx.d,
+        schedule: ctx.problem.schedule,
+        virtual_stages: 1,
         micro_batch: ctx.problem.micro_batch,
         micro_batches_per_pipeline: ctx.m,
         peak_memory_bytes: stages.iter().map(|s| s.memory.total).max().unwrap_or(0),
-        devices_used: ctx.d * stages.iter().map(|s| s.devices).sum::<u32>(),
+        devices_used: ctx.d * groups * ctx.t,
+        time_split: TimeSplit {
+            compute_s,
+            bubble_s: pipeline_s - m * rate_s,
+            pp_comm_s,
+            dp_comm_s: stages[tail].dp_comm_s,
+            optimizer_s: stages[tail].optimizer_s,
+        },
         stages,
         time_per_batch_s,
-        time_split,
         throughput_samples_per_s: ctx.problem.global_batch as f64 / time_per_batch_s,
     }
 }
@@ -626,10 +765,17 @@ pub(crate) fn memory_reason(plan: &Plan, stage: usize, hbm_bytes: u64) -> String
 }
 
 /// Evaluates a partition the user fixes: checks that it places every layer exactly once,
-/// respects precedence, fits the devices and the memory, and prices it with the same model
-/// as [`super::place`].
+/// respects precedence, fits the devices, the 1F1B schedule's replica rule and the memory,
+/// and prices it with the same model as [`super::place`].
 pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<Plan, Infeasible> {
     validate(problem).map_err(Infeasible::reason)?;
+    if problem.schedule == PipelineSchedule::Interleaved {
+        return Err(Infeasible::reason(
+            "a fixed partition prices the 1f1b and gpipe schedules; an interleaved layout \
+             follows from its widths: hold tp, pp, dp and virtual_stages and search"
+                .into(),
+        ));
+    }
     let graph_index = problem
         .graphs
         .iter()
@@ -691,21 +837,34 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
             problem.devices
         )));
     }
-    let per_step = u64::from(d) * u64::from(problem.micro_batch);
-    if problem.global_batch % per_step != 0 {
-        return Err(Infeasible::reason(format!(
-            "global batch {} is not a multiple of d × micro-batch = {per_step}",
-            problem.global_batch
-        )));
+    if problem.schedule == PipelineSchedule::OneFOneB {
+        let mut groups_to_end = 0;
+        for (si, stage) in fixed.stages.iter().enumerate().rev() {
+            let k = stage.devices / t;
+            groups_to_end += k;
+            if groups_to_end % k != 0 {
+                return Err(Infeasible::reason(format!(
+                    "stage {si}: {k} replicas do not divide the {groups_to_end} tensor groups \
+                     from it to the pipeline's end, which the 1F1B schedule of replicated \
+                     stages needs (see docs/pipeline.md)"
+                )));
+            }
+        }
     }
+    let Some(m) = micro_batches(problem, d) else {
+        return Err(Infeasible::reason(format!(
+            "global batch {} is not a multiple of d × micro-batch = {}",
+            problem.global_batch,
+            u64::from(d) * u64::from(problem.micro_batch)
+        )));
+    };
     let ctx = Ctx {
         problem,
         graph_index,
         t,
         d,
-        m: problem.global_batch / per_step,
+        m,
         units: problem.devices / (t * d),
-        optimizer_total_s: optimizer_total_s(graph),
     };
     let preds = predecessors(n, &graph.edges);
     let mut dist = vec![0.0; n];
@@ -778,6 +937,7 @@ mod tests {
                 layers,
                 edges,
                 replicated_edges: false,
+                repeated_layers: None,
             }],
             devices: 4,
             hbm_bytes: 1 << 30,
@@ -797,62 +957,8 @@ mod tests {
             overlap_efficiency: 1.0,
             constraints: Default::default(),
             allow_idle_devices: false,
+            allow_uneven_batch: false,
         }
-    }
-
-    /// Where `all_reduce_grows_with_replicas` holds, a stage's all-reduce never falls as its
-    /// replica count grows (the options loop stops at the first that reaches its bound); where
-    /// it does not, more replicas in a node can make it fall, so the loop must look on.
-    #[test]
-    fn all_reduce_grows_with_replicas_where_claimed() {
-        let mut problem = chain_problem(2, 2, RecomputeMode::None);
-        problem.tiers = vec![
-            Tier {
-                name: "node".into(),
-                devices: 4,
-                bandwidth_bytes_per_s: 100e9,
-                latency_s: 1e-6,
-            },
-            Tier {
-                name: "cluster".into(),
-                devices: 1024,
-                bandwidth_bytes_per_s: 1e9,
-                latency_s: 5e-6,
-            },
-        ];
-        let sm = StageMetrics {
-            params: 1 << 20,
-            bwd_s: 1.0,
-            ..Default::default()
-        };
-        let (mut claimed, mut falls) = (0, 0);
-        for t in [1, 2, 4, 8] {
-            for d in 1..=8 {
-                for units in 1..=8 {
-                    let ctx = Ctx {
-                        problem: &problem,
-                        graph_index: 0,
-                        t,
-                        d,
-                        m: 1,
-                        units,
-                        optimizer_total_s: 0.0,
-                    };
-                    let all_reduce: Vec<f64> = (1..=units).map(|k| ctx.dp_comm_s(&sm, k)).collect();
-                    let grows = all_reduce.windows(2).all(|w| w[0] <= w[1]);
-                    if ctx.all_reduce_grows_with_replicas() {
-                        claimed += 1;
-                        assert!(grows, "t {t} d {d} units {units}: {all_reduce:?}");
-                    } else if !grows {
-                        falls += 1;
-                    }
-                }
-            }
-        }
-        assert!(
-            claimed > 100 && falls >= 5,
-            "{claimed} claimed, {falls} falling"
-        );
     }
 
     #[test]
@@ -868,10 +974,7 @@ mod tests {
                 let edges = &problem.graphs[0].edges;
                 let preds = predecessors(n, edges);
                 assert!(is_chain(&preds));
-                let mut incoming = vec![Vec::new(); n];
-                for &(from, to, bytes) in edges {
-                    incoming[to].push((from, bytes));
-                }
+                let incoming = incoming(&problem.graphs[0]);
                 let mut dist = vec![0.0; n];
                 for first in 0..n {
                     let fast = chain_stage_metrics(&problem, 0, &incoming, first);

@@ -177,6 +177,7 @@ impl Comparison {
                 tp: Some(fixed.tp),
                 pp: Some(fixed.pp),
                 dp: Some(fixed.dp),
+                virtual_stages: None,
             },
             max_tp: fixed.tp,
             allow_idle_devices: used < u64::from(self.devices),

@@ -35,6 +35,10 @@ pub struct PlanOptions {
     pub zero1: bool,
     pub dp_overlap: bool,
     pub allow_idle_devices: bool,
+    /// Allow `d × micro-batch` not dividing the global batch (PHAZE's `⌈B / d⌉` micro-batches).
+    pub allow_uneven_batch: bool,
+    /// Show a progress bar over the (micro-batch, recompute) candidates on stderr.
+    pub progress: bool,
 }
 
 impl PlanOptions {
@@ -57,6 +61,8 @@ impl PlanOptions {
             zero1: false,
             dp_overlap: true,
             allow_idle_devices: false,
+            allow_uneven_batch: false,
+            progress: false,
         }
     }
 }
@@ -267,6 +273,7 @@ pub fn layer_costs(
             layers,
             edges: graph.edges.clone(),
             replicated_edges: graph.replicated_edges(),
+            repeated_layers: graph.repeated_layers(),
         },
         energy_j,
         unique,
@@ -360,6 +367,7 @@ fn lower_bound_graph(
         layers,
         edges: graph.edges.clone(),
         replicated_edges: graph.replicated_edges(),
+        repeated_layers: graph.repeated_layers(),
     })
 }
 
@@ -621,6 +629,19 @@ fn search_plans(
     let hbm_bytes = options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes);
     let mut best: Option<Evaluation> = None;
     let mut infeasible = Vec::new();
+    let candidates = options.micro_batches.len() * options.recompute.len();
+    let bar = if options.progress {
+        let bar = indicatif::ProgressBar::new(candidates as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "planning {bar:40} {pos}/{len} (micro-batch, recompute) candidates  ETA {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     for &micro_batch in &options.micro_batches {
         let per_width: Vec<LayerCosts> = widths
             .par_iter()
@@ -674,8 +695,10 @@ fn search_plans(
                     why,
                 )),
             }
+            bar.inc(1);
         }
     }
+    bar.finish_and_clear();
     Ok((best, infeasible))
 }
 
@@ -720,7 +743,12 @@ fn placement_problem(
         dp_overlap: options.dp_overlap,
         overlap_efficiency: arch.efficiency.comm_overlap,
         constraints: options.fixed,
-        allow_idle_devices: options.allow_idle_devices,
+        // With every width held the plan is fixed; devices beyond t·p·d stay idle.
+        allow_idle_devices: options.allow_idle_devices
+            || (options.fixed.tp.is_some()
+                && options.fixed.pp.is_some()
+                && options.fixed.dp.is_some()),
+        allow_uneven_batch: options.allow_uneven_batch,
     }
 }
 

@@ -380,4 +380,23 @@ impl LayerGraph {
     pub fn replicated_edges(&self) -> bool {
         self.tp > 1 && !self.sequence_parallel
     }
+
+    /// The model's repeated layers `[first, end)`: the longest run of consecutive layers
+    /// sharing one signature (a transformer's blocks), where one layer repeats at all. The
+    /// interleaved pipeline schedule splits them evenly into chunks, as Megatron-LM does.
+    pub fn repeated_layers(&self) -> Option<[usize; 2]> {
+        let mut best: Option<[usize; 2]> = None;
+        let mut start = 0;
+        for end in 1..=self.layers.len() {
+            let run_ends = end == self.layers.len()
+                || self.layers[end].signature != self.layers[start].signature;
+            if run_ends {
+                if end - start >= 2 && best.is_none_or(|[a, b]| end - start > b - a) {
+                    best = Some([start, end]);
+                }
+                start = end;
+            }
+        }
+        best
+    }
 }
