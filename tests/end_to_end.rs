@@ -521,19 +521,13 @@ fn run_plans_hold_each_run_s_pipeline_schedule() {
     let text = std::fs::read_to_string("calibration/published_run_plans.csv").expect("plans");
     let write = |name: &str, last_row: &str| {
         let path = dir.join(name);
-        let body = text.replace(
-            "model,micro_batch,dp_overlap",
-            "model,micro_batch,dp_overlap,schedule,virtual_stages",
-        );
-        let body = body
+        let body = text
             .lines()
             .map(|l| {
-                if l.starts_with('#') || l.starts_with("model,") {
-                    l.to_string()
-                } else if l.starts_with("gpt-39.1b") {
-                    last_row.to_string()
+                if l.starts_with("gpt-39.1b") {
+                    last_row
                 } else {
-                    format!("{l},1f1b,")
+                    l
                 }
             })
             .collect::<Vec<_>>()
