@@ -23,16 +23,25 @@ import sys
 import threading
 import time
 
-import torch
-import torch.nn.functional as F
-import torch.utils.checkpoint
+try:
+    import torch
+    import torch.nn.functional as F
+    import torch.utils.checkpoint
+except ImportError:  # `--help` works without PyTorch; a run says what is missing (main)
+    torch = F = None
 
 COLUMNS = [
     "gpu", "sm_clock_mhz", "mem_clock_mhz", "driver", "cuda", "torch", "dtype", "kernel",
     "batch", "m", "n", "k", "elements", "row_len", "group", "median_s", "min_s", "max_s",
     "repeats", "burst", "timing", "sm_clock_run_mhz", "power_run_w",
 ]
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPE_NAMES = ("bf16", "fp16", "fp32")
+# The base class of the model blocks; without PyTorch the module still loads for `--help`.
+Module = torch.nn.Module if torch is not None else object
+
+
+def torch_dtype(name):
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
 
 
 def nvidia_smi(query):
@@ -357,7 +366,7 @@ def run_optimizer(w, dtype, quick):
         del param, optimizer
 
 
-class Block(torch.nn.Module):
+class Block(Module):
     """A GPT block as tandem's `gpt` family builds it: pre-LayerNorm, attention with dropout on
     the probabilities, GeLU MLP, dropout before each residual add. With `tp` > 1 it is one
     device's slice of a Megatron-LM tensor-parallel block (heads and FFN split `tp` ways,
@@ -430,7 +439,7 @@ def run_tp_blocks(w, dtype, quick, profile):
             time_block(w, dtype, batch, 2048, hidden, heads, tp, profile)
 
 
-class GPT(torch.nn.Module):
+class GPT(Module):
     """A GPT as tandem's `gpt` template builds it: token and learned position embeddings with
     dropout, `layers` blocks, a final LayerNorm and a language-model head tied to the token
     embedding; the loss is a softmax cross-entropy over fp32 logits. Under full recompute each
@@ -549,7 +558,7 @@ def collective_worker(rank, world, path, env, dtype_name, warmup, repeats, burst
     os.environ.setdefault("MASTER_PORT", "29533")
     dist.init_process_group("nccl", rank=rank, world_size=world)
     torch.cuda.set_device(rank)
-    dtype = DTYPES[dtype_name]
+    dtype = torch_dtype(dtype_name)
     writer = Writer(path, env, warmup, repeats, burst, graph=False) if rank == 0 else None
     counts = [2**20, 2**26] if quick else [2**16, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28]
     for count in counts:
@@ -624,7 +633,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="output directory (created)")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="bf16")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=30, help="timed samples per kernel")
     parser.add_argument("--burst", type=int, default=10,
@@ -649,10 +658,13 @@ def main():
     if not args.file.endswith("kernels.csv") or os.sep in args.file:
         sys.exit("collect.py: --file must be a file name ending in kernels.csv")
     stem = args.file[: -len("kernels.csv")]
+    if torch is None:
+        sys.exit("collect.py: PyTorch is not installed; install a CUDA build with "
+                 "`pip install torch` (calibration/README.md)")
     if not torch.cuda.is_available():
-        sys.exit("collect.py: no CUDA GPU visible")
+        sys.exit("collect.py: no CUDA GPU visible (torch.cuda.is_available() is False)")
     os.makedirs(args.out, exist_ok=True)
-    dtype = DTYPES[args.dtype]
+    dtype = torch_dtype(args.dtype)
     env = environment(args.dtype)
     torch.backends.cuda.matmul.allow_tf32 = False
     meta = dict(env, command=" ".join([sys.executable] + sys.argv), python=platform.python_version(),

@@ -10,6 +10,7 @@ pub mod arch;
 pub mod calibrate;
 pub mod cost;
 pub mod error;
+pub mod output;
 pub mod placement;
 pub mod report;
 pub mod schedule;

@@ -674,13 +674,15 @@ fn heuristic_within_requested_gap_skips_solver() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Time limit.
+// Work limits.
 
-/// Forty independent GEMMs with varied latencies on three cores: far too many orderings to
-/// prove optimal in 50 ms. The best schedule found comes back, valid, marked with its gap.
+/// Sixteen independent GEMMs with varied latencies on three cores: far too many orderings to
+/// prove optimal within one branch-and-bound node. The work limits stop the solver (the clock
+/// never does: its limit is far away), and the best schedule found comes back, valid, marked
+/// with its gap.
 #[test]
-fn time_limit_returns_best_found_and_says_so() {
-    let ops: Vec<SchedOp> = (0..40)
+fn work_limit_returns_best_found_and_says_so() {
+    let ops: Vec<SchedOp> = (0..16)
         .map(|i| {
             let one = 5.0 + f64::from((i * 37) % 23);
             op(
@@ -693,7 +695,8 @@ fn time_limit_returns_best_found_and_says_so() {
         .collect();
     let problem = concurrent(ops, vec![], 3, 1);
     let options = SolverOptions {
-        time_limit_s: 0.05,
+        node_limit: 1,
+        search_node_limit: 0,
         relative_gap: 0.0,
         ..exact()
     };
@@ -702,9 +705,8 @@ fn time_limit_returns_best_found_and_says_so() {
     let SolveStatus::TimeLimit { gap } = s.status else {
         panic!("status {}", s.status);
     };
-    assert!(close(gap, s.gap()), "{gap} vs {}", s.gap());
+    assert!(gap > 0.0 && close(gap, s.gap()), "{gap} vs {}", s.gap());
     assert!(s.status.to_string().starts_with("time-limit:"));
-    assert!(s.solve_time_s < 1.0, "took {} s", s.solve_time_s);
 }
 
 #[test]

@@ -37,6 +37,7 @@ pub(crate) fn validate_chip(file: &Path, arch: &ArchConfig) -> Result<(), InputE
     )?;
     if let Some(area_mm2) = arch.die_area_mm2 {
         positive(file, "die_area_mm2", area_mm2)?;
+        within(file, "die_area_mm2", area_mm2, (0.0, DIE_AREA_MM2))?;
     }
     Ok(())
 }
@@ -82,6 +83,12 @@ fn validate_structure(
         file,
         &format!("{prefix}glb.bandwidth_bytes_per_s"),
         glb.bandwidth_bytes_per_s,
+    )?;
+    within(
+        file,
+        &format!("{prefix}glb.bandwidth_bytes_per_s"),
+        glb.bandwidth_bytes_per_s,
+        BANDWIDTH_BYTES_PER_S,
     )
 }
 
@@ -93,6 +100,7 @@ pub(crate) fn validate_environment(
 ) -> Result<(), InputError> {
     let field = |name: &str| format!("{prefix}{name}");
     positive(file, &field("clock_hz"), env.clock_hz)?;
+    within(file, &field("clock_hz"), env.clock_hz, CLOCK_HZ)?;
     if env.hbm.capacity_bytes == 0 {
         return Err(InputError::invalid(
             file,
@@ -104,6 +112,12 @@ pub(crate) fn validate_environment(
         file,
         &field("hbm.bandwidth_bytes_per_s"),
         env.hbm.bandwidth_bytes_per_s,
+    )?;
+    within(
+        file,
+        &field("hbm.bandwidth_bytes_per_s"),
+        env.hbm.bandwidth_bytes_per_s,
+        BANDWIDTH_BYTES_PER_S,
     )?;
     validate_tiers(file, prefix, env.interconnect)?;
 
@@ -130,16 +144,13 @@ pub(crate) fn validate_environment(
             format!("must be a fraction in [0, 1], got {}", eff.comm_overlap),
         ));
     }
-    non_negative(
-        file,
-        &field("efficiency.gemm_overhead_s"),
-        eff.gemm_overhead_s,
-    )?;
-    non_negative(
-        file,
-        &field("efficiency.vector_overhead_s"),
-        eff.vector_overhead_s,
-    )?;
+    for (name, value) in [
+        ("efficiency.gemm_overhead_s", eff.gemm_overhead_s),
+        ("efficiency.vector_overhead_s", eff.vector_overhead_s),
+    ] {
+        non_negative(file, &field(name), value)?;
+        within(file, &field(name), value, (0.0, TIME_S))?;
+    }
     for op in VectorOp::ALL {
         let name = op.name();
         for (table, values) in [
@@ -160,11 +171,9 @@ pub(crate) fn validate_environment(
             }
         }
         if let Some(value) = eff.vector_op_overhead_s.get(op) {
-            non_negative(
-                file,
-                &field(&format!("efficiency.vector_op_overhead_s.{name}")),
-                value,
-            )?;
+            let name = field(&format!("efficiency.vector_op_overhead_s.{name}"));
+            non_negative(file, &name, value)?;
+            within(file, &name, value, (0.0, TIME_S))?;
         }
     }
 
@@ -177,6 +186,7 @@ pub(crate) fn validate_environment(
         ("vector_cycles.sqrt", cycles.sqrt),
     ] {
         positive(file, &field(name), value)?;
+        within(file, &field(name), value, (0.0, VECTOR_CYCLES))?;
     }
 
     let energy = env.energy;
@@ -189,6 +199,7 @@ pub(crate) fn validate_environment(
         ("energy.link_byte_j", energy.link_byte_j),
     ] {
         non_negative(file, &field(name), value)?;
+        within(file, &field(name), value, (0.0, ENERGY_J))?;
     }
     Ok(())
 }
@@ -237,9 +248,65 @@ fn validate_tiers(file: &Path, prefix: &str, tiers: &[Tier]) -> Result<(), Input
             &field("bandwidth_bytes_per_s"),
             tier.bandwidth_bytes_per_s,
         )?;
+        within(
+            file,
+            &field("bandwidth_bytes_per_s"),
+            tier.bandwidth_bytes_per_s,
+            BANDWIDTH_BYTES_PER_S,
+        )?;
         non_negative(file, &field("latency_s"), tier.latency_s)?;
+        within(file, &field("latency_s"), tier.latency_s, (0.0, TIME_S))?;
+        if let Some(inner) = i.checked_sub(1).map(|j| &tiers[j]) {
+            if tier.bandwidth_bytes_per_s > inner.bandwidth_bytes_per_s {
+                return Err(InputError::invalid(
+                    file,
+                    field("bandwidth_bytes_per_s"),
+                    format!(
+                        "tiers must be listed fastest first: tier `{}` ({} B/s) is faster than \
+                         the tier inside it, `{}` ({} B/s)",
+                        tier.name,
+                        tier.bandwidth_bytes_per_s,
+                        inner.name,
+                        inner.bandwidth_bytes_per_s
+                    ),
+                ));
+            }
+            if tier.latency_s < inner.latency_s {
+                return Err(InputError::invalid(
+                    file,
+                    field("latency_s"),
+                    format!(
+                        "tiers must be listed fastest first: tier `{}` ({} s) has less latency \
+                         than the tier inside it, `{}` ({} s)",
+                        tier.name, tier.latency_s, inner.name, inner.latency_s
+                    ),
+                ));
+            }
+        }
     }
     Ok(())
+}
+
+/// Plausible ranges of a chip's physical rates: far beyond any real chip on both sides, and
+/// narrow enough that no latency or energy computed from them overflows to infinity.
+const CLOCK_HZ: (f64, f64) = (1e6, 1e11);
+const BANDWIDTH_BYTES_PER_S: (f64, f64) = (1e3, 1e16);
+const ENERGY_J: f64 = 1e-6;
+const TIME_S: f64 = 1.0;
+const VECTOR_CYCLES: f64 = 1e6;
+const DIE_AREA_MM2: f64 = 1e5;
+
+/// `value` within `[min, max]`.
+fn within(file: &Path, field: &str, value: f64, (min, max): (f64, f64)) -> Result<(), InputError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(InputError::invalid(
+            file,
+            field,
+            format!("{value} lies outside the plausible range [{min:e}, {max:e}]"),
+        ))
+    }
 }
 
 pub(crate) fn positive(file: &Path, field: &str, value: f64) -> Result<(), InputError> {

@@ -98,7 +98,7 @@ pub fn group_link(
 /// any domain of `domain` devices holding one of them holds. 1 when the stride neither spans
 /// nor divides the domain (some domain may then hold a single member).
 pub fn fewest_in_domain(count: u32, stride: u32, domain: u32) -> u32 {
-    if stride == 0 || stride >= domain || domain % stride != 0 {
+    if stride == 0 || stride >= domain || !domain.is_multiple_of(stride) {
         return 1;
     }
     let per_domain = domain / stride;

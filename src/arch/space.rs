@@ -847,11 +847,11 @@ fn positive_integer(
 }
 
 fn format_bytes(bytes: u64) -> String {
-    if bytes % GIB == 0 {
+    if bytes.is_multiple_of(GIB) {
         format!("{}GiB", bytes / GIB)
-    } else if bytes % MIB == 0 {
+    } else if bytes.is_multiple_of(MIB) {
         format!("{}MiB", bytes / MIB)
-    } else if bytes % KIB == 0 {
+    } else if bytes.is_multiple_of(KIB) {
         format!("{}KiB", bytes / KIB)
     } else {
         format!("{bytes}B")

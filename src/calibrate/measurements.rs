@@ -151,11 +151,21 @@ pub fn load_measurements(dir: &Path) -> Result<Vec<Measurement>, InputError> {
             .file_name()
             .map(|n| n.to_string_lossy().to_lowercase())
             .unwrap_or_default();
-        if name.ends_with("kernels.csv") {
-            out.extend(read_collected(&file)?);
+        let rows = if name.ends_with("kernels.csv") {
+            read_collected(&file)?
         } else if let Some(format) = ArtifactFormat::for_name(&name) {
-            out.extend(read_artifact(&file, format)?);
+            read_artifact(&file, format)?
+        } else {
+            continue;
+        };
+        if rows.is_empty() {
+            return Err(InputError::invalid(
+                &file,
+                "rows",
+                "the file holds no measurements; remove it or collect its rows",
+            ));
         }
+        out.extend(rows);
     }
     if out.is_empty() {
         return Err(InputError::invalid(
@@ -220,6 +230,23 @@ fn number(
     }
 }
 
+/// Largest kernel dimension or element count a measurement may give (2^40): beyond any
+/// kernel, and safe from overflow in the byte and FLOP counts.
+const MAX_SIZE: f64 = (1u64 << 40) as f64;
+
+/// A positive whole size no larger than [`MAX_SIZE`].
+fn size(file: &Path, row: usize, column: &str, field: &str) -> Result<u64, InputError> {
+    let v = number(file, row, column, field, "")?;
+    if v.fract() != 0.0 || v > MAX_SIZE {
+        return Err(InputError::invalid(
+            file,
+            format!("row {row}, {column}"),
+            format!("must be a whole number of at most {MAX_SIZE}, got {v}"),
+        ));
+    }
+    Ok(v as u64)
+}
+
 fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>, InputError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
@@ -243,7 +270,7 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
                 format!("expected {want} columns, found {}", r.len()),
             ));
         }
-        let int = |c: usize, name: &str| number(file, row, name, &r[c], "").map(|v| v as u64);
+        let int = |c: usize, name: &str| size(file, row, name, &r[c]);
         let source = format!("{}:{row}", file.display());
         let (class, kind, measured_s) = match format {
             ArtifactFormat::Matmul => {
@@ -335,7 +362,7 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
         let vector = |op: VectorOp| vector_pass(op, Pass::Forward);
         let collective = |collective: CollectiveKind| OpKind::Collective {
             collective,
-            bytes: r.elements * u64::from(elem_bytes),
+            bytes: r.elements.saturating_mul(u64::from(elem_bytes)),
             group: r.group,
         };
         let op = |kind: OpKind| Target::Op(kind);
@@ -417,7 +444,7 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                     m: r.m,
                     n: r.n,
                     k: r.k,
-                    bytes: r.elements * u64::from(elem_bytes),
+                    bytes: r.elements.saturating_mul(u64::from(elem_bytes)),
                     group: r.group,
                 },
             },
@@ -441,6 +468,19 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 "shape",
                 "sizes must be positive (and group ≥ 2 for collectives and overlaps)".into(),
             ));
+        }
+        if let Some((name, v)) = [
+            ("batch", r.batch),
+            ("m", r.m),
+            ("n", r.n),
+            ("k", r.k),
+            ("elements", r.elements),
+            ("row_len", r.row_len),
+        ]
+        .into_iter()
+        .find(|&(_, v)| v as f64 > MAX_SIZE)
+        {
+            return Err(bad(name, format!("must be at most {MAX_SIZE}, got {v}")));
         }
         if let Target::Block {
             shape:

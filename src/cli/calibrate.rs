@@ -78,7 +78,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         args.arch.display()
     );
     let body = toml::to_string_pretty(&arch).context("serialising the calibrated chip")?;
-    std::fs::write(&args.out, header + &body)
+    tandem::output::write_atomic(&args.out, (header + &body).as_bytes())
         .with_context(|| format!("writing {}", args.out.display()))?;
 
     if args.json {

@@ -7,7 +7,7 @@ use tandem::arch::SearchSpace;
 use tandem::placement::{Plan, RecomputeMode};
 use tandem::report::{bytes, seconds, table};
 use tandem::schedule::SolverOptions;
-use tandem::search::{recompute_name, Evaluation};
+use tandem::search::{first_repeated, recompute_name, Evaluation};
 use tandem::workload::Workload;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -39,12 +39,22 @@ impl ChipArgs {
     }
 }
 
-/// GiB from the command line to bytes, rejecting zero, negative and non-finite sizes.
+/// Largest HBM per device the command line takes, in GiB (1 PiB).
+const MAX_HBM_GIB: f64 = 1_048_576.0;
+
+/// GiB from the command line to bytes, rejecting zero, negative, non-finite and absurd sizes.
 pub fn hbm_gib_to_bytes(gib: f64) -> Result<u64> {
     if !(gib.is_finite() && gib > 0.0) {
         bail!("--hbm-gib: must be a positive number of GiB, got {gib}");
     }
-    Ok((gib * GIB).round() as u64)
+    if gib > MAX_HBM_GIB {
+        bail!("--hbm-gib: {gib} GiB is more than the {MAX_HBM_GIB} GiB (1 PiB) a device can have");
+    }
+    let bytes = (gib * GIB).round() as u64;
+    if bytes == 0 {
+        bail!("--hbm-gib: {gib} GiB is less than one byte");
+    }
+    Ok(bytes)
 }
 
 /// The axes a sweep adds to each configuration of a space: micro-batch, recompute, HBM.
@@ -71,11 +81,18 @@ impl SweepAxes {
         if self.micro_batch.is_empty() || self.micro_batch.contains(&0) {
             bail!("--micro-batch: give positive micro-batch sizes");
         }
+        if let Some(m) = first_repeated(&self.micro_batch) {
+            bail!("--micro-batch: {m} is given twice");
+        }
         Ok(self.micro_batch.clone())
     }
 
-    pub fn recompute(&self) -> Vec<RecomputeMode> {
-        self.recompute.iter().map(|&r| r.into()).collect()
+    pub fn recompute(&self) -> Result<Vec<RecomputeMode>> {
+        let modes: Vec<RecomputeMode> = self.recompute.iter().map(|&r| r.into()).collect();
+        if let Some(r) = first_repeated(&modes) {
+            bail!("--recompute: {} is given twice", recompute_name(*r));
+        }
+        Ok(modes)
     }
 
     /// The HBM sizes in bytes; the space's own capacity when none is given.
@@ -83,7 +100,15 @@ impl SweepAxes {
         if self.hbm_gib.is_empty() {
             return Ok(vec![space.base_hbm_bytes()]);
         }
-        self.hbm_gib.iter().map(|&g| hbm_gib_to_bytes(g)).collect()
+        let bytes: Vec<u64> = self
+            .hbm_gib
+            .iter()
+            .map(|&g| hbm_gib_to_bytes(g))
+            .collect::<Result<_>>()?;
+        if let Some(b) = first_repeated(&bytes) {
+            bail!("--hbm-gib: {} GiB is given twice", *b as f64 / GIB);
+        }
+        Ok(bytes)
     }
 }
 

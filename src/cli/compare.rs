@@ -65,7 +65,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         plans,
         devices,
         micro_batches: args.axes.micro_batches()?,
-        recompute: args.axes.recompute(),
+        recompute: args.axes.recompute()?,
         hbm_bytes,
         solver: SolverOptions::default(),
     };

@@ -1,6 +1,6 @@
 //! `tandem inspect`: a workload's layers and operators, optionally priced on a chip.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -275,7 +275,7 @@ fn write_csv(path: &std::path::Path, unique: &[(&Layer, usize)], report: &Report
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let mut w = csv::Writer::from_path(path)?;
+    let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
         "workload",
         "layer",
@@ -319,6 +319,7 @@ fn write_csv(path: &std::path::Path, unique: &[(&Layer, usize)], report: &Report
             ])?;
         }
     }
-    w.flush()?;
-    Ok(())
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    tandem::output::write_atomic(path, &bytes)
+        .with_context(|| format!("writing {}", path.display()))
 }

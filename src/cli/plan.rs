@@ -130,10 +130,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         sequence_parallel: args.seq_parallel,
         schedule: args.schedule.into(),
         fixed: Fixed {
-            tp: args.tp,
-            pp: args.pp,
-            dp: args.dp,
-            virtual_stages: args.virtual_stages,
+            tp: held("--tp", args.tp)?,
+            pp: held("--pp", args.pp)?,
+            dp: held("--dp", args.dp)?,
+            virtual_stages: held("--virtual-stages", args.virtual_stages)?,
         },
         max_tp: args.max_tp.max(1),
         only_widths: None,
@@ -221,7 +221,18 @@ fn positive(flag: &str, values: &[u32]) -> Result<Vec<u32>> {
     if values.is_empty() || values.contains(&0) {
         anyhow::bail!("{flag}: every value must be a positive integer, got {values:?}");
     }
+    if let Some(v) = tandem::search::first_repeated(values) {
+        anyhow::bail!("{flag}: {v} is given twice");
+    }
     Ok(values.to_vec())
+}
+
+/// A held width from the command line: absent, or at least 1.
+fn held(flag: &str, value: Option<u32>) -> Result<Option<u32>> {
+    if value == Some(0) {
+        anyhow::bail!("{flag}: must be at least 1 (leave it out to search it)");
+    }
+    Ok(value)
 }
 
 /// The pipeline part of a plan's time: what the schedule simulator runs.

@@ -75,7 +75,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         space: args.space.clone(),
         devices: args.devices,
         micro_batches: args.axes.micro_batches()?,
-        recompute: args.axes.recompute(),
+        recompute: args.axes.recompute()?,
         hbm_bytes,
         objective: args.objective,
         prune: !args.no_prune,

@@ -10,6 +10,7 @@ use tandem::calibrate::{
     composite_latency, kernel_errors, load_measurements, summarise, summarise_errors,
     validate_runs, ErrorSummary, KernelError, RunError, RunPlans,
 };
+use tandem::output::write_atomic;
 use tandem::report::{seconds, table};
 use tandem::schedule::{ScheduleCache, SolverOptions};
 use tandem::search::recompute_name;
@@ -126,7 +127,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             .collect();
         write_csv(&out.join("summary.csv"), &rows)?;
         let md = out.join("summary.md");
-        std::fs::write(&md, markdown).with_context(|| format!("writing {}", md.display()))?;
+        write_atomic(&md, markdown.as_bytes())
+            .with_context(|| format!("writing {}", md.display()))?;
         println!("wrote {}", out.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -166,13 +168,12 @@ fn run_row(r: &RunError) -> Vec<String> {
 }
 
 fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
-    let mut w =
-        csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    let mut w = csv::Writer::from_writer(Vec::new());
     for row in rows {
         w.serialize(row)?;
     }
-    w.flush()?;
-    Ok(())
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {

@@ -77,7 +77,9 @@ impl Search<'_> {
         let mut groups_to_end = groups;
         for (&ci, &k) in self.chain.iter().zip(&self.replicas) {
             let sm = &self.cands[ci].metrics;
-            if ctx.problem.schedule == PipelineSchedule::OneFOneB && groups_to_end % k != 0 {
+            if ctx.problem.schedule == PipelineSchedule::OneFOneB
+                && !groups_to_end.is_multiple_of(k)
+            {
                 return;
             }
             if !ctx.fits(sm, k, groups_to_end) {

@@ -115,12 +115,23 @@ impl Analysis {
         let n = graph.layers.len();
         let preds = predecessors(n, &graph.edges);
         let downsets = downsets(n, &preds, MAX_DOWNSETS).ok_or_else(|| {
-            format!(
-                "t={}: the layer graph has more than {MAX_DOWNSETS} downsets (sets of layers \
-                 closed under predecessors) — too many parallel branches to enumerate stages; \
-                 chain the branches or merge layers",
-                graph.tp
-            )
+            if is_chain(&preds) {
+                format!(
+                    "t={}: the model has {n} layers in a chain; the plan search takes at most \
+                     {} (its tables hold one row per downset, {MAX_DOWNSETS} at most): merge \
+                     layers",
+                    graph.tp,
+                    MAX_DOWNSETS - 1
+                )
+            } else {
+                format!(
+                    "t={}: the layer graph has more than {MAX_DOWNSETS} downsets (sets of layers \
+                     closed under predecessors; a chain of n layers has n + 1, parallel \
+                     branches multiply them) — the plan search takes at most {MAX_DOWNSETS}: \
+                     chain the branches or merge layers",
+                    graph.tp
+                )
+            }
         })?;
         let count = |set: &Vec<u64>| set.iter().map(|w| w.count_ones()).sum::<u32>();
         let suffix_len: Vec<u32> = downsets.iter().map(|s| n as u32 - count(s)).collect();

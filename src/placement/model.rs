@@ -236,7 +236,7 @@ impl Ctx<'_> {
     /// in it is not fixed and its replicas may straddle a boundary: one, the safe count.
     fn fewest_copies_in(&self, k: u32, domain: u32) -> u32 {
         let block = self.units * self.t;
-        if block < domain && domain % block == 0 {
+        if block < domain && domain.is_multiple_of(block) {
             k * fewest_in_domain(self.d, block, domain)
         } else {
             1
@@ -570,7 +570,7 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
 /// rounded up where uneven batches are allowed, `None` where it does not divide.
 pub(crate) fn micro_batches(problem: &PlacementProblem, d: u32) -> Option<u64> {
     let per_step = u64::from(d) * u64::from(problem.micro_batch);
-    if problem.global_batch % per_step == 0 {
+    if problem.global_batch.is_multiple_of(per_step) {
         Some(problem.global_batch / per_step)
     } else if problem.allow_uneven_batch {
         Some(problem.global_batch.div_ceil(per_step))
@@ -602,7 +602,7 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
             if fixed.dp.is_some_and(|fd| fd != d) {
                 continue;
             }
-            if !problem.allow_idle_devices && problem.devices % (t * d) != 0 {
+            if !problem.allow_idle_devices && !problem.devices.is_multiple_of(t * d) {
                 continue;
             }
             let Some(m) = micro_batches(problem, d) else {

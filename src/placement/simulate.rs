@@ -157,7 +157,7 @@ fn replica_orders(
     for (i, op) in ops.iter().enumerate().rev() {
         let k = u64::from(op.replicas);
         let warmup = match schedule {
-            SimSchedule::OneFOneB if groups_after % k != 0 => {
+            SimSchedule::OneFOneB if !groups_after.is_multiple_of(k) => {
                 return Err(format!(
                     "stage {i}: {k} replicas do not divide the {groups_after} tensor groups after \
                      it, which the 1F1B schedule of replicated stages needs"
@@ -197,13 +197,13 @@ fn interleaved_orders(
     stages: u32,
 ) -> Result<(Vec<Order>, Vec<usize>), String> {
     let p = u64::from(stages);
-    if p == 0 || ops.len() as u64 % p != 0 {
+    if p == 0 || !(ops.len() as u64).is_multiple_of(p) {
         return Err(format!(
             "{} chunks do not divide over {stages} stages",
             ops.len()
         ));
     }
-    if m % p != 0 {
+    if !m.is_multiple_of(p) {
         return Err(format!(
             "the interleaved schedule needs the micro-batches ({m}) to be a multiple of the \
              stages ({p})"

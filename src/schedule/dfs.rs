@@ -195,7 +195,7 @@ impl Search<'_, '_, '_> {
         }
         self.budget.nodes -= 1;
         let past_deadline = || self.budget.deadline.is_some_and(|d| Instant::now() >= d);
-        if self.budget.nodes % NODES_PER_CLOCK_CHECK == 0 && past_deadline() {
+        if self.budget.nodes.is_multiple_of(NODES_PER_CLOCK_CHECK) && past_deadline() {
             self.budget.nodes = 0;
             return false;
         }

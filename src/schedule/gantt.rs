@@ -48,7 +48,8 @@ pub fn render_gantt(
     let y_of = |row: usize| (rows - 1 - row) as f64;
 
     let height_px = ROW_HEIGHT_PX * rows as u32 + 2 * MARGIN_PX;
-    let root = SVGBackend::new(path, (WIDTH_PX, height_px)).into_drawing_area();
+    let mut svg = String::new();
+    let root = SVGBackend::with_string(&mut svg, (WIDTH_PX, height_px)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
     let span_us = (schedule.makespan_s * 1e6).max(f64::MIN_POSITIVE);
     let mut chart = ChartBuilder::on(&root)
@@ -112,5 +113,7 @@ pub fn render_gantt(
             .map_err(|e| fail(e.to_string()))?;
     }
     root.present().map_err(|e| fail(e.to_string()))?;
-    Ok(())
+    drop(chart);
+    drop(root);
+    crate::output::write_atomic(path, svg.as_bytes()).map_err(|e| fail(e.to_string()))
 }

@@ -247,7 +247,8 @@ pub enum SolveStatus {
     WithinGap { gap: f64 },
     /// Within the requested relative gap, found by the depth-first search without the solver.
     Searched { gap: f64 },
-    /// The time limit stopped the solver; the best schedule found is returned.
+    /// A work limit (nodes) or the time limit stopped the solver; the best schedule found is
+    /// returned.
     TimeLimit { gap: f64 },
     /// Only the list schedule: the solver was disabled, failed, or returned something that
     /// could not be realised.

@@ -9,6 +9,7 @@ use super::{
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::CostModel;
 use crate::error::{parse_toml, read_input, InputError};
+use crate::output::{write_atomic, DirLock};
 use crate::placement::{Fixed, RecomputeMode};
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;
@@ -94,7 +95,14 @@ pub struct CompareRow {
 }
 
 impl CompareRow {
-    fn new(workload: &str, row: String, arch: &ArchConfig, hbm_bytes: u64, in_space: bool) -> Self {
+    /// A row with the chip's fields filled and no plan yet.
+    pub fn new(
+        workload: &str,
+        row: String,
+        arch: &ArchConfig,
+        hbm_bytes: u64,
+        in_space: bool,
+    ) -> Self {
         CompareRow {
             workload: workload.to_string(),
             row,
@@ -365,6 +373,11 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or("-".to_string(), |v| v.to_string())
 }
 
+/// Text for a Markdown table cell: `|` escaped, line breaks as spaces.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
 /// One workload's rows as a Markdown table (also what the CLI prints).
 pub fn markdown_table(rows: &[CompareRow]) -> String {
     let mut s = String::from(
@@ -374,8 +387,8 @@ pub fn markdown_table(rows: &[CompareRow]) -> String {
     for r in rows {
         s += &format!(
             "| {} | {} | {:.1} | {:.0} | {}/{}/{} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.row,
-            r.chip,
+            cell(&r.row),
+            cell(&r.chip),
             r.area_mm2,
             r.hbm_bytes as f64 / (1u64 << 30) as f64,
             opt(r.tp),
@@ -390,7 +403,7 @@ pub fn markdown_table(rows: &[CompareRow]) -> String {
             r.energy_per_sample_j
                 .map_or("-".into(), |v| format!("{v:.3}")),
             r.speedup.map_or("-".into(), |v| format!("{v:.2}×")),
-            r.note.replace('|', "/"),
+            cell(&r.note),
         );
     }
     s
@@ -400,13 +413,16 @@ pub fn markdown_table(rows: &[CompareRow]) -> String {
 /// (speed-up over each workload's first row, grouped by workload) into `out`.
 pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepError> {
     use super::sweep::io_error;
-    std::fs::create_dir_all(out).map_err(|e| io_error(out, e))?;
+    let _lock = DirLock::acquire(out)?;
     let csv_path = out.join(COMPARE_CSV);
-    let mut writer = csv::Writer::from_path(&csv_path).map_err(|e| io_error(&csv_path, e))?;
+    let mut writer = csv::Writer::from_writer(Vec::new());
     for row in rows {
         writer.serialize(row).map_err(|e| io_error(&csv_path, e))?;
     }
-    writer.flush().map_err(|e| io_error(&csv_path, e))?;
+    let bytes = writer
+        .into_inner()
+        .map_err(|e| io_error(&csv_path, e.error()))?;
+    write_atomic(&csv_path, &bytes).map_err(|e| io_error(&csv_path, e))?;
 
     let mut by_workload: Vec<(&str, Vec<CompareRow>)> = Vec::new();
     for row in rows {
@@ -417,16 +433,19 @@ pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepErro
     }
     let mut md = String::from("# Baselines against co-design\n\n");
     for (workload, list) in &by_workload {
-        md += &format!("## {workload}\n\n{}\n", markdown_table(list));
+        md += &format!("## {}\n\n{}\n", cell(workload), markdown_table(list));
     }
     let md_path = out.join(COMPARE_MD);
-    std::fs::write(&md_path, md).map_err(|e| io_error(&md_path, e))?;
-    render_bars(&by_workload, &out.join(COMPARE_SVG))
+    write_atomic(&md_path, md.as_bytes()).map_err(|e| io_error(&md_path, e))?;
+    let svg_path = out.join(COMPARE_SVG);
+    let mut svg = String::new();
+    render_bars(&by_workload, &mut svg).map_err(|e| io_error(&svg_path, e))?;
+    write_atomic(&svg_path, svg.as_bytes()).map_err(|e| io_error(&svg_path, e))
 }
 
-fn render_bars(groups: &[(&str, Vec<CompareRow>)], path: &Path) -> Result<(), SweepError> {
+fn render_bars(groups: &[(&str, Vec<CompareRow>)], svg: &mut String) -> Result<(), String> {
     use plotters::prelude::*;
-    let fail = |e: String| super::sweep::io_error(path, e);
+    let fail = |e: String| e;
     let kinds: Vec<String> = groups
         .first()
         .map(|(_, rows)| rows.iter().map(|r| r.row.clone()).collect())
@@ -436,7 +455,7 @@ fn render_bars(groups: &[(&str, Vec<CompareRow>)], path: &Path) -> Result<(), Sw
         .flat_map(|(_, rows)| rows.iter().filter_map(|r| r.speedup))
         .fold(1.0, f64::max)
         * 1.15;
-    let root = SVGBackend::new(path, (1100, 650)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (1100, 650)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(

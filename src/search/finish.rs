@@ -3,16 +3,15 @@
 //! `best.json` (the best point per workload with its plan, and with several workloads the
 //! best hardware for the set) and `pareto.svg`; and the merge of shard directories.
 
-use super::sweep::{io_error, read_points, write_rows, POINTS_CSV, RUN_TOML, SHARD_TOML};
+use super::sweep::{io_error, read_points, read_shard, rows_csv, POINTS_CSV, RUN_TOML, SHARD_TOML};
 use super::{
-    evaluate, DesignRow, Evaluation, Objective, PlanOptions, Shard, Status, Sweep, SweepError,
-    SweepRecord,
+    evaluate, DesignRow, Evaluation, Objective, PlanOptions, Status, Sweep, SweepError, SweepRecord,
 };
+use crate::output::{write_atomic, DirLock};
 use crate::schedule::ScheduleCache;
 use plotters::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 pub const PARETO_CSV: &str = "pareto.csv";
@@ -103,6 +102,7 @@ pub fn pareto_front(rows: &[DesignRow]) -> Vec<DesignRow> {
 
 /// Writes `pareto.csv`, `best.json` and `pareto.svg` into `out_dir` from its `points.csv`.
 pub fn finish(sweep: &Sweep, out_dir: &Path) -> Result<BestPoints, SweepError> {
+    let _lock = DirLock::acquire(out_dir)?;
     let rows = read_points(&out_dir.join(POINTS_CSV))?;
     let mut front_rows = Vec::new();
     let mut fronts = Vec::new();
@@ -144,11 +144,15 @@ pub fn finish(sweep: &Sweep, out_dir: &Path) -> Result<BestPoints, SweepError> {
     };
 
     let pareto_path = out_dir.join(PARETO_CSV);
-    let mut file = File::create(&pareto_path).map_err(|e| io_error(&pareto_path, e))?;
-    write_rows(&mut file, &pareto_path, &front_rows, true)?;
+    let pareto = if front_rows.is_empty() {
+        Vec::new()
+    } else {
+        rows_csv(&pareto_path, &front_rows, true)?
+    };
+    write_atomic(&pareto_path, &pareto).map_err(|e| io_error(&pareto_path, e))?;
     let best_path = out_dir.join(BEST_JSON);
     let json = serde_json::to_string_pretty(&best).map_err(|e| io_error(&best_path, e))?;
-    std::fs::write(&best_path, json + "\n").map_err(|e| io_error(&best_path, e))?;
+    write_atomic(&best_path, (json + "\n").as_bytes()).map_err(|e| io_error(&best_path, e))?;
     render_pareto(&fronts, &out_dir.join(PARETO_SVG))?;
     Ok(best)
 }
@@ -252,19 +256,31 @@ fn render_pareto(
         .flat_map(|(_, rows, _)| rows.iter().filter(ok))
         .filter_map(|r| Some((r.area_mm2, r.throughput_samples_per_s?)))
         .collect();
-    let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 700)).into_drawing_area();
+        draw_pareto(&root, fronts, &points).map_err(fail)?;
+    }
+    write_atomic(path, svg.as_bytes()).map_err(|e| io_error(path, e))
+}
+
+fn draw_pareto(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    fronts: &[(String, Vec<DesignRow>, Vec<DesignRow>)],
+    points: &[(f64, f64)],
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
     if points.is_empty() {
         root.draw(&Text::new(
             "no feasible design point",
             (400, 340),
             ("sans-serif", 20),
         ))
-        .map_err(|e| fail(e.to_string()))?;
-        return root.present().map_err(|e| fail(e.to_string()));
+        .map_err(|e| e.to_string())?;
+        return root.present().map_err(|e| e.to_string());
     }
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in &points {
+    for &(x, y) in points {
         x0 = x0.min(x);
         x1 = x1.max(x);
         y0 = y0.min(y);
@@ -278,7 +294,7 @@ fn render_pareto(
         }
     };
     let px = pad(x0, x1);
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(root)
         .caption(
             "throughput against area (Pareto fronts highlighted)",
             ("sans-serif", 20),
@@ -290,20 +306,20 @@ fn render_pareto(
             (x0 - px).max(0.0)..x1 + px,
             (y0 / 1.2..y1 * 1.2).log_scale(),
         )
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("area (mm²)")
         .y_desc("samples/s (log scale)")
         .draw()
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     chart
         .draw_series(
             points
                 .iter()
                 .map(|&p| Circle::new(p, 2, RGBColor(170, 170, 170).filled())),
         )
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     for (i, (name, _, front)) in fronts.iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
         let line: Vec<(f64, f64)> = front
@@ -312,37 +328,53 @@ fn render_pareto(
             .collect();
         chart
             .draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))
-            .map_err(|e| fail(e.to_string()))?
+            .map_err(|e| e.to_string())?
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
         chart
             .draw_series(line.into_iter().map(|p| Circle::new(p, 4, colour.filled())))
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| e.to_string())?;
     }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(e.to_string()))?;
-    root.present().map_err(|e| fail(e.to_string()))
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
 }
 
-/// Joins shard directories into `out`: their `run.toml` must agree and their shards cover
-/// `0..n` once. Writes `run.toml` and `points.csv` (rows by point id); returns the record so the
-/// caller can rebuild the sweep and [`finish`] it.
+/// Joins shard directories into `out`: their `run.toml` must agree, their shards cover `0..n`
+/// once, and each shard must be complete (every point it owns written: its run finished) with
+/// rows that pass the resume checks ([`Sweep`]'s row checks and a re-evaluated sample). `out`
+/// may not be one of the inputs. Writes `run.toml` and `points.csv` (rows by point id);
+/// returns the record so the caller can rebuild the sweep and [`finish`] it.
 pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<SweepRecord, SweepError> {
     let first = inputs
         .first()
         .ok_or_else(|| SweepError::Input("merge: give at least one sweep directory".into()))?;
+    let same_dir = |a: &Path, b: &Path| {
+        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    };
+    if let Some(input) = inputs.iter().find(|dir| same_dir(dir, out)) {
+        return Err(SweepError::Input(format!(
+            "merge: --out {} is one of the shards ({}): merging into it would overwrite that \
+             shard; choose another directory",
+            out.display(),
+            input.display()
+        )));
+    }
     let run_text = |dir: &Path| {
         let path = dir.join(RUN_TOML);
         std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))
     };
     let record_text = run_text(first)?;
+    let record: SweepRecord =
+        toml::from_str(&record_text).map_err(|e| io_error(&first.join(RUN_TOML), e))?;
+    let sweep = Sweep::from_record(&record)?;
     let mut shards: BTreeSet<u32> = BTreeSet::new();
     let mut count = None;
-    let mut rows: BTreeMap<u64, DesignRow> = BTreeMap::new();
+    let mut rows: Vec<DesignRow> = Vec::new();
     for dir in inputs {
         if run_text(dir)? != record_text {
             return Err(SweepError::Input(format!(
@@ -352,13 +384,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<SweepRecord, SweepError> 
             )));
         }
         let shard_path = dir.join(SHARD_TOML);
-        let shard = if shard_path.exists() {
-            let text =
-                std::fs::read_to_string(&shard_path).map_err(|e| io_error(&shard_path, e))?;
-            toml::from_str::<Shard>(&text).map_err(|e| io_error(&shard_path, e))?
-        } else {
-            Shard::WHOLE
-        };
+        let shard = read_shard(&shard_path)?;
         if count.is_some_and(|n| n != shard.count) {
             return Err(SweepError::Input(format!(
                 "{}: shard {}/{} mixes with shards of another count",
@@ -368,13 +394,35 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<SweepRecord, SweepError> 
             )));
         }
         count = Some(shard.count);
-        shards.insert(shard.index);
-        for row in read_points(&dir.join(POINTS_CSV))? {
-            let id = row.point.ok_or_else(|| {
-                SweepError::Input(format!("{}: a row without a point id", dir.display()))
-            })?;
-            rows.entry(id).or_insert(row);
+        if !shards.insert(shard.index) {
+            return Err(SweepError::Input(format!(
+                "{}: shard {}/{} is given twice",
+                dir.display(),
+                shard.index,
+                shard.count
+            )));
         }
+        let points_path = dir.join(POINTS_CSV);
+        let mine = read_points(&points_path)?;
+        sweep.check_rows(&points_path, &mine, shard)?;
+        let expected = sweep.shard_points(shard);
+        if (mine.len() as u64) < expected {
+            return Err(SweepError::Input(format!(
+                "{}: shard {}/{} is incomplete: {} of its {expected} points written, {} missing \
+                 (its run did not finish; finish it with `tandem search … --shard {}/{} \
+                 --resume --out {}`)",
+                dir.display(),
+                shard.index,
+                shard.count,
+                mine.len(),
+                expected - mine.len() as u64,
+                shard.index,
+                shard.count,
+                dir.display()
+            )));
+        }
+        sweep.check_rows_reproduce(&points_path, &mine)?;
+        rows.extend(mine);
     }
     let n = count.unwrap_or(1);
     let missing: Vec<String> = (0..n)
@@ -387,18 +435,16 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<SweepRecord, SweepError> 
             missing.join(", ")
         )));
     }
-    let record: SweepRecord =
-        toml::from_str(&record_text).map_err(|e| io_error(&first.join(RUN_TOML), e))?;
-    std::fs::create_dir_all(out).map_err(|e| io_error(out, e))?;
+    rows.sort_by_key(|r| r.point);
+    let _lock = DirLock::acquire(out)?;
     let run_path = out.join(RUN_TOML);
-    std::fs::write(&run_path, &record_text).map_err(|e| io_error(&run_path, e))?;
+    write_atomic(&run_path, record_text.as_bytes()).map_err(|e| io_error(&run_path, e))?;
     let shard_path = out.join(SHARD_TOML);
     if shard_path.exists() {
         std::fs::remove_file(&shard_path).map_err(|e| io_error(&shard_path, e))?;
     }
     let points_path = out.join(POINTS_CSV);
-    let mut file = File::create(&points_path).map_err(|e| io_error(&points_path, e))?;
-    let rows: Vec<DesignRow> = rows.into_values().collect();
-    write_rows(&mut file, &points_path, &rows, true)?;
+    let bytes = rows_csv(&points_path, &rows, true)?;
+    write_atomic(&points_path, &bytes).map_err(|e| io_error(&points_path, e))?;
     Ok(record)
 }

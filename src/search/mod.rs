@@ -24,6 +24,6 @@ pub use evaluate::{
 pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{append_rows, DesignRow, Status};
 pub use sweep::{
-    read_points, run_sweep, Objective, RunOptions, Shard, Sweep, SweepError, SweepRecord,
-    SweepStats, POINTS_CSV, RUN_TOML, SHARD_TOML,
+    first_repeated, read_points, run_sweep, Objective, RunOptions, Shard, Sweep, SweepError,
+    SweepRecord, SweepStats, POINTS_CSV, RUN_TOML, SHARD_TOML,
 };

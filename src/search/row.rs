@@ -6,7 +6,7 @@ use crate::arch::{area_breakdown, ArchConfig};
 use crate::placement::RecomputeMode;
 use serde::{Deserialize, Serialize};
 use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
 /// Outcome of a design point.
@@ -150,17 +150,40 @@ impl DesignRow {
 }
 
 /// Appends `rows` to the CSV file at `path`, writing the header first when the file is new or
-/// empty, and flushes so that a killed process loses no finished row.
+/// empty, and flushes so that a killed process loses no finished row. A non-empty file must
+/// start with the same header: rows are never appended under another table's columns.
 pub fn append_rows(path: &Path, rows: &[DesignRow]) -> std::io::Result<()> {
-    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
-    let has_header = file.metadata()?.len() > 0;
+    if rows.is_empty() {
+        return Ok(());
+    }
     let mut writer = csv::WriterBuilder::new()
-        .has_headers(!has_header)
+        .has_headers(true)
         .from_writer(Vec::new());
     for row in rows {
         writer.serialize(row).map_err(std::io::Error::other)?;
     }
     let bytes = writer.into_inner().map_err(|e| e.into_error())?;
-    file.write_all(&bytes)?;
+    let header_len = bytes.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    let body = if file.metadata()?.len() > 0 {
+        let mut first = String::new();
+        BufReader::new(&file).read_line(&mut first)?;
+        let header = String::from_utf8_lossy(&bytes[..header_len]);
+        if first.trim_end() != header.trim_end() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the file's first line is not tandem's design-point header; append to a file \
+                 `--csv` wrote before, or give a new file",
+            ));
+        }
+        &bytes[header_len..]
+    } else {
+        &bytes[..]
+    };
+    file.write_all(body)?;
     file.flush()
 }

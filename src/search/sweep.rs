@@ -34,6 +34,7 @@ use super::{
 };
 use crate::arch::{ArchConfig, SearchSpace};
 use crate::cost::CostModel;
+use crate::output::{DirLock, LockError};
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
@@ -186,23 +187,119 @@ impl SweepRecord {
         })
     }
 
-    /// What differs between the inputs of `previous` (an earlier run's record) and `self`, in
-    /// words: the first input file whose digest changed, or else that the settings differ.
-    fn difference(&self, previous: &SweepRecord) -> String {
+    /// What differs between `previous` (an earlier run's record) and `self`, naming the
+    /// setting, or `None` when they describe the same sweep. A path spelled another way
+    /// (`./workloads/x.toml`, or from another directory) that names the same file is the same
+    /// input; an input file whose bytes changed is named with both digests.
+    fn difference(&self, previous: &SweepRecord) -> Option<String> {
+        let same_path = |a: &Path, b: &Path| {
+            a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+        };
+        let show = |paths: &[PathBuf]| {
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let same_workloads = self.workloads.len() == previous.workloads.len()
+            && self
+                .workloads
+                .iter()
+                .zip(&previous.workloads)
+                .all(|(a, b)| same_path(a, b));
+        if !same_workloads {
+            return Some(format!(
+                "--workload: {} then, {} now",
+                show(&previous.workloads),
+                show(&self.workloads)
+            ));
+        }
+        if !same_path(&self.space, &previous.space) {
+            return Some(format!(
+                "--space: {} then, {} now",
+                previous.space.display(),
+                self.space.display()
+            ));
+        }
         let paths = self.workloads.iter().chain(std::iter::once(&self.space));
-        let same_paths = previous.workloads == self.workloads && previous.space == self.space;
         let changed = paths
             .zip(self.inputs_sha256.iter().zip(&previous.inputs_sha256))
             .find(|(_, (now, then))| now != then);
-        match changed {
-            Some((path, (now, then))) if same_paths => format!(
+        if let Some((path, (now, then))) = changed {
+            return Some(format!(
                 "{} changed since that run (SHA-256 {}… then, {}… now)",
                 path.display(),
-                &then[..12],
-                &now[..12]
-            ),
-            _ => "its run.toml differs".to_string(),
+                &then[..then.len().min(12)],
+                &now[..now.len().min(12)]
+            ));
         }
+        let settings: [(&str, String, String); 12] = [
+            (
+                "tandem version",
+                previous.tandem_version.clone(),
+                self.tandem_version.clone(),
+            ),
+            (
+                "--devices",
+                previous.devices.to_string(),
+                self.devices.to_string(),
+            ),
+            (
+                "--micro-batch",
+                format!("{:?}", previous.micro_batches),
+                format!("{:?}", self.micro_batches),
+            ),
+            (
+                "--recompute",
+                format!("{:?}", previous.recompute),
+                format!("{:?}", self.recompute),
+            ),
+            (
+                "--hbm-gib (bytes)",
+                format!("{:?}", previous.hbm_bytes),
+                format!("{:?}", self.hbm_bytes),
+            ),
+            (
+                "--objective",
+                previous.objective.to_string(),
+                self.objective.to_string(),
+            ),
+            (
+                "--no-prune",
+                (!previous.prune).to_string(),
+                (!self.prune).to_string(),
+            ),
+            (
+                "--ilp-time-limit-s",
+                previous.ilp_time_limit_s.to_string(),
+                self.ilp_time_limit_s.to_string(),
+            ),
+            (
+                "--ilp-node-limit",
+                previous.ilp_node_limit.to_string(),
+                self.ilp_node_limit.to_string(),
+            ),
+            (
+                "--ilp-gap",
+                previous.ilp_relative_gap.to_string(),
+                self.ilp_relative_gap.to_string(),
+            ),
+            (
+                "--search-node-limit",
+                previous.search_node_limit.to_string(),
+                self.search_node_limit.to_string(),
+            ),
+            (
+                "--no-ilp",
+                (!previous.use_ilp).to_string(),
+                (!self.use_ilp).to_string(),
+            ),
+        ];
+        settings
+            .into_iter()
+            .find(|(_, then, now)| then != now)
+            .map(|(name, then, now)| format!("{name}: {then} then, {now} now"))
     }
 }
 
@@ -219,6 +316,8 @@ pub enum SweepError {
     Io { file: PathBuf, reason: String },
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
 }
 
 pub(crate) fn io_error(file: &Path, e: impl fmt::Display) -> SweepError {
@@ -358,11 +457,40 @@ impl Sweep {
         if self.micro_batches.is_empty() || self.micro_batches.contains(&0) {
             return bad("--micro-batch: give positive micro-batch sizes");
         }
+        if let Some(m) = first_repeated(&self.micro_batches) {
+            return bad(&format!("--micro-batch: {m} is given twice"));
+        }
+        for w in &self.workloads {
+            if let Some(&m) = self
+                .micro_batches
+                .iter()
+                .find(|&&m| u64::from(m) > w.global_batch)
+            {
+                return bad(&format!(
+                    "--micro-batch: {m} exceeds the global batch {} of `{}` ({})",
+                    w.global_batch,
+                    w.name,
+                    w.source.display()
+                ));
+            }
+        }
         if self.recompute.is_empty() {
             return bad("--recompute: give at least one mode");
         }
         if self.hbm_bytes.is_empty() || self.hbm_bytes.contains(&0) {
             return bad("--hbm-gib: give positive HBM sizes");
+        }
+        if let Some(b) = first_repeated(&self.hbm_bytes) {
+            return bad(&format!(
+                "--hbm-gib: {} GiB is given twice",
+                *b as f64 / (1u64 << 30) as f64
+            ));
+        }
+        if let Some(r) = first_repeated(&self.recompute) {
+            return bad(&format!(
+                "--recompute: {} is given twice",
+                super::recompute_name(*r)
+            ));
         }
         if self.space.is_empty() {
             return bad("--space: no configuration lies inside the space's area window");
@@ -550,42 +678,166 @@ impl Sweep {
         self.plan_options(self.hbm_bytes[h], self.micro_batches[m], self.recompute[r])
     }
 
-    /// Refuses to resume onto rows another model wrote. `run.toml` pins the inputs (paths and
-    /// digests), not the model: a tandem whose cost model changed since would mix two models'
-    /// rows in one sweep, so the first finished point with a plan is evaluated again and must
-    /// give the plan columns it was written with (results are deterministic).
-    fn check_rows_reproduce(&self, path: &Path, rows: &[DesignRow]) -> Result<(), SweepError> {
-        let first = rows.iter().find_map(|r| match r.point {
-            Some(id) if r.status == Status::Ok => Some((r, id)),
-            _ => None,
-        });
-        let Some((was, id)) = first else {
-            return Ok(());
-        };
-        let (config, w, ..) = self.point_parts(id as usize);
-        let arch = self.config(config)?;
-        let cache = ScheduleCache::new(self.solver)?;
-        let now = evaluate_on(
-            &self.workloads[w],
-            &CostModel::new(&arch),
-            &self.point_options(id as usize),
-            &cache,
-        );
-        let difference = match &now {
-            Ok(e) => plan_difference(was, &DesignRow::evaluated(&arch, e)),
-            Err(_) => Some("a plan, and it has none now".to_string()),
-        };
-        match difference {
-            None => Ok(()),
-            Some(difference) => Err(SweepError::Input(format!(
-                "{}: point {id} ({} on {}) was written with {difference}: the finished rows \
-                 come from another model or other inputs (another build of tandem, or inputs \
-                 run.toml does not pin); start the sweep afresh in an empty directory",
-                path.display(),
-                was.workload,
-                was.arch,
-            ))),
+    /// Refuses rows another model wrote. `run.toml` pins the inputs (paths and digests), not
+    /// the model: a tandem whose cost model changed since would mix two models' rows in one
+    /// sweep, so a few finished points with a plan — the first, the middle and the last — are
+    /// evaluated again and must give the plan columns they were written with (results are
+    /// deterministic).
+    pub(super) fn check_rows_reproduce(
+        &self,
+        path: &Path,
+        rows: &[DesignRow],
+    ) -> Result<(), SweepError> {
+        let ok: Vec<(&DesignRow, u64)> = rows
+            .iter()
+            .filter_map(|r| match r.point {
+                Some(id) if r.status == Status::Ok => Some((r, id)),
+                _ => None,
+            })
+            .collect();
+        let sample: BTreeSet<usize> = [0, ok.len() / 2, ok.len().saturating_sub(1)]
+            .into_iter()
+            .filter(|&i| i < ok.len())
+            .collect();
+        for (was, id) in sample.into_iter().map(|i| ok[i]) {
+            let (config, w, ..) = self.point_parts(id as usize);
+            let arch = self.config(config)?;
+            let cache = ScheduleCache::new(self.solver)?;
+            let now = evaluate_on(
+                &self.workloads[w],
+                &CostModel::new(&arch),
+                &self.point_options(id as usize),
+                &cache,
+            );
+            let difference = match &now {
+                Ok(e) => plan_difference(was, &DesignRow::evaluated(&arch, e)),
+                Err(_) => Some("a plan, and it has none now".to_string()),
+            };
+            if let Some(difference) = difference {
+                return Err(SweepError::Input(format!(
+                    "{}: point {id} ({} on {}) was written with {difference}: the finished rows \
+                     come from another model or other inputs (another build of tandem, inputs \
+                     run.toml does not pin, or an edited file); start the sweep afresh in an \
+                     empty directory",
+                    path.display(),
+                    was.workload,
+                    was.arch,
+                )));
+            }
         }
+        Ok(())
+    }
+
+    /// Checks the rows of a `points.csv` written for `shard` of this sweep: point ids strictly
+    /// increasing (no duplicates) and owned by the shard, each row describing its own point
+    /// (configuration, workload, HBM, micro-batch, recompute), and each `ok` row internally
+    /// consistent (samples/s × s per batch = the global batch, no faster than the screen's
+    /// bound, MFU in [0, 1], peak memory within the HBM, no more devices than the cluster).
+    pub(super) fn check_rows(
+        &self,
+        path: &Path,
+        rows: &[DesignRow],
+        shard: Shard,
+    ) -> Result<(), SweepError> {
+        let total = self.space.len() as u64 * self.points_per_config();
+        let mut previous: Option<u64> = None;
+        for (i, row) in rows.iter().enumerate() {
+            // Line 1 is the header.
+            let bad = |why: String| {
+                SweepError::Input(format!(
+                    "{}: line {}: {why}; the file was edited or corrupted: start the sweep \
+                     afresh in an empty directory",
+                    path.display(),
+                    i + 2
+                ))
+            };
+            let id = row
+                .point
+                .ok_or_else(|| bad("the row has no point id".into()))?;
+            match previous {
+                Some(p) if id == p => return Err(bad(format!("point {id} is listed twice"))),
+                Some(p) if id < p => {
+                    return Err(bad(format!(
+                        "point {id} comes after point {p}: rows are out of order"
+                    )))
+                }
+                _ => {}
+            }
+            previous = Some(id);
+            if id >= total {
+                return Err(bad(format!(
+                    "point {id} is outside the sweep's {total} points"
+                )));
+            }
+            let (config, w, h, m, r) = self.point_parts(id as usize);
+            if !shard.owns(config) {
+                return Err(bad(format!(
+                    "point {id} (configuration {config}) is not in shard {}/{}",
+                    shard.index, shard.count
+                )));
+            }
+            let workload = &self.workloads[w];
+            let describes_point = row.config == Some(config as u64)
+                && row.workload == workload.name
+                && row.hbm_bytes == self.hbm_bytes[h]
+                && row.micro_batch == Some(self.micro_batches[m])
+                && row.recompute.as_deref() == Some(super::recompute_name(self.recompute[r]));
+            if !describes_point {
+                return Err(bad(format!(
+                    "the row does not describe point {id} (configuration {config}, workload \
+                     `{}`, HBM {} B, micro-batch {}, recompute {})",
+                    workload.name,
+                    self.hbm_bytes[h],
+                    self.micro_batches[m],
+                    super::recompute_name(self.recompute[r])
+                )));
+            }
+            if row.status != Status::Ok {
+                continue;
+            }
+            let (Some(time_s), Some(samples_per_s)) =
+                (row.time_per_batch_s, row.throughput_samples_per_s)
+            else {
+                return Err(bad(
+                    "an ok row without its time per batch or samples/s".into()
+                ));
+            };
+            let batch = workload.global_batch as f64;
+            if !(time_s > 0.0 && (samples_per_s * time_s - batch).abs() <= 1e-6 * batch) {
+                return Err(bad(format!(
+                    "{samples_per_s} samples/s × {time_s} s per batch is not the global batch \
+                     {batch}"
+                )));
+            }
+            if let Some(bound) = row.bound_samples_per_s.filter(|_| self.prune) {
+                if samples_per_s > bound * (1.0 + 1e-6) {
+                    return Err(bad(format!(
+                        "{samples_per_s} samples/s is above the screen's upper bound {bound}"
+                    )));
+                }
+            }
+            if let Some(mfu) = row.mfu.filter(|m| !(0.0..=1.0).contains(m)) {
+                return Err(bad(format!("MFU {mfu} is outside [0, 1]")));
+            }
+            if let Some(peak) = row.peak_memory_bytes.filter(|&b| b > row.hbm_bytes) {
+                return Err(bad(format!(
+                    "peak memory {peak} B exceeds the HBM of {} B",
+                    row.hbm_bytes
+                )));
+            }
+            if let Some(used) = row.devices_used.filter(|&d| d > self.devices) {
+                return Err(bad(format!(
+                    "{used} devices used of a {}-device cluster",
+                    self.devices
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Points of the sweep that `shard` owns.
+    pub(super) fn shard_points(&self, shard: Shard) -> u64 {
+        (0..self.space.len()).filter(|&c| shard.owns(c)).count() as u64 * self.points_per_config()
     }
 
     pub(super) fn config(&self, index: usize) -> Result<ArchConfig, SweepError> {
@@ -742,24 +994,40 @@ pub fn run_sweep(
 ) -> Result<SweepStats, SweepError> {
     sweep.validate()?;
     let out = &options.out_dir;
-    std::fs::create_dir_all(out).map_err(|e| io_error(out, e))?;
+    let _lock = DirLock::acquire(out)?;
     let points_path = out.join(POINTS_CSV);
     let run_path = out.join(RUN_TOML);
+    let shard_path = out.join(SHARD_TOML);
     let record = record.with_input_digests()?;
     let record_text = toml::to_string(&record).map_err(|e| io_error(&run_path, e))?;
     let done = if options.resume {
         let previous = std::fs::read_to_string(&run_path).map_err(|e| io_error(&run_path, e))?;
         if previous != record_text {
             let difference = toml::from_str::<SweepRecord>(&previous).map_or_else(
-                |_| "its run.toml differs".to_string(),
+                |e| Some(format!("its run.toml does not parse: {e}")),
                 |p| record.difference(&p),
             );
+            if let Some(difference) = difference {
+                return Err(SweepError::Input(format!(
+                    "{}: --resume needs the same inputs and settings as the interrupted run \
+                     ({difference})",
+                    run_path.display()
+                )));
+            }
+        }
+        let previous_shard = read_shard(&shard_path)?;
+        if previous_shard != options.shard {
             return Err(SweepError::Input(format!(
-                "{}: --resume needs the same inputs as the interrupted run ({difference})",
-                run_path.display()
+                "{}: --shard: this directory holds shard {}/{}, not {}/{}",
+                out.display(),
+                previous_shard.index,
+                previous_shard.count,
+                options.shard.index,
+                options.shard.count
             )));
         }
         let rows = finished_rows(&points_path)?;
+        sweep.check_rows(&points_path, &rows, options.shard)?;
         sweep.check_rows_reproduce(&points_path, &rows)?;
         rows.iter().filter_map(|r| r.point).collect()
     } else {
@@ -769,18 +1037,19 @@ pub fn run_sweep(
                 points_path.display()
             )));
         }
+        crate::output::write_atomic(&run_path, record_text.as_bytes())
+            .map_err(|e| io_error(&run_path, e))?;
+        if options.shard == Shard::WHOLE {
+            if shard_path.exists() {
+                std::fs::remove_file(&shard_path).map_err(|e| io_error(&shard_path, e))?;
+            }
+        } else {
+            let text = toml::to_string(&options.shard).map_err(|e| io_error(&shard_path, e))?;
+            crate::output::write_atomic(&shard_path, text.as_bytes())
+                .map_err(|e| io_error(&shard_path, e))?;
+        }
         BTreeSet::new()
     };
-    std::fs::write(&run_path, &record_text).map_err(|e| io_error(&run_path, e))?;
-    let shard_path = out.join(SHARD_TOML);
-    if options.shard == Shard::WHOLE {
-        if shard_path.exists() {
-            std::fs::remove_file(&shard_path).map_err(|e| io_error(&shard_path, e))?;
-        }
-    } else {
-        let text = toml::to_string(&options.shard).map_err(|e| io_error(&shard_path, e))?;
-        std::fs::write(&shard_path, text).map_err(|e| io_error(&shard_path, e))?;
-    }
 
     let started = Instant::now();
     let screen = sweep.screen(options.progress)?;
@@ -872,6 +1141,21 @@ pub(super) fn progress_bar(show: bool, len: u64, what: &str, unit: &str) -> indi
     bar
 }
 
+/// `rows` as CSV bytes, with the header first when asked.
+pub(crate) fn rows_csv(
+    path: &Path,
+    rows: &[DesignRow],
+    header: bool,
+) -> Result<Vec<u8>, SweepError> {
+    let mut writer = csv::WriterBuilder::new()
+        .has_headers(header)
+        .from_writer(Vec::new());
+    for row in rows {
+        writer.serialize(row).map_err(|e| io_error(path, e))?;
+    }
+    writer.into_inner().map_err(|e| io_error(path, e.error()))
+}
+
 /// Appends `rows` (and the header first when asked) in one write, then flushes.
 pub(crate) fn write_rows(
     file: &mut File,
@@ -882,15 +1166,34 @@ pub(crate) fn write_rows(
     if rows.is_empty() {
         return Ok(());
     }
-    let mut writer = csv::WriterBuilder::new()
-        .has_headers(header)
-        .from_writer(Vec::new());
-    for row in rows {
-        writer.serialize(row).map_err(|e| io_error(path, e))?;
-    }
-    let bytes = writer.into_inner().map_err(|e| io_error(path, e.error()))?;
+    let bytes = rows_csv(path, rows, header)?;
     file.write_all(&bytes).map_err(|e| io_error(path, e))?;
     file.flush().map_err(|e| io_error(path, e))
+}
+
+/// The first value that appears twice in `values` (command-line lists are refused with it).
+pub fn first_repeated<T: PartialEq>(values: &[T]) -> Option<&T> {
+    values
+        .iter()
+        .enumerate()
+        .find(|(i, v)| values[..*i].contains(v))
+        .map(|(_, v)| v)
+}
+
+/// The shard a directory's `shard.toml` records (the whole sweep when there is none).
+pub(super) fn read_shard(path: &Path) -> Result<Shard, SweepError> {
+    if !path.exists() {
+        return Ok(Shard::WHOLE);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| io_error(path, e))?;
+    let shard: Shard = toml::from_str(&text).map_err(|e| io_error(path, e))?;
+    if shard.count == 0 || shard.index >= shard.count {
+        return Err(io_error(
+            path,
+            format!("shard {}/{}: need 0 ≤ i < n", shard.index, shard.count),
+        ));
+    }
+    Ok(shard)
 }
 
 /// The rows already in `points.csv`, after cutting off a last line that a killed run left

@@ -112,6 +112,26 @@ fn clips() -> bool {
     true
 }
 
+/// Largest size (bytes, elements, parameters, GEMM dimension) of one item per sample: a
+/// terabyte, far beyond any layer, and small enough that a micro-batch of up to
+/// [`MAX_BATCH`] samples never overflows the 64-bit arithmetic downstream.
+const MAX_SIZE: u64 = 1 << 40;
+/// Largest global batch (and sequence length) a DAG workload may give.
+const MAX_BATCH: u64 = 1 << 22;
+/// Most parameters a DAG model may hold in all (17.6 T).
+const MAX_PARAMS: u64 = 1 << 44;
+
+fn at_most(file: &Path, field: &str, value: u64, limit: u64) -> Result<(), InputError> {
+    if value > limit {
+        return Err(InputError::invalid(
+            file,
+            field,
+            format!("{value} is more than the largest size tandem takes here, {limit}"),
+        ));
+    }
+    Ok(())
+}
+
 fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
     u64::try_from(value).ok().filter(|&v| v > 0).ok_or_else(|| {
         InputError::invalid(
@@ -164,6 +184,18 @@ fn check_graph(file: &Path, field: &str, graph: &DagGraph) -> Result<(), InputEr
                 "every size must be positive",
             ));
         }
+        let sizes: &[(&str, u64)] = match op.kind {
+            OpKind::Gemm { batch, m, n, k } => &[("batch", batch), ("m", m), ("n", n), ("k", k)],
+            OpKind::Vector {
+                elements, row_len, ..
+            } => &[("elements", elements), ("row_len", row_len)],
+            OpKind::Collective { bytes, group, .. } => {
+                &[("bytes", bytes), ("group", u64::from(group))]
+            }
+        };
+        for &(name, value) in sizes {
+            at_most(file, &format!("{at}.kind.{name}"), value, MAX_SIZE)?;
+        }
         let is_gemm = matches!(op.kind, OpKind::Gemm { .. });
         if !is_gemm && (op.scale != Scale::M || !op.weight_operand) {
             return Err(InputError::invalid(
@@ -187,7 +219,10 @@ impl RawDag {
             return Err(InputError::invalid(file, "name", "must not be empty"));
         }
         let global_batch = positive(file, "global_batch", self.global_batch)?;
+        at_most(file, "global_batch", global_batch, MAX_BATCH)?;
         let seq_len = positive(file, "seq_len", self.seq_len)?;
+        at_most(file, "seq_len", seq_len, MAX_BATCH)?;
+        let mut total_params = 0u64;
         if self.layers.is_empty() {
             return Err(InputError::invalid(
                 file,
@@ -215,7 +250,27 @@ impl RawDag {
                     "must be positive",
                 ));
             }
+            at_most(file, &format!("{at}.params"), layer.params, MAX_SIZE)?;
+            total_params += layer.params;
+            at_most(
+                file,
+                &format!("{at}.params (sum of all layers)"),
+                total_params,
+                MAX_PARAMS,
+            )?;
+            at_most(
+                file,
+                &format!("{at}.output_bytes"),
+                layer.output_bytes,
+                MAX_SIZE,
+            )?;
             let act = layer.activation_bytes;
+            at_most(
+                file,
+                &format!("{at}.activation_bytes.none"),
+                act.none,
+                MAX_SIZE,
+            )?;
             if act.full > act.selective || act.selective > act.none {
                 return Err(InputError::invalid(
                     file,
@@ -249,6 +304,7 @@ impl RawDag {
                     "bytes per sample must be positive",
                 ));
             }
+            at_most(file, &format!("edges[{n}]"), bytes, MAX_SIZE)?;
         }
         Ok(Workload {
             name: self.name,

@@ -163,6 +163,30 @@ pub struct Workload {
     pub source: PathBuf,
 }
 
+/// Longest workload name: names become directory names (`compare`'s sweeps) and CSV cells.
+const MAX_NAME_LEN: usize = 100;
+
+/// A workload's name names files and directories, so it is one plain path component: letters,
+/// digits, `.`, `_`, `-` and `+`, not starting with a dot.
+fn check_name(path: &Path, name: &str) -> Result<(), InputError> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+');
+    if name.is_empty()
+        || name.len() > MAX_NAME_LEN
+        || name.starts_with('.')
+        || !name.chars().all(plain)
+    {
+        return Err(InputError::invalid(
+            path,
+            "name",
+            format!(
+                "`{name}` is not a plain name: use 1 to {MAX_NAME_LEN} letters, digits, `.`, \
+                 `_`, `-` or `+`, not starting with `.` (it names output directories)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The sizes of a GPT given as numbers rather than a file (a published run, a measured block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GptSizes {
@@ -189,7 +213,7 @@ impl Workload {
     /// Loads a workload: `.toml` is a model template, `.json` an operator DAG.
     pub fn load(path: &Path) -> Result<Workload, InputError> {
         let text = read_input(path)?;
-        match path.extension().and_then(|e| e.to_str()) {
+        let workload = match path.extension().and_then(|e| e.to_str()) {
             Some("toml") => parse_toml::<RawTemplate>(path, &text)?.validate(path),
             Some("json") => parse_json::<dag::RawDag>(path, &text)?.validate(path),
             _ => Err(InputError::invalid(
@@ -197,7 +221,9 @@ impl Workload {
                 "extension",
                 "workload files end in .toml (model template) or .json (operator DAG)",
             )),
-        }
+        }?;
+        check_name(path, &workload.name)?;
+        Ok(workload)
     }
 
     /// The layer graph per device at tensor width `tp` for micro-batch `micro_batch`.

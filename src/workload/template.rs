@@ -378,7 +378,7 @@ impl Template {
                 ));
             }
         }
-        if sequence_parallel && seq_len % tp != 0 {
+        if sequence_parallel && !seq_len.is_multiple_of(tp) {
             return Some(format!(
                 "sequence parallelism needs tensor-parallel width {tp} to divide seq_len = {seq_len}"
             ));
