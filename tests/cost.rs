@@ -1,5 +1,5 @@
 //! Cost model tests: hand-derived cases on toy chips, formula checks, and validation against
-//! measured A100 kernels (`../shared/reference/a100_kernels/`, LLMCompass artifact).
+//! measured A100 kernels (`data/reference/a100_kernels/`, LLMCompass artifact).
 //! Run with `--nocapture` to see the error tables.
 
 use std::collections::BTreeSet;
@@ -17,7 +17,7 @@ use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, Pass, VectorOp, Wor
 
 const KERNELS_DIR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/reference/a100_kernels"
+    "/data/reference/a100_kernels"
 );
 
 fn load_chip(name: &str) -> ArchConfig {
