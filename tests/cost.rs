@@ -15,10 +15,7 @@ use tandem::cost::{
 use tandem::error::{parse_toml, read_input, InputError};
 use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, Pass, VectorOp, Workload};
 
-const KERNELS_DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/data/reference/a100_kernels"
-);
+const KERNELS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/reference/a100_kernels");
 
 fn load_chip(name: &str) -> ArchConfig {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,7 +1,7 @@
 //! The accelerator template (DESIGN §3): tensor cores, vector cores, on-chip buffers, HBM,
 //! clock and interconnect tiers. Real chips and searched configurations share this type.
 
-use crate::workload::{Pass, VectorOp};
+use crate::vocab::{Pass, VectorOp};
 use serde::{Deserialize, Serialize};
 
 /// `count` systolic arrays of `rows × cols` MACs, each with its own local buffer.

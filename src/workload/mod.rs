@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{parse_json, parse_toml, read_input, InputError};
+pub use crate::vocab::{Pass, VectorOp, VectorTraffic};
 pub use dag::{Dag, DagGraph, DagLayer, DagOp, Scale};
 pub use graph::*;
 pub use template::Template;
