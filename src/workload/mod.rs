@@ -309,7 +309,8 @@ impl Workload {
         model + recomputed * self.global_batch as f64
     }
 
-    /// Bytes per parameter for weights, gradients and optimizer state (DESIGN §2).
+    /// Bytes per parameter for weights, gradients and optimizer state (docs/design.md §2,
+    /// docs/workloads.md).
     pub fn bytes_per_param(&self) -> BytesPerModelParam {
         let weights = self.precision.bytes();
         let optimizer = match (self.optimizer, self.precision) {
