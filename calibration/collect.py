@@ -205,7 +205,7 @@ def gemm_shapes(quick):
     return shapes
 
 
-# Megatron-LM runs of ../shared/reference/published_runs.csv: (hidden, heads, tensor-parallel).
+# Megatron-LM runs of data/reference/published_runs.csv: (hidden, heads, tensor-parallel).
 PUBLISHED_SLICES = [(2304, 24, 1), (3072, 32, 2), (4096, 32, 4), (6144, 48, 8), (8192, 64, 8)]
 
 
@@ -502,7 +502,7 @@ def time_step(w, dtype, layers, hidden, heads, batch, recompute, profile, vocab=
 def run_steps(w, dtype, quick, profile):
     """Whole training iterations (group = layers, elements = vocabulary): GPT-1.7B at
     micro-batch 16 under full recompute is exactly each GPU's share of the first run of
-    ../shared/reference/published_runs.csv (t = p = 1) without its gradient all-reduce."""
+    data/reference/published_runs.csv (t = p = 1) without its gradient all-reduce."""
     cases = [(2, 1024, 16, 1, "full"), (2, 1024, 16, 1, "none")] if quick else [
         (24, 2304, 24, 16, "full"), (24, 2304, 24, 4, "full"), (24, 2304, 24, 1, "none"),
         (24, 2304, 24, 2, "none"), (8, 4096, 32, 4, "full")]

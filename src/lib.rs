@@ -4,7 +4,8 @@
 //! layer graphs, [`arch`] describes chips and search spaces, [`cost`] prices single
 //! operators on a chip, [`schedule`] orders one layer's operators on a chip's cores,
 //! [`placement`] finds the data × tensor × pipeline plan, [`search`] runs design points end
-//! to end and [`report`] formats results.
+//! to end and [`report`] formats results. [`vocab`] holds the primitives `workload` and
+//! `arch` both name; `tests/layering.rs` enforces the code map's dependency rules.
 
 pub mod arch;
 pub mod calibrate;
@@ -15,4 +16,5 @@ pub mod placement;
 pub mod report;
 pub mod schedule;
 pub mod search;
+pub mod vocab;
 pub mod workload;

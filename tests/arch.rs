@@ -1,5 +1,5 @@
 //! Chip files, the PHAZE area model and the PHAZE search space, checked against the numbers of
-//! `shared/reference/phaze_area.md` and `specs.md`, plus every kind of bad input.
+//! `data/reference/phaze_area.md` and `specs.md`, plus every kind of bad input.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
-//! Baselines against co-design (DESIGN §8): the joint search is never worse than the rows it
-//! contains, and the fixed-plan row is exactly `tandem plan` with the same options.
+//! Baselines against co-design (docs/design.md §8): the joint search is never worse than the
+//! rows it contains, and the fixed-plan row is exactly `tandem plan` with the same options.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

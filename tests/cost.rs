@@ -1,5 +1,5 @@
 //! Cost model tests: hand-derived cases on toy chips, formula checks, and validation against
-//! measured A100 kernels (`../shared/reference/a100_kernels/`, LLMCompass artifact).
+//! measured A100 kernels (`data/reference/a100_kernels/`, LLMCompass artifact).
 //! Run with `--nocapture` to see the error tables.
 
 use std::collections::BTreeSet;
@@ -15,10 +15,7 @@ use tandem::cost::{
 use tandem::error::{parse_toml, read_input, InputError};
 use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, Pass, VectorOp, Workload};
 
-const KERNELS_DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/reference/a100_kernels"
-);
+const KERNELS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/reference/a100_kernels");
 
 fn load_chip(name: &str) -> ArchConfig {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

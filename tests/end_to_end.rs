@@ -405,7 +405,7 @@ fn area_of_the_tpu_v4_like_chip() {
 fn published_runs_csv() -> &'static Path {
     Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/published_runs.csv"
+        "/data/reference/published_runs.csv"
     ))
 }
 
@@ -1130,7 +1130,7 @@ fn collective_rows_calibrate_link_bandwidth() {
 fn a100_calibration_cross_validates() {
     let dir = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/a100_kernels"
+        "/data/reference/a100_kernels"
     ));
     let measurements = tandem::calibrate::load_measurements(dir).expect("A100 kernels");
     assert_eq!(measurements.len(), 84);

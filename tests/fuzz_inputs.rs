@@ -206,7 +206,7 @@ const INPUTS: &[Input] = &[
             "--arch",
             "arch_specs/a100.toml",
             "--runs",
-            "../shared/reference/published_runs.csv",
+            "data/reference/published_runs.csv",
             "--run-plans",
             "{}",
         ]],

@@ -568,7 +568,7 @@ fn empty_or_absurd_kernel_measurements_are_refused() {
     let dir = scratch("kernels");
     let kernels = dir.join("k");
     std::fs::create_dir_all(&kernels).expect("dir");
-    let reference = Path::new("../shared/reference/a100_kernels");
+    let reference = Path::new("data/reference/a100_kernels");
     for entry in std::fs::read_dir(reference).expect("kernels") {
         let path = entry.expect("entry").path();
         std::fs::copy(&path, kernels.join(path.file_name().expect("name"))).expect("copy");

@@ -1,5 +1,6 @@
-//! Per-layer operator scheduling (DESIGN §5): hand-derived instances, an exact brute force on
-//! random small DAGs, bounds, validity, time limit, memoisation, input errors, Gantt output.
+//! Per-layer operator scheduling (docs/design.md §5): hand-derived instances, an exact brute
+//! force on random small DAGs, bounds, validity, time limit, memoisation, input errors, Gantt
+//! output.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};

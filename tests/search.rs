@@ -1,5 +1,5 @@
-//! Design-space sweeps (DESIGN §7): sound pruning against exhaustive search, resume after an
-//! interruption, and shards joined by merge — each compared file by file.
+//! Design-space sweeps (docs/design.md §7): sound pruning against exhaustive search, resume
+//! after an interruption, and shards joined by merge — each compared file by file.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};

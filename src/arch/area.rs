@@ -1,4 +1,4 @@
-//! The PHAZE area model (22 nm Accelergy/CACTI tables, `shared/reference/phaze_area.md`).
+//! The PHAZE area model (22 nm Accelergy/CACTI tables, `data/reference/phaze_area.md`).
 //!
 //! Area is linear in MACs and lanes; buffer area comes from tables given at powers of two.
 //! Sizes between table points are interpolated linearly in log(size)–log(area) (SRAM area

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::config::{ArchConfig, EnergyCosts, Hbm, Tier, VectorCycles};
 use super::config::{Efficiency, GlobalBuffer, TensorCores, VectorCores};
 use crate::error::{parse_toml, read_input, InputError};
-use crate::workload::VectorOp;
+use crate::vocab::VectorOp;
 
 /// Reads and validates one chip file. Errors name the file, the field and the reason.
 pub fn load_chip(path: &Path) -> Result<ArchConfig, InputError> {

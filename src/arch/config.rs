@@ -1,7 +1,8 @@
-//! The accelerator template (DESIGN §3): tensor cores, vector cores, on-chip buffers, HBM,
-//! clock and interconnect tiers. Real chips and searched configurations share this type.
+//! The accelerator template (docs/design.md §3, docs/arch.md): tensor cores, vector cores,
+//! on-chip buffers, HBM, clock and interconnect tiers. Real chips and searched configurations
+//! share this type.
 
-use crate::workload::{Pass, VectorOp};
+use crate::vocab::{Pass, VectorOp};
 use serde::{Deserialize, Serialize};
 
 /// `count` systolic arrays of `rows × cols` MACs, each with its own local buffer.
@@ -110,7 +111,7 @@ pub fn fewest_in_domain(count: u32, stride: u32, domain: u32) -> u32 {
 }
 
 /// Achievable fractions of peak and fixed overheads, fitted by `calibrate` from measured
-/// kernels (DESIGN §4). The defaults describe an ideal machine.
+/// kernels (docs/design.md §4). The defaults describe an ideal machine.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Efficiency {
@@ -296,8 +297,8 @@ impl Default for Efficiency {
     }
 }
 
-/// Cycles per element per lane of each vector primitive's arithmetic (DESIGN §4: add 1,
-/// exp ~15, division ~10). Chips with special-function units override them.
+/// Cycles per element per lane of each vector primitive's arithmetic (docs/design.md §4:
+/// add 1, exp ~15, division ~10). Chips with special-function units override them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct VectorCycles {
@@ -320,7 +321,7 @@ impl Default for VectorCycles {
     }
 }
 
-/// Energy per event in joules (DESIGN §3); constants are cited in the spec files.
+/// Energy per event in joules (docs/design.md §3); constants are cited in the spec files.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnergyCosts {

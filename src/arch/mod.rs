@@ -1,4 +1,5 @@
-//! Accelerators: the template, chip files, search spaces and the area model (DESIGN §3).
+//! Accelerators: the template, chip files, search spaces and the area model (docs/design.md
+//! §3, docs/arch.md).
 //!
 //! - [`load_chip`] reads one chip (`arch_specs/<chip>.toml`) and validates it.
 //! - [`SearchSpace`] reads a search-space file and streams its configurations.

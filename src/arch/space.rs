@@ -216,7 +216,7 @@ struct Dimension {
     values: Vec<u64>,
 }
 
-/// A search space of accelerator configurations (DESIGN §3, §7).
+/// A search space of accelerator configurations (docs/arch.md; docs/design.md §3, §7).
 #[derive(Debug, Clone)]
 pub struct SearchSpace {
     name: String,

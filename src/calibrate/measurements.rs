@@ -3,7 +3,7 @@
 //! Two formats are recognised by file name:
 //! - `kernels.csv` (any name ending in `kernels.csv`), written by `calibration/collect.py`:
 //!   a header row and the columns of [`CollectedRow`];
-//! - the LLMCompass A100 artifact (`../shared/reference/a100_kernels/`): headerless
+//! - the LLMCompass A100 artifact (`data/reference/a100_kernels/`): headerless
 //!   `matmul_*.csv` (M, N, K, `0.1900ms`, `101.7Tflops`), `softmax_*.csv` and
 //!   `layernorm_*.csv` (M, N, G elements/s) and `gelu_*.csv` (n, G elements/s), all fp16.
 

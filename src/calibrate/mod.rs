@@ -1,5 +1,5 @@
-//! Calibration and validation (DESIGN §4, §8): fit a chip's efficiency parameters to measured
-//! kernels, and report how far the model's predictions are from measurements.
+//! Calibration and validation (docs/design.md §4, §8): fit a chip's efficiency parameters to
+//! measured kernels, and report how far the model's predictions are from measurements.
 //!
 //! Kernel-level error is reported by two-fold cross-validation: within each kernel class the
 //! shapes are split alternately into two halves, the model is fitted on one half and scored

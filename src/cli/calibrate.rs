@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long)]
     arch: PathBuf,
     /// Directory of measurement CSVs (calibration/collect.py output, or the LLMCompass A100
-    /// files of ../shared/reference/a100_kernels).
+    /// files of data/reference/a100_kernels).
     #[arg(long)]
     measurements: PathBuf,
     /// Where to write the calibrated chip file (TOML).

@@ -77,7 +77,7 @@ pub struct Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Append the design point as one CSV row (DESIGN §9 columns) to this file.
+    /// Append the design point as one CSV row (the columns of docs/design.md §9) to this file.
     #[arg(long, value_name = "PATH")]
     csv: Option<PathBuf>,
 }

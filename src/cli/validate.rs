@@ -26,7 +26,7 @@ pub struct Args {
     /// Directory of measured kernels (calibration/collect.py output or the LLMCompass A100 files).
     #[arg(long)]
     kernels: Option<PathBuf>,
-    /// Published end-to-end runs (CSV with the columns of ../shared/reference/published_runs.csv).
+    /// Published end-to-end runs (CSV with the columns of data/reference/published_runs.csv).
     #[arg(long)]
     runs: Option<PathBuf>,
     /// What the runs' publication leaves out of their plans (CSV `model,micro_batch,dp_overlap`

@@ -1,8 +1,8 @@
 //! Collectives over the interconnect: bandwidth-optimal ring algorithms and point-to-point
-//! transfers in the α-β model (DESIGN §4). A group of n consecutive devices uses the fastest
-//! tier that spans n devices, at its bus bandwidth ([`group_link`]: a group wider than one
-//! domain of the tier below drives one ring per member's link); `efficiency.link_bandwidth`
-//! scales it.
+//! transfers in the α-β model (docs/design.md §4). A group of n consecutive devices uses the
+//! fastest tier that spans n devices, at its bus bandwidth ([`group_link`]: a group wider than
+//! one domain of the tier below drives one ring per member's link);
+//! `efficiency.link_bandwidth` scales it.
 
 use crate::arch::{fewest_in_domain, group_link, ArchConfig};
 use crate::workload::CollectiveKind;

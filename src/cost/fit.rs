@@ -1,4 +1,4 @@
-//! Fits a chip's efficiency parameters to measured kernel latencies (DESIGN §4, §8).
+//! Fits a chip's efficiency parameters to measured kernel latencies (docs/design.md §4, §8).
 //!
 //! The parameters are few and physical: the achieved fraction of peak tensor throughput,
 //! the achieved fraction of HBM bandwidth, the fixed GEMM overhead, per measured vector

@@ -1,5 +1,5 @@
 //! Per-operator cost on one chip: latency and energy on one core and intra-operator parallel
-//! on all cores of the operator's type (DESIGN §4).
+//! on all cores of the operator's type (docs/design.md §4).
 //!
 //! Three analytic models, each a pure function of the chip and the operator's shape:
 //! [`gemm_cost`] (tiled systolic GEMM with per-level traffic), [`vector_cost`] (per-element

@@ -1,4 +1,4 @@
-//! Vector-core operators: per-element arithmetic against memory traffic (DESIGN §4).
+//! Vector-core operators: per-element arithmetic against memory traffic (docs/design.md §4).
 //!
 //! Arithmetic is counted in lane-cycles per element from the chip's `vector_cycles` (add,
 //! mul, exp, div, sqrt); rows are dealt to the cores and their elements to the lanes. Memory

@@ -1,5 +1,5 @@
-//! Placement (DESIGN §6): the data × tensor × pipeline parallel plan with the lowest time per
-//! batch for a model given as per-layer costs, one layer graph per tensor width.
+//! Placement (docs/design.md §6): the data × tensor × pipeline parallel plan with the lowest
+//! time per batch for a model given as per-layer costs, one layer graph per tensor width.
 //! `docs/pipeline.md` derives every formula below and says how each is tested.
 //!
 //! # Model

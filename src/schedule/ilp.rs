@@ -1,4 +1,4 @@
-//! PHAZE's scheduling ILP (DESIGN §5), built with good_lp and solved by HiGHS.
+//! PHAZE's scheduling ILP (docs/design.md §5), built with good_lp and solved by HiGHS.
 //!
 //! Variables: makespan T, start t_i, mode y_i (1 = all cores; only where both modes are worth
 //! considering), order x_ij (i ends before j starts; only for same-type pairs with no path

@@ -1,4 +1,4 @@
-//! Per-layer operator scheduling (DESIGN §5).
+//! Per-layer operator scheduling (docs/design.md §5).
 //!
 //! One unique layer's forward or backward operator DAG is scheduled on a device's tensor cores,
 //! vector cores and network link so that the makespan is minimal. Each tensor or vector
@@ -448,8 +448,8 @@ pub fn meet_makespan(
     })
 }
 
-/// Minimum-makespan schedule of one layer's operator DAG (DESIGN §5). Errors only on invalid
-/// input; solver trouble degrades to the list schedule with a status that says so.
+/// Minimum-makespan schedule of one layer's operator DAG (docs/design.md §5). Errors only on
+/// invalid input; solver trouble degrades to the list schedule with a status that says so.
 pub fn schedule(
     problem: &ScheduleProblem,
     options: &SolverOptions,

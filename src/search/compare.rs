@@ -1,6 +1,6 @@
-//! Baselines against co-design (DESIGN §8): per workload, each baseline chip with a fixed
-//! Megatron-style plan and with the searched plan, the decoupled search (hardware chosen first
-//! for one layer on one device, then planned) and the joint search, in one table.
+//! Baselines against co-design (docs/design.md §8): per workload, each baseline chip with a
+//! fixed Megatron-style plan and with the searched plan, the decoupled search (hardware chosen
+//! first for one layer on one device, then planned) and the joint search, in one table.
 
 use super::{
     evaluate, finish, layer_costs, run_sweep, EvaluateError, Evaluation, Objective, PlanOptions,

@@ -1,6 +1,6 @@
-//! One design point end to end (DESIGN §1): the workload's layer graph at each tensor width,
-//! every unique layer scheduled on the chip's cores, and the best parallel plan over the
-//! micro-batch sizes and recompute modes asked for.
+//! One design point end to end (docs/design.md §1): the workload's layer graph at each tensor
+//! width, every unique layer scheduled on the chip's cores, and the best parallel plan over
+//! the micro-batch sizes and recompute modes asked for.
 
 use crate::arch::{ArchConfig, Tier};
 use crate::cost::{collective_cost, CostModel};

@@ -1,5 +1,5 @@
-//! Search (DESIGN §7): design points evaluated end to end, from workload and chip to the
-//! best parallel plan.
+//! Search (docs/design.md §7): design points evaluated end to end, from workload and chip to
+//! the best parallel plan.
 //!
 //! [`evaluate`] takes one chip and searches micro-batch, recompute and the parallel plan;
 //! [`layer_costs`] is its first half (per-layer schedules at one tensor width), shared by

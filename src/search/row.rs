@@ -1,5 +1,5 @@
-//! The CSV row of one design point (DESIGN §9), shared by `tandem plan --csv` and sweeps.
-//! Evaluation times are printed, not stored, so that equal inputs give equal files.
+//! The CSV row of one design point (docs/design.md §9), shared by `tandem plan --csv` and
+//! sweeps. Evaluation times are printed, not stored, so that equal inputs give equal files.
 
 use super::{recompute_name, EvaluateError, Evaluation};
 use crate::arch::{area_breakdown, ArchConfig};

@@ -1,6 +1,6 @@
-//! Batch design-space sweeps (DESIGN §7): every configuration of a search space × HBM size ×
-//! micro-batch × recompute mode, for one or several workloads, each design point with its own
-//! best parallel plan, streamed to `points.csv`.
+//! Batch design-space sweeps (docs/design.md §7): every configuration of a search space × HBM
+//! size × micro-batch × recompute mode, for one or several workloads, each design point with
+//! its own best parallel plan, streamed to `points.csv`.
 //!
 //! # Determinism, shards and resume
 //!

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{parse_json, parse_toml, read_input, InputError};
+pub use crate::vocab::{Pass, VectorOp, VectorTraffic};
 pub use dag::{Dag, DagGraph, DagLayer, DagOp, Scale};
 pub use graph::*;
 pub use template::Template;
@@ -334,7 +335,8 @@ impl Workload {
         model + recomputed * self.global_batch as f64
     }
 
-    /// Bytes per parameter for weights, gradients and optimizer state (DESIGN §2).
+    /// Bytes per parameter for weights, gradients and optimizer state (docs/design.md §2,
+    /// docs/workloads.md).
     pub fn bytes_per_param(&self) -> BytesPerModelParam {
         let weights = self.precision.bytes();
         let optimizer = match (self.optimizer, self.precision) {

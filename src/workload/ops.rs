@@ -10,7 +10,8 @@
 
 use std::collections::BTreeSet;
 
-use super::graph::{CollectiveKind, Op, OpGraph, OpKind, Pass, VectorOp};
+use super::graph::{CollectiveKind, Op, OpGraph, OpKind};
+use crate::vocab::{Pass, VectorOp};
 
 /// Multiplies sizes, saturating instead of wrapping on absurd inputs.
 pub(crate) fn mul(factors: &[u64]) -> u64 {

@@ -10,15 +10,14 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::graph::{
-    ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, Pass, VectorOp,
-};
+use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind};
 use super::ops::{
     build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector,
     vector_in_pass, Feeds, Node,
 };
 use super::{Family, GptSizes, Model, Optimizer, Precision, Workload};
 use crate::error::InputError;
+use crate::vocab::{Pass, VectorOp};
 
 /// The raw TOML form. Sizes are read as signed integers so a negative value gets a message
 /// naming its field instead of a generic type error.
