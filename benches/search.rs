@@ -11,7 +11,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use std::path::PathBuf;
 use tandem::placement::RecomputeMode;
 use tandem::schedule::SolverOptions;
-use tandem::search::{finish, run_sweep, Objective, RunOptions, Shard, Sweep, SweepRecord};
+use tandem::search::{finish, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepRecord};
 
 fn record() -> SweepRecord {
     let solver = SolverOptions::default();
@@ -42,6 +42,7 @@ fn sweep_once(record: &SweepRecord, out: &std::path::Path) {
         shard: Shard::WHOLE,
         resume: false,
         progress: false,
+        phase: Phase::Whole,
     };
     let stats = run_sweep(&sweep, record, &options).expect("sweep");
     finish(&sweep, out).expect("summaries");

@@ -554,7 +554,8 @@ fn summaries_are_replaced_whole_or_not_at_all() {
             "pareto.csv",
             "pareto.svg",
             "points.csv",
-            "run.toml"
+            "run.toml",
+            "status.json"
         ]
     );
     // An output under a regular file names its path.

@@ -8,8 +8,8 @@ use std::process::Command;
 use tandem::placement::RecomputeMode;
 use tandem::schedule::SolverOptions;
 use tandem::search::{
-    finish, merge, run_sweep, DesignRow, Objective, RunOptions, Shard, Status, Sweep, SweepRecord,
-    POINTS_CSV,
+    finish, merge, run_sweep, DesignRow, Objective, Phase, RunOptions, Shard, Status, Sweep,
+    SweepRecord, POINTS_CSV, SCREEN_CSV,
 };
 
 const FILES: [&str; 5] = [
@@ -120,6 +120,7 @@ fn sweep_into(record: &SweepRecord, out: &Path, shard: Shard, resume: bool) -> u
         shard,
         resume,
         progress: false,
+        phase: Phase::Whole,
     };
     let stats = run_sweep(&sweep, record, &options).expect("sweep runs");
     finish(&sweep, out).expect("summaries");
@@ -236,6 +237,7 @@ fn resume_after_interruption_gives_the_same_files() {
         shard: Shard::WHOLE,
         resume: true,
         progress: false,
+        phase: Phase::Whole,
     };
     let err = run_sweep(&sweep, &other, &options).expect_err("different inputs");
     assert!(
@@ -386,6 +388,129 @@ fn shards_merged_equal_one_run() {
             );
         }
     }
+}
+
+/// A sweep split into a screen pass and an exact pass per shard (each shard screens only its
+/// own blocks of the space) merges to the files of one run, byte for byte; the exact pass
+/// refuses to start before every block is screened.
+#[test]
+fn split_screen_shards_merged_equal_one_run() {
+    let dir = scratch("split");
+    let space = small_space(&dir, "space", (1, 10), (3, 7), (0, 7));
+    let rec = record(
+        vec![tiny_workload(&dir)],
+        space,
+        Objective::Throughput,
+        true,
+    );
+    let sweep = Sweep::from_record(&rec).expect("valid sweep");
+    let blocks = tandem::search::screen_blocks(sweep.space.len());
+    assert!(
+        blocks >= 2,
+        "{} configurations: one block",
+        sweep.space.len()
+    );
+    let whole = dir.join("whole");
+    let pruned = sweep_into(&rec, &whole, Shard::WHOLE, false);
+    assert!(pruned > 0);
+    let shards: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("shard{i}"))).collect();
+    // The screen pass starts each shard's directory; the exact pass continues it.
+    let run = |i: usize, phase: Phase| {
+        let options = RunOptions {
+            out_dir: shards[i].clone(),
+            shard: Shard {
+                index: i as u32,
+                count: 3,
+            },
+            resume: phase != Phase::Screen,
+            progress: false,
+            phase,
+        };
+        run_sweep(&sweep, &rec, &options)
+    };
+    let exact = || Phase::Exact {
+        screens: shards.clone(),
+    };
+    for i in 0..3 {
+        let screened = run(i, Phase::Screen).expect("screen pass");
+        assert_eq!(screened.evaluated, 0);
+    }
+    // Shard 1's screen lost: the exact pass names it.
+    let screen_1 = shards[1].join(SCREEN_CSV);
+    let kept = std::fs::read(&screen_1).expect("screen.csv");
+    std::fs::remove_file(&screen_1).expect("rm");
+    let err = run(0, exact()).expect_err("a screen is missing");
+    assert!(
+        err.to_string().contains(&screen_1.display().to_string()),
+        "{err}"
+    );
+    std::fs::write(&screen_1, kept).expect("restore");
+    for (i, shard) in shards.iter().enumerate() {
+        run(i, exact()).expect("exact pass");
+        finish(&sweep, shard).expect("summaries");
+    }
+    let merged = dir.join("merged");
+    let record = merge(&shards, &merged).expect("merge");
+    finish(&Sweep::from_record(&record).expect("valid"), &merged).expect("summaries");
+    assert_same_files(&whole, &merged);
+    // Each shard's status says it is done, with every point of its share counted.
+    for shard in &shards {
+        match tandem::search::read_status(shard) {
+            tandem::search::DirStatus::Known { status, gone } => {
+                assert!(!gone && status.state == tandem::search::RunState::Done);
+                assert_eq!(
+                    (status.phase.as_str(), status.done),
+                    ("exact", status.total)
+                );
+            }
+            other => panic!("{}: {other:?}", shard.display()),
+        }
+    }
+}
+
+/// `tandem status` reads each directory's status.json: a run whose process is gone without
+/// finishing is reported stopped (exit 1); done and not-started directories are normal.
+#[test]
+fn status_reports_done_running_and_stopped_runs() {
+    let dir = scratch("status");
+    let write = |name: &str, state: &str, pid: u32| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).expect("dir");
+        let status = serde_json::json!({
+            "phase": "exact", "state": state, "unit": "points", "done": 40, "total": 100,
+            "rate_per_s": 4.0, "eta_s": 15.0, "host": tandem::search::host_name(),
+            "pid": pid, "updated_unix_s": 0
+        });
+        std::fs::write(d.join("status.json"), status.to_string()).expect("status");
+        d.display().to_string()
+    };
+    let alive = write("alive", "running", std::process::id());
+    let done = write("done", "done", 1);
+    let status = |dirs: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .arg("status")
+            .args(dirs)
+            .output()
+            .expect("run tandem")
+    };
+    let never = dir.join("never").display().to_string();
+    let out = status(&[&alive, &done, &never]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("40 / 100 points") && text.contains("15 s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 done, 1 running, 0 failed or stopped, 1 not started"),
+        "{text}"
+    );
+    // A pid that no process has: the run stopped without saying so.
+    let gone = write("gone", "running", u32::MAX);
+    let out = status(&[&gone]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("stopped (pid 4294967295"), "{text}");
 }
 
 /// Bad command lines exit non-zero with the option named.

@@ -10,6 +10,7 @@ mod place;
 mod plan;
 mod schedule;
 mod search;
+mod status;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +38,7 @@ enum Command {
     Validate(validate::Args),
     Search(search::Args),
     Merge(merge::Args),
+    Status(status::Args),
     Compare(compare::Args),
 }
 
@@ -51,6 +53,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate(args) => validate::run(&args),
         Command::Search(args) => search::run(&args),
         Command::Merge(args) => merge::run(&args),
+        Command::Status(args) => status::run(&args),
         Command::Compare(args) => compare::run(&args),
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::report::table;
 use tandem::search::{
-    finish, run_sweep, BestPoints, Objective, RunOptions, Shard, Sweep, SweepRecord,
+    finish, run_sweep, BestPoints, Objective, Phase, RunOptions, Shard, Sweep, SweepRecord,
 };
 
 /// Search accelerator configurations × HBM size × micro-batch × recompute, each design point
@@ -40,6 +40,14 @@ pub struct Args {
     /// Continue an interrupted sweep in OUT (same inputs), skipping finished points.
     #[arg(long)]
     resume: bool,
+    /// Run one pass of a sweep split over machines: `screen` bounds this shard's blocks of the
+    /// space into OUT/screen.csv; `exact` then evaluates this shard's points against the
+    /// screens of every shard (`--screens`). Without it a shard screens the whole space.
+    #[arg(long, value_enum, requires = "shard")]
+    phase: Option<PhaseArg>,
+    /// With `--phase exact`: every shard's output directory (their screen.csv files).
+    #[arg(long, num_args = 1.., value_name = "DIR")]
+    screens: Vec<PathBuf>,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -51,6 +59,12 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PhaseArg {
+    Screen,
+    Exact,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
@@ -100,13 +114,44 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!(", shard {}/{}", shard.index, shard.count)
         }
     );
+    let phase = match (args.phase, args.screens.is_empty()) {
+        (None, true) => Phase::Whole,
+        (Some(PhaseArg::Screen), true) => Phase::Screen,
+        (Some(PhaseArg::Exact), false) => Phase::Exact {
+            screens: args.screens.clone(),
+        },
+        (Some(PhaseArg::Exact), true) => {
+            anyhow::bail!("--phase exact: give every shard's directory with --screens")
+        }
+        (_, false) => anyhow::bail!("--screens: only with --phase exact"),
+    };
     let options = RunOptions {
         out_dir: args.out.clone(),
         shard,
         resume: args.resume,
         progress: !args.quiet && std::io::stderr().is_terminal(),
+        phase,
     };
     let stats = run_sweep(&sweep, &record, &options)?;
+    if options.phase == Phase::Screen {
+        eprintln!(
+            "screened {} configurations{} in {:.1} s (work bounds {:.1} s; plan bounds and \
+             list-schedule plans {:.1} s for {} points, {} raising a staircase); wrote {}",
+            stats.configurations,
+            if stats.skipped > 0 {
+                " (already screened)"
+            } else {
+                ""
+            },
+            stats.screen_time_s,
+            stats.work_bound_time_s,
+            stats.plan_bound_time_s,
+            stats.plan_bounded,
+            stats.achievable_found,
+            args.out.join(tandem::search::SCREEN_CSV).display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     eprintln!(
         "{} points: {} evaluated ({} ok, {} infeasible), {} pruned, {} already done\n\
          screen {:.1} s (work bounds {:.1} s; plan bounds and list-schedule plans {:.1} s for {} points, {} raising the staircase); exact points {:.1} s; whole sweep {:.1} s",

@@ -3,8 +3,8 @@
 //! first for one layer on one device, then planned) and the joint search, in one table.
 
 use super::{
-    evaluate, finish, layer_costs, run_sweep, EvaluateError, Evaluation, Objective, PlanOptions,
-    RunOptions, Shard, Sweep, SweepError, SweepRecord,
+    evaluate, finish, layer_costs, run_sweep, EvaluateError, Evaluation, Objective, Phase,
+    PlanOptions, RunOptions, Shard, Sweep, SweepError, SweepRecord,
 };
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::CostModel;
@@ -319,6 +319,7 @@ impl Comparison {
             shard: Shard::WHOLE,
             resume,
             progress: false,
+            phase: Phase::Whole,
         };
         run_sweep(&sweep, &record, &options)?;
         let best = finish(&sweep, sweep_dir)?;

@@ -10,6 +10,7 @@ mod evaluate;
 mod finish;
 mod row;
 mod screen;
+mod status;
 mod sweep;
 
 pub use compare::{
@@ -23,7 +24,9 @@ pub use evaluate::{
 };
 pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{append_rows, DesignRow, Status};
+pub use screen::screen_blocks;
+pub use status::{host_name, read_status, DirStatus, RunState, SweepStatus, STATUS_JSON};
 pub use sweep::{
-    first_repeated, read_points, run_sweep, Objective, RunOptions, Shard, Sweep, SweepError,
-    SweepRecord, SweepStats, POINTS_CSV, RUN_TOML, SHARD_TOML,
+    first_repeated, read_points, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepError,
+    SweepRecord, SweepStats, POINTS_CSV, RUN_TOML, SCREEN_CSV, SHARD_TOML,
 };

@@ -25,6 +25,18 @@
 //! With several workloads the hardware (configuration × HBM) must also be beaten on the mean
 //! over workloads, so the screen also fills in, for every hardware that has an achievable
 //! throughput for some workload, one for each other workload (at its highest-bound point).
+//!
+//! # Blocks
+//!
+//! The branch and bound runs per *screen block*: configuration `c` is in block
+//! `c mod blocks` ([`screen_blocks`]: a power of two, one block per 256 configurations up to
+//! 64, so small spaces are one block). Block 0, a uniform sample of the space, is screened
+//! first from an empty staircase; every other block starts from block 0's staircase (the
+//! seed) and raises its own copy. The blocks' achievable throughputs are then joined into one
+//! staircase per workload, against which every point is pruned. Any achievable throughput is a real plan's, so the joined staircase
+//! is as sound as one built in a single pass; and since the partition depends on the space
+//! alone, a sweep split into shards (each screening its own blocks, `--phase screen`) prunes
+//! exactly as one run does.
 
 use super::sweep::{progress_bar, Sweep, SweepError};
 use super::{evaluate_faster_than, throughput_bound, LayerWork, PlanBound, PlanOptions};
@@ -82,8 +94,8 @@ type HardwareBest = (f64, Vec<Option<f64>>);
 /// The best value at each area, kept as a staircase: areas rising, values strictly rising
 /// (keys are the areas' bits, ordered as the positive areas), each with the id that reached
 /// it first.
-#[derive(Debug, Default)]
-struct Staircase(BTreeMap<u64, (f64, u64)>);
+#[derive(Debug, Default, Clone)]
+pub(super) struct Staircase(BTreeMap<u64, (f64, u64)>);
 
 impl Staircase {
     /// (area, value, witness) of the best value at an area ≤ `area_mm2`.
@@ -151,6 +163,21 @@ pub(super) fn layer_work(sweep: &Sweep) -> Vec<Vec<Vec<LayerWork>>> {
                 .collect()
         })
         .collect()
+}
+
+/// Screen blocks of a space of `configs` configurations: one per 256 configurations, at
+/// least 1 and at most 64, rounded down to a power of two (so shard counts that are powers of
+/// two split them evenly).
+pub fn screen_blocks(configs: usize) -> usize {
+    let blocks = (configs / 256).clamp(1, 64);
+    1 << blocks.ilog2()
+}
+
+/// The screen of one block: every point of its configurations, by id.
+#[derive(Debug, Default)]
+pub(super) struct BlockScreen {
+    pub points: Vec<(u64, Screened)>,
+    pub stats: ScreenStats,
 }
 
 fn recompute_index(mode: RecomputeMode) -> usize {
@@ -252,131 +279,216 @@ impl Sweep {
         )
     }
 
-    /// The screen of the whole space (pass 1), or an empty one when pruning is off.
+    /// Whether this sweep screens at all (pruning on, and an objective the bound speaks to).
+    pub(super) fn screens(&self) -> bool {
+        self.prune && self.objective != super::Objective::Energy
+    }
+
+    /// The screen of the whole space (pass 1): every block, joined; an empty one when pruning
+    /// is off.
     pub(super) fn screen(&self, progress: bool) -> Result<Screen, SweepError> {
-        if !self.prune || self.objective == super::Objective::Energy {
+        if !self.screens() {
             return Ok(Screen::default());
         }
+        let blocks: Vec<usize> = (0..screen_blocks(self.space.len())).collect();
+        let screened = self.screen_of_blocks(&blocks, progress, |_| {})?;
+        Ok(Screen::join(self, screened))
+    }
+
+    /// The screens of `blocks` (block 0 first, whether asked for or not: it seeds the others'
+    /// staircases), one after another, each block's points in parallel; `done(configs)` after
+    /// each block. Returns the screens of `blocks` only.
+    pub(super) fn screen_of_blocks(
+        &self,
+        blocks: &[usize],
+        progress: bool,
+        mut done: impl FnMut(u64),
+    ) -> Result<Vec<BlockScreen>, SweepError> {
+        let count = screen_blocks(self.space.len());
+        let configs_of = |b: usize| (b..self.space.len()).step_by(count).count() as u64;
+        let total: u64 = blocks.iter().map(|&b| configs_of(b)).sum();
+        let bar = progress_bar(progress, total, "screening", "configurations");
+        let empty: Vec<Staircase> = vec![Staircase::default(); self.workloads.len()];
+        let seed_block = self.screen_block(0, count, &empty)?;
+        let seed = self.staircases(&seed_block);
+        let mut screened = Vec::with_capacity(blocks.len());
+        let mut finished = 0;
+        let mut seed_block = Some(seed_block);
+        for &b in blocks {
+            let block = match b {
+                0 => seed_block
+                    .take()
+                    .ok_or_else(|| SweepError::Input("block 0 is listed twice".into()))?,
+                _ => self.screen_block(b, count, &seed)?,
+            };
+            screened.push(block);
+            finished += configs_of(b);
+            bar.set_position(finished);
+            done(finished);
+        }
+        bar.finish_and_clear();
+        Ok(screened)
+    }
+
+    /// Per workload, the staircase of a block's achievable throughputs.
+    fn staircases(&self, block: &BlockScreen) -> Vec<Staircase> {
+        let mut per_workload = vec![Vec::new(); self.workloads.len()];
+        for &(id, p) in &block.points {
+            if let Some(a) = p.achievable {
+                per_workload[self.point_hardware(id as usize).1].push((p.area_mm2, a, id));
+            }
+        }
+        per_workload.into_iter().map(Staircase::of).collect()
+    }
+
+    /// The screen of block `block` of `count`: work bounds of its configurations, then the
+    /// branch and bound from the staircases `seed`.
+    fn screen_block(
+        &self,
+        block: usize,
+        count: usize,
+        seed: &[Staircase],
+    ) -> Result<BlockScreen, SweepError> {
         let mut stats = ScreenStats::default();
         let started = Instant::now();
-        let bar = progress_bar(
-            progress,
-            self.space.len() as u64,
-            "work bounds",
-            "configurations",
-        );
-        let per_config: Vec<Vec<Screened>> = (0..self.space.len())
-            .into_par_iter()
-            .map(|c| {
-                let rows = self.work_bounds(c);
-                bar.inc(1);
-                rows
-            })
+        let configs: Vec<usize> = (block..self.space.len()).step_by(count).collect();
+        let per_config: Vec<Vec<Screened>> = configs
+            .par_iter()
+            .map(|&c| self.work_bounds(c))
             .collect::<Result<_, SweepError>>()?;
-        bar.finish_and_clear();
+        let per = self.points_per_config() as usize;
+        let ids: Vec<usize> = configs
+            .iter()
+            .flat_map(|&c| c * per..(c + 1) * per)
+            .collect();
         let mut points: Vec<Screened> = per_config.into_iter().flatten().collect();
         stats.work_bound_time_s = started.elapsed().as_secs_f64();
 
         let started = Instant::now();
         // Highest bound first; among equal bounds (the HBM sizes of one point) the largest HBM,
-        // which fits most plans.
+        // which fits most plans; then by id.
         let mut order: Vec<usize> = (0..points.len()).collect();
         let bound_of = |p: &Screened| p.bound.unwrap_or(0.0);
         order.sort_by(|&a, &b| {
             bound_of(&points[b])
                 .total_cmp(&bound_of(&points[a]))
                 .then_with(|| {
-                    let hbm = |id| self.hbm_bytes[self.point_hardware(id).2];
+                    let hbm = |i: usize| self.hbm_bytes[self.point_hardware(ids[i]).2];
                     hbm(b).cmp(&hbm(a))
                 })
-                .then(a.cmp(&b))
+                .then(ids[a].cmp(&ids[b]))
         });
-        let mut stairs: Vec<Staircase> = (0..self.workloads.len())
-            .map(|_| Staircase::default())
-            .collect();
-        let bar = progress_bar(progress, order.len() as u64, "plan bounds", "points");
+        let mut stairs: Vec<Staircase> = seed.to_vec();
         let mut next = 0;
         loop {
             let mut batch = Vec::with_capacity(BATCH);
             while batch.len() < BATCH && next < order.len() {
-                let id = order[next];
+                let i = order[next];
                 next += 1;
-                let p = points[id];
-                let staircase = stairs[self.point_hardware(id).1].up_to(p.area_mm2);
+                let p = points[i];
+                let staircase = stairs[self.point_hardware(ids[i]).1].up_to(p.area_mm2);
                 if staircase <= bound_of(&p) {
-                    batch.push((id, bound_of(&p), staircase));
+                    batch.push((i, bound_of(&p), staircase));
                 }
             }
-            bar.set_position(next as u64);
             if batch.is_empty() {
                 break;
             }
             let refined: Vec<(Option<f64>, Option<f64>)> = batch
                 .par_iter()
-                .map(|&(id, work, staircase)| self.refine_point(id, work, staircase))
+                .map(|&(i, work, staircase)| self.refine_point(ids[i], work, staircase))
                 .collect::<Result<_, SweepError>>()?;
-            for (&(id, _, _), (bound, achievable)) in batch.iter().zip(refined) {
+            for (&(i, _, _), (bound, achievable)) in batch.iter().zip(refined) {
                 stats.plan_bounded += 1;
-                let p = &mut points[id];
+                let p = &mut points[i];
                 p.bound = bound;
                 p.achievable = achievable;
                 if let Some(a) = achievable {
-                    stairs[self.point_hardware(id).1].insert(p.area_mm2, a, id as u64);
+                    stairs[self.point_hardware(ids[i]).1].insert(p.area_mm2, a, ids[i] as u64);
                 }
                 stats.achievable_found += u64::from(achievable.is_some());
             }
         }
-        bar.finish_and_clear();
         if self.workloads.len() > 1 {
-            self.fill_hardware(&mut points)?;
+            self.fill_hardware(&configs, &mut points)?;
         }
         stats.plan_bound_time_s = started.elapsed().as_secs_f64();
-        let mut screen = Screen::new(self, points);
-        screen.stats = stats;
-        Ok(screen)
+        Ok(BlockScreen {
+            points: ids.into_iter().map(|id| id as u64).zip(points).collect(),
+            stats,
+        })
     }
 
-    /// Several workloads: for every hardware with an achievable throughput for some workload,
-    /// searches one for each workload that has none (at its highest-bound point), so the
-    /// hardware can witness the mean-over-workloads rule.
-    fn fill_hardware(&self, points: &mut [Screened]) -> Result<(), SweepError> {
+    /// Several workloads: for every hardware of `configs` (whose points `points` holds, in
+    /// point order) with an achievable throughput for some workload, searches one for each
+    /// workload that has none (at its highest-bound point), so the hardware can witness the
+    /// mean-over-workloads rule.
+    fn fill_hardware(&self, configs: &[usize], points: &mut [Screened]) -> Result<(), SweepError> {
         let per_hardware = self.points_per_hardware();
-        let hardware_count = self.space.len() * self.hbm_bytes.len();
+        let per_config = self.points_per_config() as usize;
         let mut missing = Vec::new();
-        for hw in 0..hardware_count {
-            let (config, h) = (hw / self.hbm_bytes.len(), hw % self.hbm_bytes.len());
-            let first = |w| self.point_id(config, w, h, 0, 0) as usize;
-            let range = |w| first(w)..first(w) + per_hardware;
-            let has = |w| points[range(w)].iter().any(|p| p.achievable.is_some());
-            if !(0..self.workloads.len()).any(has) {
-                continue;
-            }
-            for w in (0..self.workloads.len()).filter(|&w| !has(w)) {
-                let best = range(w)
-                    .filter(|&id| points[id].bound.is_some())
-                    .max_by(|&a, &b| {
-                        let bound = |id: usize| points[id].bound.unwrap_or(0.0);
-                        bound(a).total_cmp(&bound(b)).then(b.cmp(&a))
-                    });
-                missing.extend(best);
+        for (k, &config) in configs.iter().enumerate() {
+            for h in 0..self.hbm_bytes.len() {
+                // Position in `points` of the first point of (config, w, h).
+                let first = |w| k * per_config + self.point_id(0, w, h, 0, 0) as usize;
+                let range = |w| first(w)..first(w) + per_hardware;
+                let has = |w| points[range(w)].iter().any(|p| p.achievable.is_some());
+                if !(0..self.workloads.len()).any(has) {
+                    continue;
+                }
+                for w in (0..self.workloads.len()).filter(|&w| !has(w)) {
+                    let best = range(w)
+                        .filter(|&i| points[i].bound.is_some())
+                        .max_by(|&a, &b| {
+                            let bound = |i: usize| points[i].bound.unwrap_or(0.0);
+                            bound(a).total_cmp(&bound(b)).then(b.cmp(&a))
+                        });
+                    missing.extend(best.map(|i| (i, config * per_config + i - k * per_config)));
+                }
             }
         }
         let found: Vec<Option<f64>> = missing
             .par_iter()
-            .map(|&id| {
+            .map(|&(_, id)| {
                 let (config, w, _) = self.point_hardware(id);
                 let cost = CostModel::new(&self.config(config)?);
                 self.achievable(&self.workloads[w], &cost, &self.point_options(id), 0.0)
             })
             .collect::<Result<_, SweepError>>()?;
-        for (id, achievable) in missing.into_iter().zip(found) {
-            points[id].achievable = achievable;
+        for ((i, _), achievable) in missing.into_iter().zip(found) {
+            points[i].achievable = achievable;
         }
         Ok(())
     }
 }
 
 impl Screen {
+    /// The screen of the whole space from the screens of all its blocks (each point once).
+    pub(super) fn join(sweep: &Sweep, blocks: Vec<BlockScreen>) -> Screen {
+        let total = sweep.space.len() * sweep.points_per_config() as usize;
+        let mut points = vec![
+            Screened {
+                area_mm2: 0.0,
+                bound: None,
+                achievable: None,
+            };
+            total
+        ];
+        let mut stats = ScreenStats::default();
+        for block in blocks {
+            stats.work_bound_time_s += block.stats.work_bound_time_s;
+            stats.plan_bound_time_s += block.stats.plan_bound_time_s;
+            stats.plan_bounded += block.stats.plan_bounded;
+            stats.achievable_found += block.stats.achievable_found;
+            for (id, p) in block.points {
+                points[id as usize] = p;
+            }
+        }
+        let mut screen = Screen::new(sweep, points);
+        screen.stats = stats;
+        screen
+    }
+
     fn new(sweep: &Sweep, points: Vec<Screened>) -> Screen {
         let mut per_workload = vec![Vec::new(); sweep.workloads.len()];
         let mut hardware: BTreeMap<(usize, usize), HardwareBest> = BTreeMap::new();

@@ -28,6 +28,7 @@
 //! as one run does.
 
 use super::screen::Screen;
+use super::status::StatusFile;
 use super::{
     evaluate_faster_than, evaluate_on, tensor_widths, throughput_bound, DesignRow, Evaluation,
     LayerWork, PlanBound, PlanOptions, Status, BOUND_SLACK,
@@ -930,6 +931,30 @@ struct ExactPoint {
     bound: Option<f64>,
 }
 
+/// Which part of a sweep a run does. A sweep split over machines runs `Screen` for every
+/// shard, then `Exact` for every shard with all the shards' screens, so that each does a
+/// share of both passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Both passes: the screen of the whole space, then this shard's exact points.
+    Whole,
+    /// The screen of this shard's blocks only, written to `screen.csv`.
+    Screen,
+    /// This shard's exact points, pruned by the joined screens of these shard directories
+    /// (every block screened once).
+    Exact { screens: Vec<PathBuf> },
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::Whole => "screen+exact",
+            Phase::Screen => "screen",
+            Phase::Exact { .. } => "exact",
+        }
+    }
+}
+
 /// Where a sweep writes, and how it reports progress.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -937,11 +962,13 @@ pub struct RunOptions {
     pub shard: Shard,
     pub resume: bool,
     pub progress: bool,
+    pub phase: Phase,
 }
 
 pub const POINTS_CSV: &str = "points.csv";
 pub const RUN_TOML: &str = "run.toml";
 pub const SHARD_TOML: &str = "shard.toml";
+pub const SCREEN_CSV: &str = "screen.csv";
 
 /// Reason recorded for the points of pruned hardware on which no plan fits in memory.
 const NO_PLAN_FITS: &str = "no plan fits in memory (found while bounding; the hardware is pruned)";
@@ -985,8 +1012,9 @@ fn evaluate_pending(sweep: &Sweep, chips: Vec<ChipRows>) -> Vec<DesignRow> {
     rows
 }
 
-/// Runs the sweep's shard into `options.out_dir` (`points.csv` streamed; the summaries are
-/// written by [`super::finish`]).
+/// Runs the sweep's shard into `options.out_dir`: `points.csv` streamed (the summaries are
+/// written by [`super::finish`]), or for [`Phase::Screen`] its blocks' `screen.csv`. Keeps
+/// `status.json` current, and marks it failed when the run fails.
 pub fn run_sweep(
     sweep: &Sweep,
     record: &SweepRecord,
@@ -995,6 +1023,22 @@ pub fn run_sweep(
     sweep.validate()?;
     let out = &options.out_dir;
     let _lock = DirLock::acquire(out)?;
+    let mut status = None;
+    let result = run_locked(sweep, record, options, &mut status);
+    if let (Err(e), Some(status)) = (&result, status.as_mut()) {
+        let status: &mut StatusFile = status;
+        status.failed(0, &e.to_string());
+    }
+    result
+}
+
+fn run_locked(
+    sweep: &Sweep,
+    record: &SweepRecord,
+    options: &RunOptions,
+    status: &mut Option<StatusFile>,
+) -> Result<SweepStats, SweepError> {
+    let out = &options.out_dir;
     let points_path = out.join(POINTS_CSV);
     let run_path = out.join(RUN_TOML);
     let shard_path = out.join(SHARD_TOML);
@@ -1051,14 +1095,27 @@ pub fn run_sweep(
         BTreeSet::new()
     };
 
-    let started = Instant::now();
-    let screen = sweep.screen(options.progress)?;
-    let screen_time_s = started.elapsed().as_secs_f64();
-
+    if options.phase == Phase::Screen {
+        return screen_phase(sweep, options, status);
+    }
     let owned: Vec<usize> = (0..sweep.space.len())
         .filter(|&c| options.shard.owns(c))
         .collect();
     let per_config = sweep.points_per_config();
+    let status = status.insert(StatusFile::start(
+        out,
+        options.phase.name(),
+        "points",
+        owned.len() as u64 * per_config,
+        done.len() as u64,
+    ));
+    let started = Instant::now();
+    let screen = match &options.phase {
+        Phase::Exact { screens } => read_screens(sweep, &record_text, screens)?,
+        _ => sweep.screen(options.progress)?,
+    };
+    let screen_time_s = started.elapsed().as_secs_f64();
+
     let mut stats = SweepStats {
         configurations: owned.len(),
         points: owned.len() as u64 * per_config,
@@ -1119,11 +1176,196 @@ pub fn run_sweep(
         header_written |= !rows.is_empty();
         bar.inc(pending_configs as u64);
         (pending_exact, pending_configs) = (0, 0);
+        status.progress(done.len() as u64 + stats.ok + stats.infeasible + stats.pruned);
     }
     bar.finish_and_clear();
+    status.done();
     stats.skipped = done.len() as u64;
     stats.sweep_time_s = started.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// One row of `screen.csv`: what the screen knows of a point.
+#[derive(Debug, Serialize, Deserialize)]
+struct ScreenRow {
+    point: u64,
+    area_mm2: f64,
+    /// Empty: no plan fits in memory.
+    bound_samples_per_s: Option<f64>,
+    /// Empty: not searched, or nothing beat the block's staircase.
+    achievable_samples_per_s: Option<f64>,
+}
+
+/// The screen blocks shard `shard` screens in a split sweep: block `b` goes to shard
+/// `b mod n`.
+fn shard_blocks(sweep: &Sweep, shard: Shard) -> Vec<usize> {
+    (0..super::screen::screen_blocks(sweep.space.len()))
+        .filter(|&b| b as u64 % u64::from(shard.count) == u64::from(shard.index))
+        .collect()
+}
+
+/// The screen phase of a split sweep: this shard's blocks into `screen.csv` (written whole;
+/// a run finding it already there has nothing to do).
+fn screen_phase(
+    sweep: &Sweep,
+    options: &RunOptions,
+    status: &mut Option<StatusFile>,
+) -> Result<SweepStats, SweepError> {
+    let path = options.out_dir.join(SCREEN_CSV);
+    let blocks = shard_blocks(sweep, options.shard);
+    let count = super::screen::screen_blocks(sweep.space.len());
+    let configs: u64 = blocks
+        .iter()
+        .map(|&b| (b..sweep.space.len()).step_by(count).count() as u64)
+        .sum();
+    let mut stats = SweepStats {
+        configurations: configs as usize,
+        ..SweepStats::default()
+    };
+    if options.resume && path.exists() {
+        stats.skipped = configs;
+        return Ok(stats);
+    }
+    if !sweep.screens() {
+        return Err(SweepError::Input(
+            "--phase screen: this sweep does not prune (--no-prune or --objective energy), so \
+             it has no screen to split: run its shards without --phase"
+                .into(),
+        ));
+    }
+    let status = status.insert(StatusFile::start(
+        &options.out_dir,
+        "screen",
+        "configurations",
+        configs,
+        0,
+    ));
+    let started = Instant::now();
+    let screened = sweep.screen_of_blocks(&blocks, options.progress, |done| {
+        status.progress(done);
+    })?;
+    let mut rows = Vec::new();
+    for one in screened {
+        stats.work_bound_time_s += one.stats.work_bound_time_s;
+        stats.plan_bound_time_s += one.stats.plan_bound_time_s;
+        stats.plan_bounded += one.stats.plan_bounded;
+        stats.achievable_found += one.stats.achievable_found;
+        rows.extend(one.points.into_iter().map(|(point, p)| ScreenRow {
+            point,
+            area_mm2: p.area_mm2,
+            bound_samples_per_s: p.bound,
+            achievable_samples_per_s: p.achievable,
+        }));
+    }
+    rows.sort_by_key(|r| r.point);
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    for row in &rows {
+        writer.serialize(row).map_err(|e| io_error(&path, e))?;
+    }
+    let bytes = writer
+        .into_inner()
+        .map_err(|e| io_error(&path, e.error()))?;
+    crate::output::write_atomic(&path, &bytes).map_err(|e| io_error(&path, e))?;
+    status.done();
+    stats.screen_time_s = started.elapsed().as_secs_f64();
+    stats.sweep_time_s = stats.screen_time_s;
+    Ok(stats)
+}
+
+/// The screen of the whole space from the `screen.csv` of shard directories `dirs`: each must
+/// be a shard of this sweep (the same `run.toml`) whose screen phase finished, and together
+/// they must screen every block once.
+fn read_screens(sweep: &Sweep, record_text: &str, dirs: &[PathBuf]) -> Result<Screen, SweepError> {
+    if !sweep.screens() {
+        return Err(SweepError::Input(
+            "--phase exact: this sweep does not prune, so it has no screen: run its shards \
+             without --phase"
+                .into(),
+        ));
+    }
+    let count = super::screen::screen_blocks(sweep.space.len());
+    let mut owner: Vec<Option<PathBuf>> = vec![None; count];
+    let mut blocks = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        let run_path = dir.join(RUN_TOML);
+        let text = std::fs::read_to_string(&run_path).map_err(|e| io_error(&run_path, e))?;
+        if text != record_text {
+            return Err(SweepError::Input(format!(
+                "{}: not a shard of this sweep (its run.toml differs)",
+                run_path.display()
+            )));
+        }
+        let shard = read_shard(&dir.join(SHARD_TOML))?;
+        let mine = shard_blocks(sweep, shard);
+        for &b in &mine {
+            if let Some(other) = &owner[b] {
+                return Err(SweepError::Input(format!(
+                    "--screens: {} and {} both screen block {b} (shards of one count, each once)",
+                    other.display(),
+                    dir.display()
+                )));
+            }
+            owner[b] = Some(dir.clone());
+        }
+        let path = dir.join(SCREEN_CSV);
+        if !path.exists() {
+            return Err(SweepError::Input(format!(
+                "{}: missing: shard {}/{}'s screen phase has not finished (run it with --phase \
+                 screen)",
+                path.display(),
+                shard.index,
+                shard.count
+            )));
+        }
+        let mut reader = csv::Reader::from_path(&path).map_err(|e| io_error(&path, e))?;
+        let per = sweep.points_per_config();
+        let mut points = Vec::new();
+        for (i, row) in reader.deserialize::<ScreenRow>().enumerate() {
+            let row = row.map_err(|e| io_error(&path, format!("row {}: {e}", i + 1)))?;
+            let config = (row.point / per) as usize;
+            if config >= sweep.space.len() || !mine.contains(&(config % count)) {
+                return Err(io_error(
+                    &path,
+                    format!(
+                        "row {}: point {} is not in this shard's blocks",
+                        i + 1,
+                        row.point
+                    ),
+                ));
+            }
+            points.push((
+                row.point,
+                super::screen::Screened {
+                    area_mm2: row.area_mm2,
+                    bound: row.bound_samples_per_s,
+                    achievable: row.achievable_samples_per_s,
+                },
+            ));
+        }
+        let expected: u64 = mine
+            .iter()
+            .map(|&b| (b..sweep.space.len()).step_by(count).count() as u64 * per)
+            .sum();
+        if points.len() as u64 != expected {
+            return Err(io_error(
+                &path,
+                format!(
+                    "holds {} points of the {expected} its blocks have: rerun its screen phase",
+                    points.len()
+                ),
+            ));
+        }
+        blocks.push(super::screen::BlockScreen {
+            points,
+            stats: super::screen::ScreenStats::default(),
+        });
+    }
+    if let Some(b) = owner.iter().position(Option::is_none) {
+        return Err(SweepError::Input(format!(
+            "--screens: no directory screens block {b} of {count}: give every shard's directory"
+        )));
+    }
+    Ok(Screen::join(sweep, blocks))
 }
 
 pub(super) fn progress_bar(show: bool, len: u64, what: &str, unit: &str) -> indicatif::ProgressBar {
