@@ -912,10 +912,10 @@ fn verify_rejects_broken_schedules() {
 fn gantt_has_a_row_per_core_and_labelled_bars() {
     let problem = three_on_two(2.5);
     let s = schedule(&problem, &exact()).unwrap();
-    let path = std::env::temp_dir().join(format!("tandem-gantt-{}.svg", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("gantt.svg");
     render_gantt(&s, &problem, &path).unwrap();
     let svg = std::fs::read_to_string(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
     assert!(svg.starts_with("<svg"));
     for label in ["tensor 0", "tensor 1", "vector 0", "link", "g0", "g1", "g2"] {
         assert!(svg.contains(label), "missing {label}");
@@ -923,7 +923,8 @@ fn gantt_has_a_row_per_core_and_labelled_bars() {
 
     let mut other = problem.clone();
     other.ops.pop();
-    let e = render_gantt(&s, &other, &path).unwrap_err();
+    let refused = tmp.path().join("refused.svg");
+    let e = render_gantt(&s, &other, &refused).unwrap_err();
     assert!(matches!(e, ScheduleError::Render { .. }), "{e}");
-    assert!(!path.exists());
+    assert!(!refused.exists());
 }

@@ -5,12 +5,10 @@ use anyhow::{bail, Result};
 use std::path::PathBuf;
 use tandem::arch::SearchSpace;
 use tandem::placement::{Plan, RecomputeMode};
-use tandem::report::{bytes, seconds, table};
+use tandem::report::{self, bytes, seconds, table};
 use tandem::schedule::SolverOptions;
 use tandem::search::{first_repeated, recompute_name, Evaluation};
 use tandem::workload::Workload;
-
-const GIB: f64 = (1u64 << 30) as f64;
 
 /// The chip and the cluster it is deployed in.
 #[derive(Debug, clap::Args)]
@@ -50,7 +48,7 @@ pub fn hbm_gib_to_bytes(gib: f64) -> Result<u64> {
     if gib > MAX_HBM_GIB {
         bail!("--hbm-gib: {gib} GiB is more than the {MAX_HBM_GIB} GiB (1 PiB) a device can have");
     }
-    let bytes = (gib * GIB).round() as u64;
+    let bytes = (gib * report::GIB).round() as u64;
     if bytes == 0 {
         bail!("--hbm-gib: {gib} GiB is less than one byte");
     }
@@ -106,7 +104,7 @@ impl SweepAxes {
             .map(|&g| hbm_gib_to_bytes(g))
             .collect::<Result<_>>()?;
         if let Some(b) = first_repeated(&bytes) {
-            bail!("--hbm-gib: {} GiB is given twice", *b as f64 / GIB);
+            bail!("--hbm-gib: {} GiB is given twice", report::gib(*b));
         }
         Ok(bytes)
     }

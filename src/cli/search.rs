@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tandem::report::table;
+use tandem::report::{self, table};
 use tandem::search::{
     finish, run_sweep, BestPoints, Objective, RunOptions, Shard, Sweep, SweepRecord,
 };
@@ -141,7 +141,7 @@ pub fn print_top(best: &BestPoints) {
                 r.workload.clone(),
                 r.arch.clone(),
                 format!("{:.1}", r.area_mm2),
-                format!("{:.0}", r.hbm_bytes as f64 / (1u64 << 30) as f64),
+                format!("{:.0}", report::gib(r.hbm_bytes)),
                 opt(r.micro_batch),
                 r.recompute.clone().unwrap_or_default(),
                 format!("{}/{}/{}", opt(r.tp), opt(r.pp), opt(r.dp)),
@@ -177,7 +177,7 @@ pub fn print_top(best: &BestPoints) {
             "best for the set: configuration {} ({}), HBM {:.0} GiB, {:.1} mm², mean {} {:.4}",
             set.config,
             set.arch,
-            set.hbm_bytes as f64 / (1u64 << 30) as f64,
+            report::gib(set.hbm_bytes),
             set.area_mm2,
             best.objective,
             set.mean_objective

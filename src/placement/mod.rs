@@ -71,6 +71,7 @@ pub use model::{evaluate_fixed, exposed_after_overlap};
 pub use simulate::{simulate, simulate_plan, SimOp, SimSchedule, Simulation};
 
 use crate::arch::Tier;
+use crate::report::gib;
 use crate::workload::ActivationBytes;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -444,11 +445,6 @@ impl Infeasible {
             alternatives: Vec::new(),
         }
     }
-}
-
-/// Bytes in GiB, for messages.
-pub(crate) fn gib(bytes: u64) -> f64 {
-    bytes as f64 / (1u64 << 30) as f64
 }
 
 /// The plan with the lowest time per batch, found by the exact search of its schedule.

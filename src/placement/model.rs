@@ -3,10 +3,11 @@
 //! optimizer step) and the time per batch of the 1F1B and GPipe schedules.
 
 use super::{
-    gib, Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
+    Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
 };
 use crate::arch::{fewest_in_domain, group_link, GroupLink};
+use crate::report::gib;
 
 /// What the cost model needs to know about a set of layers forming one stage, independent of
 /// how many devices run it.

@@ -19,6 +19,14 @@ pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     t.to_string()
 }
 
+/// Bytes in a GiB (2³⁰).
+pub const GIB: f64 = (1u64 << 30) as f64;
+
+/// Bytes in GiB, for tables and messages that state memory in GiB.
+pub fn gib(bytes: u64) -> f64 {
+    bytes as f64 / GIB
+}
+
 /// Bytes in binary units (KiB, MiB, GiB) with three significant digits.
 pub fn bytes(value: f64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

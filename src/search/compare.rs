@@ -11,6 +11,7 @@ use crate::cost::CostModel;
 use crate::error::{parse_toml, read_input, InputError};
 use crate::output::{write_atomic, DirLock};
 use crate::placement::{Fixed, RecomputeMode};
+use crate::report;
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
@@ -390,7 +391,7 @@ pub fn markdown_table(rows: &[CompareRow]) -> String {
             cell(&r.row),
             cell(&r.chip),
             r.area_mm2,
-            r.hbm_bytes as f64 / (1u64 << 30) as f64,
+            report::gib(r.hbm_bytes),
             opt(r.tp),
             opt(r.pp),
             opt(r.dp),
