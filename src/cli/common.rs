@@ -182,14 +182,9 @@ pub fn layer_ranges(layers: &[usize], names: &[String]) -> String {
 }
 
 /// What a plan is, in one line: its widths, pipelines, replicas per stage and schedule, e.g.
-/// `t=4, 1 pipeline (d=1) of 25 stages × 40 replicas (1000 tensor groups), 1f1b`.
+/// `t=4, 1 pipeline of 25 stages × 40 replicas (1000 tensor groups per pipeline), 1f1b`.
 pub fn plan_shape(p: &Plan) -> String {
     let (fewest, most) = p.replica_range();
-    let replicas = if fewest == most {
-        format!("{most} replica{}", if most == 1 { "" } else { "s" })
-    } else {
-        format!("{fewest}–{most} replicas")
-    };
     let schedule = if p.virtual_stages > 1 {
         format!(
             "{}, {} chunks per stage",
@@ -199,15 +194,11 @@ pub fn plan_shape(p: &Plan) -> String {
     } else {
         p.schedule.name().to_string()
     };
+    let groups = p.groups_per_pipeline();
     format!(
-        "t={}, {} pipeline{} (d={}) of {} stage{} × {replicas} ({} tensor groups), {schedule}",
-        p.tp,
-        p.dp,
-        if p.dp == 1 { "" } else { "s" },
-        p.dp,
-        p.pp,
-        if p.pp == 1 { "" } else { "s" },
-        p.groups_per_pipeline()
+        "{} ({groups} tensor group{} per pipeline), {schedule}",
+        report::plan_line(p.tp, p.dp, p.pp, &report::replica_range(fewest, most)),
+        if groups == 1 { "" } else { "s" }
     )
 }
 
@@ -222,7 +213,8 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
             vec![
                 i.to_string(),
                 layer_ranges(&s.layers, names),
-                format!("{} ({}×t)", s.devices, s.replicas),
+                s.replicas.to_string(),
+                s.devices.to_string(),
                 seconds(s.fwd_s),
                 seconds(s.bwd_s),
                 seconds(s.send_s()),
@@ -244,6 +236,7 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
             &[
                 "stage",
                 "layers",
+                "replicas",
                 "devices",
                 "fwd",
                 "bwd",

@@ -77,6 +77,28 @@ pub fn percent(fraction: f64) -> String {
     format!("{:.1} %", 100.0 * fraction)
 }
 
+/// A plan in one line: tensor width, pipelines, stages and the replicas of each stage, e.g.
+/// `t=4, 1 pipeline of 25 stages × 40–48 replicas`. `replicas` is the text for the count:
+/// `40`, a range `40–48`, or a mean marked as one.
+pub fn plan_line(tp: u32, pipelines: u32, stages: u32, replicas: &str) -> String {
+    let plural = |n: u32| if n == 1 { "" } else { "s" };
+    format!(
+        "t={tp}, {pipelines} pipeline{} of {stages} stage{} × {replicas} replica{}",
+        plural(pipelines),
+        plural(stages),
+        if replicas == "1" { "" } else { "s" }
+    )
+}
+
+/// The replicas of a plan's stages: one number when all stages have as many, else `min–max`.
+pub fn replica_range(fewest: u32, most: u32) -> String {
+    if fewest == most {
+        most.to_string()
+    } else {
+        format!("{fewest}–{most}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +113,18 @@ mod tests {
         assert_eq!(seconds(4.5e-6), "4.50 µs");
         assert_eq!(seconds(2.0), "2.000 s");
         assert_eq!(percent(0.4567), "45.7 %");
+    }
+
+    #[test]
+    fn plan_line_names_pipelines_stages_and_replicas() {
+        assert_eq!(
+            plan_line(4, 1, 25, &replica_range(40, 48)),
+            "t=4, 1 pipeline of 25 stages × 40–48 replicas"
+        );
+        assert_eq!(
+            plan_line(2, 512, 1, &replica_range(1, 1)),
+            "t=2, 512 pipelines of 1 stage × 1 replica"
+        );
     }
 
     #[test]

@@ -83,6 +83,9 @@ pub struct CompareRow {
     pub tp: Option<u32>,
     pub pp: Option<u32>,
     pub dp: Option<u32>,
+    /// The fewest and most replicas of a stage; for the Markdown table only (not a CSV column).
+    #[serde(skip)]
+    pub replicas: Option<(u32, u32)>,
     pub micro_batch: Option<u32>,
     pub recompute: Option<String>,
     pub time_per_batch_s: Option<f64>,
@@ -119,6 +122,7 @@ impl CompareRow {
             tp: None,
             pp: None,
             dp: None,
+            replicas: None,
             micro_batch: None,
             recompute: None,
             time_per_batch_s: None,
@@ -136,6 +140,7 @@ impl CompareRow {
                 self.tp = Some(e.plan.tp);
                 self.pp = Some(e.plan.pp);
                 self.dp = Some(e.plan.dp);
+                self.replicas = Some(e.plan.replica_range());
                 self.micro_batch = Some(e.plan.micro_batch);
                 self.recompute = Some(super::recompute_name(e.recompute).to_string());
                 self.time_per_batch_s = Some(e.plan.time_per_batch_s);
@@ -379,22 +384,30 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
+/// A row's plan in one line (`-` without one).
+fn plan_cell(r: &CompareRow) -> String {
+    match (r.tp, r.dp, r.pp, r.replicas) {
+        (Some(tp), Some(pipelines), Some(stages), Some((fewest, most))) => {
+            report::plan_line(tp, pipelines, stages, &report::replica_range(fewest, most))
+        }
+        _ => "-".to_string(),
+    }
+}
+
 /// One workload's rows as a Markdown table (also what the CLI prints).
 pub fn markdown_table(rows: &[CompareRow]) -> String {
     let mut s = String::from(
-        "| row | chip | mm² | HBM GiB | t/p/d | b | recompute | s/batch | samples/s | MFU | J/sample | speed-up | note |\n\
+        "| row | chip | mm² | HBM GiB | plan | b | recompute | s/batch | samples/s | MFU | J/sample | speed-up | note |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {:.1} | {:.0} | {}/{}/{} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             cell(&r.row),
             cell(&r.chip),
             r.area_mm2,
             report::gib(r.hbm_bytes),
-            opt(r.tp),
-            opt(r.pp),
-            opt(r.dp),
+            plan_cell(r),
             opt(r.micro_batch),
             r.recompute.as_deref().unwrap_or("-"),
             r.time_per_batch_s.map_or("-".into(), |v| format!("{v:.4}")),
