@@ -914,9 +914,12 @@ fn gantt_has_a_row_per_core_and_labelled_bars() {
     let s = schedule(&problem, &exact()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("gantt.svg");
-    render_gantt(&s, &problem, &path).unwrap();
+    render_gantt(&s, &problem, "g forward", &path).unwrap();
     let svg = std::fs::read_to_string(&path).unwrap();
     assert!(svg.starts_with("<svg"));
+    let title = format!("g forward: makespan {:.2} µs", s.makespan_s * 1e6);
+    assert!(svg.contains(&title), "{title}");
+    assert!(svg.contains("time (µs)"), "axis unit");
     for label in ["tensor 0", "tensor 1", "vector 0", "link", "g0", "g1", "g2"] {
         assert!(svg.contains(label), "missing {label}");
     }
@@ -924,7 +927,7 @@ fn gantt_has_a_row_per_core_and_labelled_bars() {
     let mut other = problem.clone();
     other.ops.pop();
     let refused = tmp.path().join("refused.svg");
-    let e = render_gantt(&s, &other, &refused).unwrap_err();
+    let e = render_gantt(&s, &other, "g forward", &refused).unwrap_err();
     assert!(matches!(e, ScheduleError::Render { .. }), "{e}");
     assert!(!refused.exists());
 }

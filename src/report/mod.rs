@@ -77,6 +77,51 @@ pub fn percent(fraction: f64) -> String {
     format!("{:.1} %", 100.0 * fraction)
 }
 
+/// A number for an axis tick: up to two decimals, trailing zeros dropped, thousands as `k`,
+/// millions as `M` (e.g. `100k`, `2.5k`, `120`, `0.05`).
+pub fn tick(value: f64) -> String {
+    let (scaled, suffix) = if value.abs() >= 1e6 {
+        (value / 1e6, "M")
+    } else if value.abs() >= 1e3 {
+        (value / 1e3, "k")
+    } else {
+        (value, "")
+    };
+    let text = format!("{scaled:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    let text = if text == "-0" { "0" } else { text };
+    format!("{text}{suffix}")
+}
+
+/// Tick values for a log axis over `lo..=hi` (both positive): powers of ten, with 2 and 5
+/// times them, or more mantissas, until there are at least four.
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    const MANTISSAS: [&[f64]; 4] = [
+        &[1.0],
+        &[1.0, 2.0, 5.0],
+        &[1.0, 2.0, 3.0, 5.0, 7.0],
+        &[1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+    ];
+    let mut ticks = Vec::new();
+    for mantissas in MANTISSAS {
+        ticks.clear();
+        let mut decade = 10f64.powf(lo.log10().floor());
+        while decade <= hi {
+            ticks.extend(
+                mantissas
+                    .iter()
+                    .map(|m| m * decade)
+                    .filter(|t| (lo..=hi).contains(t)),
+            );
+            decade *= 10.0;
+        }
+        if ticks.len() >= 4 {
+            break;
+        }
+    }
+    ticks
+}
+
 /// A plan in one line: tensor width, pipelines, stages and the replicas of each stage, e.g.
 /// `t=4, 1 pipeline of 25 stages × 40–48 replicas`. `replicas` is the text for the count:
 /// `40`, a range `40–48`, or a mean marked as one.
@@ -113,6 +158,27 @@ mod tests {
         assert_eq!(seconds(4.5e-6), "4.50 µs");
         assert_eq!(seconds(2.0), "2.000 s");
         assert_eq!(percent(0.4567), "45.7 %");
+    }
+
+    #[test]
+    fn ticks_are_short() {
+        assert_eq!(tick(100_000.0), "100k");
+        assert_eq!(tick(2500.0), "2.5k");
+        assert_eq!(tick(120.0), "120");
+        assert_eq!(tick(0.05), "0.05");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(3.0e6), "3M");
+        assert_eq!(tick(14.0), "14");
+    }
+
+    #[test]
+    fn log_ticks_are_several_and_round() {
+        assert_eq!(
+            log_ticks(40.0, 8000.0),
+            [50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0]
+        );
+        assert_eq!(log_ticks(25.0, 130.0), [30.0, 50.0, 70.0, 100.0]);
+        assert_eq!(log_ticks(1.0, 1e4), [1.0, 10.0, 100.0, 1000.0, 10000.0]);
     }
 
     #[test]

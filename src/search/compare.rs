@@ -459,6 +459,7 @@ pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepErro
 
 fn render_bars(groups: &[(&str, Vec<CompareRow>)], svg: &mut String) -> Result<(), String> {
     use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
     let fail = |e: String| e;
     let kinds: Vec<String> = groups
         .first()
@@ -494,6 +495,7 @@ fn render_bars(groups: &[(&str, Vec<CompareRow>)], svg: &mut String) -> Result<(
                 String::new()
             }
         })
+        .y_label_formatter(&|v| format!("{}×", report::tick(*v)))
         .y_desc("speed-up (×)")
         .draw()
         .map_err(|e| fail(e.to_string()))?;
@@ -508,18 +510,37 @@ fn render_bars(groups: &[(&str, Vec<CompareRow>)], svg: &mut String) -> Result<(
     let width = 0.8 / kinds.len().max(1) as f64;
     for (k, kind) in kinds.iter().enumerate() {
         let colour = PALETTE[k % PALETTE.len()];
-        let bars: Vec<Rectangle<(f64, f64)>> = groups
+        let x0 = |g: usize| g as f64 + 0.1 + k as f64 * width;
+        let speedups: Vec<Option<f64>> = groups
+            .iter()
+            .map(|(_, rows)| rows.iter().find(|r| &r.row == kind).and_then(|r| r.speedup))
+            .collect();
+        let bars: Vec<Rectangle<(f64, f64)>> = speedups
             .iter()
             .enumerate()
-            .filter_map(|(g, (_, rows))| {
-                let speedup = rows.iter().find(|r| &r.row == kind)?.speedup?;
-                let x0 = g as f64 + 0.1 + k as f64 * width;
+            .filter_map(|(g, speedup)| {
                 Some(Rectangle::new(
-                    [(x0, 0.0), (x0 + width * 0.9, speedup)],
+                    [(x0(g), 0.0), (x0(g) + width * 0.9, (*speedup)?)],
                     colour.filled(),
                 ))
             })
             .collect();
+        // A row without a plan (infeasible, or no fixed plan for the model) says so.
+        let missing = speedups
+            .iter()
+            .enumerate()
+            .filter(|(_, speedup)| speedup.is_none())
+            .map(|(g, _)| {
+                Text::new(
+                    "n/a",
+                    (x0(g) + width * 0.45, top * 0.01),
+                    TextStyle::from(("sans-serif", 11).into_font())
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                )
+            });
+        chart
+            .draw_series(missing)
+            .map_err(|e| fail(e.to_string()))?;
         chart
             .draw_series(bars)
             .map_err(|e| fail(e.to_string()))?
