@@ -50,7 +50,12 @@ pub fn render_gantt(
     let vector = problem.cores.vector as usize;
     let mut names: Vec<String> = (0..tensor).map(|c| format!("tensor {c}")).collect();
     names.extend((0..vector).map(|c| format!("vector {c}")));
-    names.push("link".to_string());
+    let row_px = (MAX_ROWS_PX / (names.len() as u32 + 1)).clamp(MIN_ROW_HEIGHT_PX, ROW_HEIGHT_PX);
+    // Label every core while rows are tall enough for text, else every `label_every`th; the
+    // link, one resource, gets as many rows as one label so its transfers stay visible.
+    let label_every = ROW_HEIGHT_PX.div_ceil(row_px) as usize;
+    let link_rows = label_every;
+    names.extend(std::iter::repeat_n("link".to_string(), link_rows));
     let rows = names.len();
     // First row of each type; rows are drawn top to bottom.
     let first_row = |core: CoreType| match core {
@@ -59,9 +64,6 @@ pub fn render_gantt(
         CoreType::Link => tensor + vector,
     };
     let y_of = |row: usize| (rows - 1 - row) as f64;
-    let row_px = (MAX_ROWS_PX / rows as u32).clamp(MIN_ROW_HEIGHT_PX, ROW_HEIGHT_PX);
-    // Label every core while rows are tall enough for text, else every `label_every`th.
-    let label_every = ROW_HEIGHT_PX.div_ceil(row_px) as usize;
     let labelled = |row: usize| {
         let first = if row >= tensor + vector {
             tensor + vector
@@ -125,6 +127,10 @@ pub fn render_gantt(
     for s in &schedule.ops {
         let op = &problem.ops[s.op];
         let (top, bottom) = match s.assignment {
+            _ if op.core == CoreType::Link => {
+                let first = first_row(CoreType::Link);
+                (first, first + link_rows - 1)
+            }
             Assignment::AllCores => {
                 let first = first_row(op.core);
                 let count = problem.cores.of(op.core) as usize;
