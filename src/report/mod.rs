@@ -27,6 +27,18 @@ pub fn gib(bytes: u64) -> f64 {
     bytes as f64 / GIB
 }
 
+/// Bytes in the largest binary unit that holds them exactly, without a space, as chip names
+/// carry them: `128MiB`, `164KiB`, `2GiB`, `1000B`.
+pub fn exact_bytes(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    UNITS
+        .iter()
+        .find(|(size, _)| bytes.is_multiple_of(*size))
+        .map_or(format!("{bytes}B"), |(size, unit)| {
+            format!("{}{unit}", bytes / size)
+        })
+}
+
 /// Bytes in binary units (KiB, MiB, GiB) with three significant digits.
 pub fn bytes(value: f64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -158,6 +170,14 @@ mod tests {
         assert_eq!(seconds(4.5e-6), "4.50 µs");
         assert_eq!(seconds(2.0), "2.000 s");
         assert_eq!(percent(0.4567), "45.7 %");
+    }
+
+    #[test]
+    fn bytes_are_named_in_the_largest_exact_unit() {
+        assert_eq!(exact_bytes(128 << 20), "128MiB");
+        assert_eq!(exact_bytes(164 << 10), "164KiB");
+        assert_eq!(exact_bytes(2 << 30), "2GiB");
+        assert_eq!(exact_bytes(1000), "1000B");
     }
 
     #[test]
