@@ -8,11 +8,12 @@ use tandem::placement::RecomputeMode;
 use tandem::schedule::SolverOptions;
 use tandem::search::{BaselinePlans, CompareRow, Comparison, COMPARE_CSV, COMPARE_MD, COMPARE_SVG};
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tandem-compare-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A fresh directory for one test, removed when the returned guard drops.
+fn scratch(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tandem-compare-{test}-"))
+        .tempdir()
+        .expect("scratch dir")
 }
 
 /// A small GPT, a narrowed PHAZE space, one of its chips as a baseline file, a foreign chip
@@ -63,8 +64,9 @@ fn thr(row: &CompareRow) -> f64 {
 
 #[test]
 fn co_design_is_never_worse_than_the_rows_it_contains() {
-    let dir = scratch("never-worse");
-    let (workload, space, chip, plans) = inputs(&dir);
+    let tmp = scratch("never-worse");
+    let dir = tmp.path();
+    let (workload, space, chip, plans) = inputs(dir);
     let inside = load_chip(&chip).expect("chip loads back");
     let comparison = Comparison {
         space_path: space.clone(),
@@ -123,8 +125,9 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
 
 #[test]
 fn fixed_plan_row_equals_tandem_plan_and_the_cli_writes_the_report() {
-    let dir = scratch("cli");
-    let (workload, space, chip, plans) = inputs(&dir);
+    let tmp = scratch("cli");
+    let dir = tmp.path();
+    let (workload, space, chip, plans) = inputs(dir);
     let out = dir.join("out");
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_tandem"))

@@ -62,11 +62,12 @@ fn tandem_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 
-/// A fresh scratch directory for one test.
-fn scratch_dir(test: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tandem-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh directory for one test, removed when the returned guard drops.
+fn scratch_dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tandem-{test}-"))
+        .tempdir()
+        .expect("scratch dir")
 }
 
 fn tandem(args: &[&str]) -> Output {
@@ -232,9 +233,16 @@ fn plan_cli_prints_the_documented_json_and_holds_given_options() {
     assert_eq!(devices * v["dp"].as_u64().expect("dp"), 64);
 }
 
+/// `tandem` with `args`, through assert_cmd.
+fn tandem_cmd(args: &[&str]) -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::new(env!("CARGO_BIN_EXE_tandem"));
+    cmd.args(args);
+    cmd
+}
+
 #[test]
 fn infeasible_plan_says_which_stage_overflows_and_exits_3() {
-    let out = tandem(&[
+    let run = tandem_cmd(&[
         "plan",
         "--workload",
         "workloads/gpt3-175b.toml",
@@ -248,17 +256,17 @@ fn infeasible_plan_says_which_stage_overflows_and_exits_3() {
         "1",
         "--recompute",
         "none",
-    ]);
-    assert_eq!(out.status.code(), Some(3));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("no feasible plan"), "{text}");
-    assert!(text.contains("GiB per device, HBM is 80.0 GiB"), "{text}");
-    assert!(text.contains("optimizer"), "{text}");
+    ])
+    .assert()
+    .code(3);
+    // The whole report: the stage that overflows, by how much, by kind, and the closest plans.
+    insta::assert_snapshot!(String::from_utf8_lossy(&run.get_output().stdout));
 }
 
 #[test]
 fn bad_input_names_file_field_and_reason_and_exits_1() {
-    let dir = scratch_dir("e2e");
+    let tmp = scratch_dir("e2e");
+    let dir = tmp.path();
     let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,
@@ -289,7 +297,7 @@ fn bad_input_names_file_field_and_reason_and_exits_1() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope.toml"));
-    let out = tandem(&[
+    let run = tandem_cmd(&[
         "plan",
         "--workload",
         "workloads/gpt3-175b.toml",
@@ -299,15 +307,20 @@ fn bad_input_names_file_field_and_reason_and_exits_1() {
         "8",
         "--hbm-gib",
         "-3",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--hbm-gib"));
-    std::fs::remove_dir_all(&dir).expect("clean up");
+    ])
+    .assert()
+    .code(1)
+    .stdout("");
+    insta::assert_snapshot!(
+        "negative_hbm_is_refused",
+        String::from_utf8_lossy(&run.get_output().stderr)
+    );
 }
 
 #[test]
 fn plan_csv_appends_one_row_per_run_with_the_design_columns() {
-    let dir = scratch_dir("csv");
+    let tmp = scratch_dir("csv");
+    let dir = tmp.path();
     let csv = dir.join("plans.csv");
     for recompute in ["full", "none"] {
         let out = tandem(&[
@@ -340,7 +353,6 @@ fn plan_csv_appends_one_row_per_run_with_the_design_columns() {
             && lines[0].ends_with("status,reason,point,config,bound_samples_per_s")
     );
     assert!(lines[1].starts_with("bert-large,a100,108,") && lines[1].contains(",ok,"));
-    std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
 #[test]
@@ -462,7 +474,8 @@ fn published_megatron_runs_with_their_plans_held() {
 #[test]
 fn comm_overlap_sets_how_much_of_the_overlapped_all_reduce_is_hidden() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let dir = scratch_dir("comm-overlap");
+    let tmp = scratch_dir("comm-overlap");
+    let dir = tmp.path();
     let after = dir.join("plans.csv");
     let text = std::fs::read_to_string("calibration/published_run_plans.csv").expect("plans");
     std::fs::write(&after, text.replace(",true", ",false")).expect("write");
@@ -505,7 +518,6 @@ fn comm_overlap_sets_how_much_of_the_overlapped_all_reduce_is_hidden() {
         run.dp_sync_s
     );
     assert_eq!(run.dp_comm_s, 0.0);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A run-plans file names each run's pipeline schedule: GPT-39.1B (p = 2, 12 micro-batches per
@@ -517,7 +529,8 @@ fn comm_overlap_sets_how_much_of_the_overlapped_all_reduce_is_hidden() {
 #[test]
 fn run_plans_hold_each_run_s_pipeline_schedule() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let dir = scratch_dir("run-plan-schedules");
+    let tmp = scratch_dir("run-plan-schedules");
+    let dir = tmp.path();
     let text = std::fs::read_to_string("calibration/published_run_plans.csv").expect("plans");
     let write = |name: &str, last_row: &str| {
         let path = dir.join(name);
@@ -568,7 +581,6 @@ fn run_plans_hold_each_run_s_pipeline_schedule() {
         let err = RunPlans::load(&write("bad.csv", row)).expect_err("refused");
         assert!(err.to_string().contains(reason), "{err}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Without a run-plans file the micro-batch is searched and the all-reduce overlapped (the
@@ -600,7 +612,8 @@ fn unplanned_runs_get_the_best_micro_batch_the_model_finds() {
 /// missing column fails with the file, row and field named, through the CLI with exit 1.
 #[test]
 fn bad_run_plans_name_file_row_and_field() {
-    let dir = scratch_dir("run-plans");
+    let tmp = scratch_dir("run-plans");
+    let dir = tmp.path();
     let cases = [
         (
             "zero.csv",
@@ -647,14 +660,14 @@ fn bad_run_plans_name_file_row_and_field() {
             "{name}: {err}"
         );
     }
-    std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
 /// A runs CSV with no GPUs, a zero measured throughput, zero layers or widths that do not
 /// multiply to the GPU count fails with the file, row and field named.
 #[test]
 fn bad_published_runs_name_file_row_and_field() {
-    let dir = scratch_dir("bad-runs");
+    let tmp = scratch_dir("bad-runs");
+    let dir = tmp.path();
     let header = "source,model,params_b,layers,hidden,heads,seq,vocab,global_batch,tp,pp,dp,gpus,\
                   gpu,recompute,measured_tflops_per_gpu";
     let cases = [
@@ -701,7 +714,6 @@ fn bad_published_runs_name_file_row_and_field() {
             "{name}: {err}"
         );
     }
-    std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
 /// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM, kernels and
@@ -805,7 +817,8 @@ const COLLECTED_HEADER: &str = "gpu,sm_clock_mhz,mem_clock_mhz,driver,cuda,torch
 /// the first published run: its compute and optimizer step (its all-reduce is hidden).
 #[test]
 fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
-    let dir = scratch_dir("train-step");
+    let tmp = scratch_dir("train-step");
+    let dir = tmp.path();
     let row = |kernel: &str, heads: u64, vocab: u64| {
         format!("A100,1410,1593,1,11.1,1.8,fp16,{kernel},16,2048,2304,{heads},{vocab},1,24,3.5,3.5,3.5,5,1")
     };
@@ -815,7 +828,7 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
         row("train_step_none", 24, 51200),
     ];
     std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
-    let loaded = load_measurements(&dir).expect("loads");
+    let loaded = load_measurements(dir).expect("loads");
     let gpt_1_7b = GptSizes {
         layers: 24,
         hidden: 2304,
@@ -876,10 +889,9 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
             [COLLECTED_HEADER, &text].join("\n"),
         )
         .expect("write");
-        let err = load_measurements(&dir).expect_err(field).to_string();
+        let err = load_measurements(dir).expect_err(field).to_string();
         assert!(err.contains("kernels.csv") && err.contains(field), "{err}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// collect.py rows beyond the plain GEMM: the two transposed layouts load as GEMMs of their own
@@ -891,7 +903,8 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
 /// heads is refused with the file, row and field.
 #[test]
 fn collected_layouts_and_block_slices_load() {
-    let dir = scratch_dir("collected-rows");
+    let tmp = scratch_dir("collected-rows");
+    let dir = tmp.path();
     let header = COLLECTED_HEADER;
     let collected = |kernel: &str, shape: &str, group: u32| h100_row(kernel, shape, group, 1e-3);
     let row =
@@ -912,7 +925,7 @@ fn collected_layouts_and_block_slices_load() {
     ]
     .join("\n");
     std::fs::write(dir.join("kernels.csv"), good).expect("write");
-    let loaded = load_measurements(&dir).expect("loads");
+    let loaded = load_measurements(dir).expect("loads");
     let classes: Vec<&str> = loaded.iter().map(|m| m.class.as_str()).collect();
     assert_eq!(
         classes,
@@ -989,14 +1002,13 @@ fn collected_layouts_and_block_slices_load() {
 
     let bad = [header.to_string(), row("block_fwd", "1,2048,4096,32", 5)].join("\n");
     std::fs::write(dir.join("kernels.csv"), bad).expect("write");
-    let err = load_measurements(&dir)
+    let err = load_measurements(dir)
         .expect_err("5 does not divide 32 heads")
         .to_string();
     assert!(
         err.contains("kernels.csv") && err.contains("row 1, group"),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A `kernels.csv` row as collect.py writes it on an H100: `shape` is
@@ -1016,7 +1028,8 @@ fn h100_row(kernel: &str, shape: &str, group: u32, median_s: f64) -> String {
 /// a shape without all three timings is refused naming the row.
 #[test]
 fn overlap_rows_calibrate_comm_overlap() {
-    let dir = scratch_dir("overlap-rows");
+    let tmp = scratch_dir("overlap-rows");
+    let dir = tmp.path();
     let overlap = |gemms: u32, both_s: f64| {
         let shape = format!("{gemms},8192,8192,8192,67108864,1");
         [
@@ -1033,7 +1046,7 @@ fn overlap_rows_calibrate_comm_overlap() {
     rows.extend(overlap(9, 15e-3));
     rows.extend(overlap(10, 9e-3));
     std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
-    let loaded = load_measurements(&dir).expect("loads");
+    let loaded = load_measurements(dir).expect("loads");
     assert_eq!(
         loaded[3].target,
         Target::Overlap {
@@ -1065,7 +1078,7 @@ fn overlap_rows_calibrate_comm_overlap() {
     // One timing missing: refused, naming the shape's first row.
     rows.remove(4);
     std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
-    let loaded = load_measurements(&dir).expect("loads");
+    let loaded = load_measurements(dir).expect("loads");
     let err = calibrate(&h100, &loaded)
         .expect_err("incomplete")
         .to_string();
@@ -1073,7 +1086,6 @@ fn overlap_rows_calibrate_comm_overlap() {
         err.contains("kernels.csv:2") && err.contains("overlap_both"),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// collect.py's collective rows (two or more GPUs) set `efficiency.link_bandwidth`, the
@@ -1082,7 +1094,8 @@ fn overlap_rows_calibrate_comm_overlap() {
 /// to 0.7, and validation then predicts them. The kernel fractions are untouched by them.
 #[test]
 fn collective_rows_calibrate_link_bandwidth() {
-    let dir = scratch_dir("collective-rows");
+    let tmp = scratch_dir("collective-rows");
+    let dir = tmp.path();
     let mut truth = chip("h100");
     truth.efficiency.link_bandwidth = 0.7;
     let mut rows = vec![COLLECTED_HEADER.to_string()];
@@ -1103,7 +1116,7 @@ fn collective_rows_calibrate_link_bandwidth() {
         }
     }
     std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
-    let loaded = load_measurements(&dir).expect("loads");
+    let loaded = load_measurements(dir).expect("loads");
     let h100 = chip("h100");
     assert_eq!(h100.efficiency.link_bandwidth, 0.8);
     let fit = calibrate(&h100, &loaded).expect("collectives alone can be fitted");
@@ -1121,7 +1134,6 @@ fn collective_rows_calibrate_link_bandwidth() {
     for (err, &measured_s) in fit.in_sample.iter().zip(&measured) {
         assert!((err.predicted_s - measured_s).abs() < 0.005 * measured_s);
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Two-fold cross-validation of the efficiency fit on the measured A100 kernels: the mean

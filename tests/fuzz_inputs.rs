@@ -539,9 +539,11 @@ fn check(case: &Case, dir: &Path, n: usize) -> (Vec<i32>, Vec<String>) {
 
 #[test]
 fn mutated_inputs_exit_cleanly_and_name_the_file() {
-    let dir = std::env::temp_dir().join(format!("tandem-fuzz-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("tandem-fuzz-")
+        .tempdir()
+        .expect("scratch dir");
+    let dir = tmp.path();
     let cases = cases();
     assert!(cases.len() >= 500, "only {} cases", cases.len());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -551,7 +553,6 @@ fn mutated_inputs_exit_cleanly_and_name_the_file() {
             .chunks(chunk)
             .enumerate()
             .map(|(t, part)| {
-                let dir = &dir;
                 scope.spawn(move || {
                     part.iter()
                         .enumerate()
@@ -596,5 +597,4 @@ fn mutated_inputs_exit_cleanly_and_name_the_file() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -18,11 +18,12 @@ const SUMMARIES: [&str; 5] = [
     "pareto.svg",
 ];
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tandem-rel-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A fresh directory for one test, removed when the returned guard drops.
+fn scratch(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tandem-rel-{test}-"))
+        .tempdir()
+        .expect("scratch dir")
 }
 
 fn tandem(args: &[&str]) -> Output {
@@ -113,17 +114,21 @@ fn assert_same_summaries(a: &Path, b: &Path) {
 
 struct Fixture {
     dir: PathBuf,
+    /// Removes `dir` when the fixture drops.
+    _guard: tempfile::TempDir,
     workload: String,
     space: String,
 }
 
 impl Fixture {
     fn new(test: &str) -> Fixture {
-        let dir = scratch(test);
+        let guard = scratch(test);
+        let dir = guard.path().to_path_buf();
         let workload = tiny_workload(&dir, "tiny").display().to_string();
         let space = small_space(&dir).display().to_string();
         Fixture {
             dir,
+            _guard: guard,
             workload,
             space,
         }
@@ -303,7 +308,8 @@ fn tampered_rows_are_refused_on_resume_and_merge() {
 
 #[test]
 fn workload_names_that_would_be_paths_are_refused() {
-    let dir = scratch("names");
+    let tmp = scratch("names");
+    let dir = tmp.path();
     for (name, reason) in [
         ("../../escaped", "plain name"),
         ("a/b", "plain name"),
@@ -311,7 +317,7 @@ fn workload_names_that_would_be_paths_are_refused() {
         ("with space", "plain name"),
         ("", "must not be empty"),
     ] {
-        let workload = tiny_workload(&dir, name);
+        let workload = tiny_workload(dir, name);
         let out = tandem(&["inspect", "--workload", workload.to_str().expect("path")]);
         expect_exit(
             &out,
@@ -319,7 +325,7 @@ fn workload_names_that_would_be_paths_are_refused() {
             &[workload.to_str().expect("path"), "field `name`", reason],
         );
     }
-    let escaped = tiny_workload(&dir, "../../escaped");
+    let escaped = tiny_workload(dir, "../../escaped");
     let out_dir = dir.join("cmp");
     let out = tandem(&[
         "compare",
@@ -340,7 +346,8 @@ fn workload_names_that_would_be_paths_are_refused() {
 
 #[test]
 fn interconnect_rules_are_checked_when_the_chip_loads() {
-    let dir = scratch("tiers");
+    let tmp = scratch("tiers");
+    let dir = tmp.path();
     let a100 = std::fs::read_to_string("arch_specs/a100.toml").expect("a100");
     for (name, edit, field) in [
         (
@@ -521,7 +528,8 @@ fn sizes_and_lists_out_of_range_are_refused() {
 
 #[test]
 fn summaries_are_replaced_whole_or_not_at_all() {
-    let dir = scratch("atomic");
+    let tmp = scratch("atomic");
+    let dir = tmp.path();
     let file = dir.join("best.json");
     write_atomic(&file, b"first").expect("write");
     write_atomic(&file, b"second").expect("overwrite");
@@ -532,7 +540,7 @@ fn summaries_are_replaced_whole_or_not_at_all() {
     std::fs::create_dir_all(target.join("inside")).expect("dir");
     assert!(write_atomic(&target, b"x").is_err());
     assert!(target.join("inside").is_dir());
-    let names: Vec<String> = std::fs::read_dir(&dir)
+    let names: Vec<String> = std::fs::read_dir(dir)
         .expect("list")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
@@ -566,7 +574,8 @@ fn summaries_are_replaced_whole_or_not_at_all() {
 
 #[test]
 fn empty_or_absurd_kernel_measurements_are_refused() {
-    let dir = scratch("kernels");
+    let tmp = scratch("kernels");
+    let dir = tmp.path();
     let kernels = dir.join("k");
     std::fs::create_dir_all(&kernels).expect("dir");
     let reference = Path::new("data/reference/a100_kernels");
@@ -626,7 +635,8 @@ fn markdown_cells_escape_pipes() {
 
 #[test]
 fn plan_csv_appends_only_under_its_own_header() {
-    let dir = scratch("csv");
+    let tmp = scratch("csv");
+    let dir = tmp.path();
     let file = dir.join("rows.csv");
     std::fs::write(&file, "a,b\n1,2\n").expect("foreign csv");
     let f = file.to_str().expect("path");
@@ -669,7 +679,8 @@ fn collect_py_helps_without_pytorch_and_names_what_is_missing() {
     assert!(String::from_utf8_lossy(&help.stdout).contains("--out"));
     let has_torch = python(&["-c", "import torch"]).is_ok_and(|o| o.status.success());
     if !has_torch {
-        let dir = scratch("collect");
+        let tmp = scratch("collect");
+        let dir = tmp.path();
         let out = python(&[
             "calibration/collect.py",
             "--out",

@@ -912,18 +912,22 @@ fn verify_rejects_broken_schedules() {
 fn gantt_has_a_row_per_core_and_labelled_bars() {
     let problem = three_on_two(2.5);
     let s = schedule(&problem, &exact()).unwrap();
-    let path = std::env::temp_dir().join(format!("tandem-gantt-{}.svg", std::process::id()));
-    render_gantt(&s, &problem, &path).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("gantt.svg");
+    render_gantt(&s, &problem, "g forward", &path).unwrap();
     let svg = std::fs::read_to_string(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
     assert!(svg.starts_with("<svg"));
+    let title = format!("g forward: makespan {:.2} µs", s.makespan_s * 1e6);
+    assert!(svg.contains(&title), "{title}");
+    assert!(svg.contains("time (µs)"), "axis unit");
     for label in ["tensor 0", "tensor 1", "vector 0", "link", "g0", "g1", "g2"] {
         assert!(svg.contains(label), "missing {label}");
     }
 
     let mut other = problem.clone();
     other.ops.pop();
-    let e = render_gantt(&s, &other, &path).unwrap_err();
+    let refused = tmp.path().join("refused.svg");
+    let e = render_gantt(&s, &other, "g forward", &refused).unwrap_err();
     assert!(matches!(e, ScheduleError::Render { .. }), "{e}");
-    assert!(!path.exists());
+    assert!(!refused.exists());
 }

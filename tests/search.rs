@@ -20,11 +20,12 @@ const FILES: [&str; 5] = [
     "pareto.svg",
 ];
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tandem-search-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A fresh directory for one test, removed when the returned guard drops.
+fn scratch(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tandem-search-{test}-"))
+        .tempdir()
+        .expect("scratch dir")
 }
 
 /// A two-block GPT small enough that a configuration evaluates in milliseconds.
@@ -169,8 +170,9 @@ fn best_without_bounds(dir: &Path) -> serde_json::Value {
 /// pruning does happen.
 #[test]
 fn pruning_never_changes_the_best_point_or_the_front() {
-    let dir = scratch("prune");
-    let tiny = tiny_workload(&dir);
+    let tmp = scratch("prune");
+    let dir = tmp.path();
+    let tiny = tiny_workload(dir);
     let other = dir.join("tiny-wide.toml");
     std::fs::write(
         &other,
@@ -187,7 +189,7 @@ fn pruning_never_changes_the_best_point_or_the_front() {
                         per_area in any::<bool>(), two in any::<bool>())| {
         case.set(case.get() + 1);
         let case = case.get();
-        let space = small_space(&dir, &format!("space{case}"), (tc_lo, tc_lo + tc_span), (rows_lo, 7), (vc_lo, vc_lo + 1));
+        let space = small_space(dir, &format!("space{case}"), (tc_lo, tc_lo + tc_span), (rows_lo, 7), (vc_lo, vc_lo + 1));
         let objective = if per_area { Objective::ThroughputPerArea } else { Objective::Throughput };
         let workloads = if two { vec![tiny.clone(), other.clone()] } else { vec![tiny.clone()] };
         let pruned_dir = dir.join(format!("pruned{case}"));
@@ -209,14 +211,10 @@ fn pruning_never_changes_the_best_point_or_the_front() {
 /// uninterrupted run.
 #[test]
 fn resume_after_interruption_gives_the_same_files() {
-    let dir = scratch("resume");
-    let space = small_space(&dir, "space", (2, 4), (6, 7), (1, 3));
-    let rec = record(
-        vec![tiny_workload(&dir)],
-        space,
-        Objective::Throughput,
-        true,
-    );
+    let tmp = scratch("resume");
+    let dir = tmp.path();
+    let space = small_space(dir, "space", (2, 4), (6, 7), (1, 3));
+    let rec = record(vec![tiny_workload(dir)], space, Objective::Throughput, true);
     let whole = dir.join("whole");
     sweep_into(&rec, &whole, Shard::WHOLE, false);
     let points = std::fs::read(whole.join(POINTS_CSV)).expect("points");
@@ -301,10 +299,11 @@ fn resume_after_interruption_gives_the_same_files() {
 /// same point evaluated exactly, some are slower, and run.toml records the choice.
 #[test]
 fn list_only_sweep_is_never_faster_than_the_exact_one() {
-    let dir = scratch("list-only");
-    let space = small_space(&dir, "space", (0, 2), (5, 7), (0, 2));
+    let tmp = scratch("list-only");
+    let dir = tmp.path();
+    let space = small_space(dir, "space", (0, 2), (5, 7), (0, 2));
     let exact = record(
-        vec![tiny_workload(&dir)],
+        vec![tiny_workload(dir)],
         space,
         Objective::Throughput,
         false,
@@ -345,14 +344,10 @@ fn list_only_sweep_is_never_faster_than_the_exact_one() {
 /// Three shards merged give the files of one run; a missing shard is named.
 #[test]
 fn shards_merged_equal_one_run() {
-    let dir = scratch("shards");
-    let space = small_space(&dir, "space", (2, 4), (6, 7), (1, 3));
-    let rec = record(
-        vec![tiny_workload(&dir)],
-        space,
-        Objective::Throughput,
-        true,
-    );
+    let tmp = scratch("shards");
+    let dir = tmp.path();
+    let space = small_space(dir, "space", (2, 4), (6, 7), (1, 3));
+    let rec = record(vec![tiny_workload(dir)], space, Objective::Throughput, true);
     let whole = dir.join("whole");
     sweep_into(&rec, &whole, Shard::WHOLE, false);
     let shards: Vec<PathBuf> = (0..3)
@@ -516,7 +511,8 @@ fn status_reports_done_running_and_stopped_runs() {
 /// Bad command lines exit non-zero with the option named.
 #[test]
 fn bad_sweep_input_is_reported() {
-    let dir = scratch("bad");
+    let tmp = scratch("bad");
+    let dir = tmp.path();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_tandem"))
             .args(args)

@@ -533,8 +533,11 @@ fn optimizer_step_kernels_by_optimizer_and_precision() {
     sgd.gradient_clipping = false;
     assert_eq!(kernels(&sgd), ["optimizer_step add Forward 4/2"]);
     // fp16 scales the loss by default: the scale comes off the fp32 gradients first.
-    let dir = std::env::temp_dir().join(format!("tandem-recipe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("tandem-recipe-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     let text = std::fs::read_to_string("workloads/gpt3-175b.toml").expect("read");
     let file = dir.join("fp16.toml");
     std::fs::write(&file, format!("{text}\nprecision = \"fp16\"\n")).expect("write");
@@ -574,7 +577,6 @@ fn optimizer_step_kernels_by_optimizer_and_precision() {
         (4 * params, 2 * params)
     );
     assert!(separate.grad_accumulation_op(0).is_none());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -582,14 +584,16 @@ fn dag_workload_loads_scales_and_derives_backward() {
     let w = load("examples/dag-workload.json");
     assert!(w.gradient_accumulation_fusion);
     // The recipe knobs of a template file work in a DAG file too.
-    let dir = std::env::temp_dir().join(format!("tandem-dag-recipe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("tandem-dag-recipe-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     let text = std::fs::read_to_string("examples/dag-workload.json").expect("read");
     let file = dir.join("separate.json");
     let separate_text = text.replacen('{', "{\"gradient_accumulation_fusion\": false, ", 1);
     std::fs::write(&file, separate_text).expect("write");
     assert!(!load(file.to_str().expect("utf-8")).gradient_accumulation_fusion);
-    std::fs::remove_dir_all(&dir).ok();
     assert_eq!(w.total_params(), 288_768 + 262_656 + 525_568 + 256_000);
     assert_eq!(w.valid_tp(8), vec![1]);
     let g1 = w.layer_graph(1, 1, false).unwrap();
@@ -673,12 +677,27 @@ fn identical_dag_layers_share_a_signature() {
     assert_eq!(g.layers[2].signature, g.layers[4].signature);
 }
 
-fn write_temp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tandem-workload-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
+/// A file in a directory of its own, both removed when dropped.
+struct TempFile {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn write_temp(name: &str, text: &str) -> TempFile {
+    let dir = tempfile::Builder::new()
+        .prefix("tandem-workload-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join(name);
     std::fs::write(&path, text).unwrap();
-    path
+    TempFile { path, _dir: dir }
 }
 
 const GOOD: &str = "name = \"tiny\"\nfamily = \"gpt\"\nlayers = 2\nhidden = 64\nheads = 4\n\

@@ -4,6 +4,10 @@
 //! - [`load_chip`] reads one chip (`arch_specs/<chip>.toml`) and validates it.
 //! - [`SearchSpace`] reads a search-space file and streams its configurations.
 //! - [`area_breakdown`] is the PHAZE closed-form area model.
+//! - [`group_link`] is the tier a collective group runs on and its bus bandwidth: one ring per
+//!   member's link where the group has several members in each domain of the tier below
+//!   (NCCL's multi-rail); in-layer collectives and the placement's gradient sync and sends
+//!   share it.
 //!
 //! File formats are documented in `docs/arch.md`.
 

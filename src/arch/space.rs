@@ -23,13 +23,10 @@ use super::config::{
     VectorCores, VectorCycles,
 };
 use crate::error::{parse_toml, read_input, InputError};
+use crate::report::exact_bytes;
 
 /// Raw indices per block of the accepted-count index behind `len` and `get`.
 const BLOCK: usize = 1024;
-
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
-const GIB: u64 = 1024 * MIB;
 
 /// The template fields a space can search, tie or derive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -636,7 +633,7 @@ impl SearchSpace {
             tensor.cols,
             vector.count,
             vector.lanes,
-            format_bytes(get(Field::GlbBytes))
+            exact_bytes(get(Field::GlbBytes))
         );
         // Searched or tied local buffers must appear in the name to keep names unique.
         for (field, tag) in [
@@ -644,7 +641,7 @@ impl SearchSpace {
             (Field::VectorLocalBuffer, "vl"),
         ] {
             if !matches!(self.rules[field as usize], Rule::Derived { .. }) {
-                name.push_str(&format!("-{tag}{}", format_bytes(get(field))));
+                name.push_str(&format!("-{tag}{}", exact_bytes(get(field))));
             }
         }
         ArchConfig {
@@ -846,18 +843,6 @@ fn positive_integer(
     }
 }
 
-fn format_bytes(bytes: u64) -> String {
-    if bytes.is_multiple_of(GIB) {
-        format!("{}GiB", bytes / GIB)
-    } else if bytes.is_multiple_of(MIB) {
-        format!("{}MiB", bytes / MIB)
-    } else if bytes.is_multiple_of(KIB) {
-        format!("{}KiB", bytes / KIB)
-    } else {
-        format!("{bytes}B")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -873,13 +858,5 @@ mod tests {
         for arch in space.iter() {
             validate_chip(path, &arch).unwrap();
         }
-    }
-
-    #[test]
-    fn bytes_are_named_in_the_largest_exact_unit() {
-        assert_eq!(format_bytes(128 * MIB), "128MiB");
-        assert_eq!(format_bytes(164 * KIB), "164KiB");
-        assert_eq!(format_bytes(2 * GIB), "2GiB");
-        assert_eq!(format_bytes(1000), "1000B");
     }
 }

@@ -5,6 +5,14 @@
 //! shapes are split alternately into two halves, the model is fitted on one half and scored
 //! on the other, then the halves swap. The chip file written at the end is fitted on all
 //! shapes.
+//!
+//! Measurements come as CSVs (collect.py's schema and the LLMCompass A100 files). Besides the
+//! fit: the hidden fraction of overlapped all-reduces (`comm_overlap`, from collect.py's overlap
+//! rows); kernel, block and training-step errors (a block slice of t > 1 is its layer graph
+//! `without_collectives`, as one GPU times it; a measured training step is planned with
+//! t = p = d = 1 and its micro-batch); published-run validation with plans held (t, p, d from
+//! the runs CSV; micro-batch and all-reduce overlap from `calibration/published_run_plans.csv`;
+//! throughput counted with the publication's FLOP formula).
 
 mod measurements;
 mod runs;

@@ -5,12 +5,10 @@ use anyhow::{bail, Result};
 use std::path::PathBuf;
 use tandem::arch::SearchSpace;
 use tandem::placement::{Plan, RecomputeMode};
-use tandem::report::{bytes, seconds, table};
+use tandem::report::{self, bytes, seconds, table};
 use tandem::schedule::SolverOptions;
 use tandem::search::{first_repeated, recompute_name, Evaluation};
 use tandem::workload::Workload;
-
-const GIB: f64 = (1u64 << 30) as f64;
 
 /// The chip and the cluster it is deployed in.
 #[derive(Debug, clap::Args)]
@@ -50,7 +48,7 @@ pub fn hbm_gib_to_bytes(gib: f64) -> Result<u64> {
     if gib > MAX_HBM_GIB {
         bail!("--hbm-gib: {gib} GiB is more than the {MAX_HBM_GIB} GiB (1 PiB) a device can have");
     }
-    let bytes = (gib * GIB).round() as u64;
+    let bytes = (gib * report::GIB).round() as u64;
     if bytes == 0 {
         bail!("--hbm-gib: {gib} GiB is less than one byte");
     }
@@ -106,7 +104,7 @@ impl SweepAxes {
             .map(|&g| hbm_gib_to_bytes(g))
             .collect::<Result<_>>()?;
         if let Some(b) = first_repeated(&bytes) {
-            bail!("--hbm-gib: {} GiB is given twice", *b as f64 / GIB);
+            bail!("--hbm-gib: {} GiB is given twice", report::gib(*b));
         }
         Ok(bytes)
     }
@@ -184,14 +182,9 @@ pub fn layer_ranges(layers: &[usize], names: &[String]) -> String {
 }
 
 /// What a plan is, in one line: its widths, pipelines, replicas per stage and schedule, e.g.
-/// `t=4, 1 pipeline (d=1) of 25 stages × 40 replicas (1000 tensor groups), 1f1b`.
+/// `t=4, 1 pipeline of 25 stages × 40 replicas (1000 tensor groups per pipeline), 1f1b`.
 pub fn plan_shape(p: &Plan) -> String {
     let (fewest, most) = p.replica_range();
-    let replicas = if fewest == most {
-        format!("{most} replica{}", if most == 1 { "" } else { "s" })
-    } else {
-        format!("{fewest}–{most} replicas")
-    };
     let schedule = if p.virtual_stages > 1 {
         format!(
             "{}, {} chunks per stage",
@@ -201,15 +194,11 @@ pub fn plan_shape(p: &Plan) -> String {
     } else {
         p.schedule.name().to_string()
     };
+    let groups = p.groups_per_pipeline();
     format!(
-        "t={}, {} pipeline{} (d={}) of {} stage{} × {replicas} ({} tensor groups), {schedule}",
-        p.tp,
-        p.dp,
-        if p.dp == 1 { "" } else { "s" },
-        p.dp,
-        p.pp,
-        if p.pp == 1 { "" } else { "s" },
-        p.groups_per_pipeline()
+        "{} ({groups} tensor group{} per pipeline), {schedule}",
+        report::plan_line(p.tp, p.dp, p.pp, &report::replica_range(fewest, most)),
+        if groups == 1 { "" } else { "s" }
     )
 }
 
@@ -224,7 +213,8 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
             vec![
                 i.to_string(),
                 layer_ranges(&s.layers, names),
-                format!("{} ({}×t)", s.devices, s.replicas),
+                s.replicas.to_string(),
+                s.devices.to_string(),
                 seconds(s.fwd_s),
                 seconds(s.bwd_s),
                 seconds(s.send_s()),
@@ -246,6 +236,7 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
             &[
                 "stage",
                 "layers",
+                "replicas",
                 "devices",
                 "fwd",
                 "bwd",

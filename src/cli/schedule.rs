@@ -91,7 +91,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 ("bwd", &u.bwd, &u.bwd_problem),
             ] {
                 let file = gantt_path(path, &u.name, dir);
-                render_gantt(s, p, &file).with_context(|| format!("drawing {}", file.display()))?;
+                let direction = if dir == "fwd" { "forward" } else { "backward" };
+                let title = format!("{} {direction}", u.name);
+                render_gantt(s, p, &title, &file)
+                    .with_context(|| format!("drawing {}", file.display()))?;
             }
         }
     }

@@ -6,9 +6,10 @@ use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tandem::report::table;
+use tandem::report::{self, table};
 use tandem::search::{
-    finish, run_sweep, BestPoints, Objective, Phase, RunOptions, Shard, Sweep, SweepRecord,
+    finish, run_sweep, BestPoints, DesignRow, Objective, Phase, RunOptions, Shard, Sweep,
+    SweepRecord,
 };
 
 /// Search accelerator configurations × HBM size × micro-batch × recompute, each design point
@@ -186,10 +187,10 @@ pub fn print_top(best: &BestPoints) {
                 r.workload.clone(),
                 r.arch.clone(),
                 format!("{:.1}", r.area_mm2),
-                format!("{:.0}", r.hbm_bytes as f64 / (1u64 << 30) as f64),
+                format!("{:.0}", report::gib(r.hbm_bytes)),
                 opt(r.micro_batch),
                 r.recompute.clone().unwrap_or_default(),
-                format!("{}/{}/{}", opt(r.tp), opt(r.pp), opt(r.dp)),
+                row_plan(r),
                 r.throughput_samples_per_s
                     .map_or("-".into(), |v| format!("{v:.2}")),
                 r.mfu.map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
@@ -209,7 +210,7 @@ pub fn print_top(best: &BestPoints) {
                 "HBM GiB",
                 "b",
                 "recompute",
-                "t/p/d",
+                "plan",
                 "samples/s",
                 "MFU",
                 "J/sample",
@@ -218,16 +219,48 @@ pub fn print_top(best: &BestPoints) {
         )
     );
     if let Some(set) = &best.set {
+        let mean = set.mean_objective;
+        let score = match best.objective {
+            Objective::Throughput => format!("mean throughput {mean:.2} samples/s"),
+            Objective::ThroughputPerArea => {
+                format!("mean throughput per area {mean:.4} samples/s/mm²")
+            }
+            Objective::Energy => format!("mean energy {:.3} J/sample", -mean),
+        };
         println!(
-            "best for the set: configuration {} ({}), HBM {:.0} GiB, {:.1} mm², mean {} {:.4}",
+            "best for the set: configuration {} ({}), HBM {:.0} GiB, {:.1} mm², {score} \
+             (arithmetic mean over the {} workloads of each one's best)",
             set.config,
             set.arch,
-            set.hbm_bytes as f64 / (1u64 << 30) as f64,
+            report::gib(set.hbm_bytes),
             set.area_mm2,
-            best.objective,
-            set.mean_objective
+            set.rows.len()
         );
     }
+}
+
+/// A row's plan in one line. The row keeps the plan's devices, not each stage's replicas, so
+/// the replicas per stage are their mean (devices / (t · pipelines · stages)).
+fn row_plan(r: &DesignRow) -> String {
+    let (Some(tp), Some(pipelines), Some(stages), Some(devices)) =
+        (r.tp, r.dp, r.pp, r.devices_used)
+    else {
+        return "-".to_string();
+    };
+    let groups = tp * pipelines * stages;
+    if devices == groups {
+        return report::plan_line(tp, pipelines, stages, "1");
+    }
+    let mean = f64::from(devices) / f64::from(groups);
+    let replicas = if mean.fract() == 0.0 {
+        format!("{mean:.0}")
+    } else {
+        format!("{mean:.1}")
+    };
+    format!(
+        "{} (mean)",
+        report::plan_line(tp, pipelines, stages, &replicas)
+    )
 }
 
 /// A directory's summaries after a merge.

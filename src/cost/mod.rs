@@ -7,6 +7,12 @@
 //! [`CostModel`] wraps them for the schedule stage: it is `Send + Sync` and memoises on
 //! `(OpKind, elem_bytes)`, which fully determine an operator's cost. [`fit_efficiency`]
 //! fits a chip's few efficiency parameters to measured kernels.
+//!
+//! GEMM arithmetic runs at the chip's sustained, power-limited clock; each vector primitive at
+//! its own achieved HBM bandwidth and overhead where the chip file sets them, its backward
+//! kernels at theirs. The fit (`fit.rs`) takes the shared parameters against every kernel class,
+//! the link bandwidth against measured collectives, then each measured vector primitive's own
+//! bandwidth (forward and, where measured, backward) and overhead.
 
 mod collective;
 mod fit;

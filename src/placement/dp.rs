@@ -22,6 +22,7 @@ use super::model::{
     stage_metrics, widths, worst_stage, Ctx, PartStage, StageMetrics,
 };
 use super::{Alternative, Infeasible, PipelineSchedule, PlacementProblem, Plan};
+use fixedbitset::FixedBitSet;
 use std::collections::HashMap;
 
 /// Downsets beyond this many make the table too large; such graphs are reported infeasible.
@@ -45,7 +46,7 @@ pub(crate) struct Pair {
 /// Downsets of one graph and every stage between two of them.
 pub(crate) struct Analysis {
     /// Membership bitsets, in order of size (the empty set first, all layers last).
-    downsets: Vec<Vec<u64>>,
+    downsets: Vec<FixedBitSet>,
     /// Every downset is a prefix (chain graphs): the pairs after `D` are in order of size.
     chain: bool,
     /// Layers outside each downset.
@@ -69,27 +70,22 @@ pub(crate) struct Analysis {
     largest_layer_optimizer_s: f64,
 }
 
-fn contains(set: &[u64], v: usize) -> bool {
-    set[v / 64] >> (v % 64) & 1 == 1
-}
-
 /// All downsets of a graph (breadth first from the empty set, so sorted by size), or `None`
 /// when there are more than `limit`.
-pub(crate) fn downsets(n: usize, preds: &[Vec<usize>], limit: usize) -> Option<Vec<Vec<u64>>> {
-    let words = n.div_ceil(64);
-    let mut all = vec![vec![0u64; words]];
-    let mut index: HashMap<Vec<u64>, usize> = HashMap::new();
+pub(crate) fn downsets(n: usize, preds: &[Vec<usize>], limit: usize) -> Option<Vec<FixedBitSet>> {
+    let mut all = vec![FixedBitSet::with_capacity(n)];
+    let mut index: HashMap<FixedBitSet, usize> = HashMap::new();
     index.insert(all[0].clone(), 0);
     let mut next = 0;
     while next < all.len() {
         let current = all[next].clone();
         next += 1;
-        for v in 0..n {
-            if contains(&current, v) || !preds[v].iter().all(|&u| contains(&current, u)) {
+        for (v, before) in preds.iter().enumerate() {
+            if current.contains(v) || !before.iter().all(|&u| current.contains(u)) {
                 continue;
             }
             let mut grown = current.clone();
-            grown[v / 64] |= 1 << (v % 64);
+            grown.insert(v);
             if !index.contains_key(&grown) {
                 if all.len() == limit {
                     return None;
@@ -133,8 +129,10 @@ impl Analysis {
                 )
             }
         })?;
-        let count = |set: &Vec<u64>| set.iter().map(|w| w.count_ones()).sum::<u32>();
-        let suffix_len: Vec<u32> = downsets.iter().map(|s| n as u32 - count(s)).collect();
+        let suffix_len: Vec<u32> = downsets
+            .iter()
+            .map(|s| (n - s.count_ones(..)) as u32)
+            .collect();
         let bpp = &problem.bytes_per_param;
         let max_shard = if problem.zero1 {
             u64::from(problem.devices / graph.tp).max(1)
@@ -174,15 +172,15 @@ impl Analysis {
         for from in downsets.iter().skip(pairs.len()) {
             let mut list = Vec::new();
             for (v, b) in before.iter_mut().enumerate() {
-                *b = contains(from, v);
+                *b = from.contains(v);
             }
             for (to, set) in downsets.iter().enumerate() {
-                let superset = set.iter().zip(from).all(|(s, f)| s & f == *f) && set != from;
+                let superset = from.is_subset(set) && set != from;
                 if !superset {
                     continue;
                 }
                 for (v, x) in in_stage.iter_mut().enumerate() {
-                    *x = contains(set, v) && !before[v];
+                    *x = set.contains(v) && !before[v];
                 }
                 let metrics =
                     stage_metrics(problem, graph_index, &preds, &in_stage, &before, &mut dist);
@@ -195,7 +193,7 @@ impl Analysis {
             .iter()
             .map(|set| {
                 let params: u128 = (0..n)
-                    .filter(|&v| !contains(set, v))
+                    .filter(|&v| !set.contains(v))
                     .map(|v| u128::from(graph.layers[v].params))
                     .sum();
                 params * u128::from(bpp.weights + bpp.grads)
@@ -213,9 +211,9 @@ impl Analysis {
             (0..=n).map(|i| [stage(0, i), stage(i, n)]).collect()
         } else {
             let nothing = vec![false; n];
-            let mut work = |set: &Vec<u64>, inside: bool| {
+            let mut work = |set: &FixedBitSet, inside: bool| {
                 for (v, x) in in_stage.iter_mut().enumerate() {
-                    *x = contains(set, v) == inside;
+                    *x = set.contains(v) == inside;
                 }
                 let sm =
                     stage_metrics(problem, graph_index, &preds, &in_stage, &nothing, &mut dist);
@@ -258,7 +256,7 @@ impl Analysis {
     fn layers(&self, from: usize, to: usize) -> Vec<usize> {
         let n = self.suffix_len[0] as usize;
         (0..n)
-            .filter(|&l| contains(&self.downsets[to], l) && !contains(&self.downsets[from], l))
+            .filter(|&l| self.downsets[to].contains(l) && !self.downsets[from].contains(l))
             .collect()
     }
 }

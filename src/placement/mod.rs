@@ -71,6 +71,7 @@ pub use model::{evaluate_fixed, exposed_after_overlap};
 pub use simulate::{simulate, simulate_plan, SimOp, SimSchedule, Simulation};
 
 use crate::arch::Tier;
+use crate::report::{gib, plan_line, replica_range};
 use crate::workload::ActivationBytes;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -419,12 +420,11 @@ impl fmt::Display for Infeasible {
             writeln!(f, "closest plans (smallest memory overshoot):")?;
             for alt in &self.alternatives {
                 let p = &alt.plan;
+                let (fewest, most) = p.replica_range();
                 writeln!(
                     f,
-                    "  - t={} p={} d={}: stage {} over by {:.1} GiB; {:.4} s per batch if it fitted",
-                    p.tp,
-                    p.pp,
-                    p.dp,
+                    "  - {}: stage {} over by {:.1} GiB; {:.4} s per batch if it fitted",
+                    plan_line(p.tp, p.dp, p.pp, &replica_range(fewest, most)),
                     alt.worst_stage,
                     gib(alt.overshoot_bytes),
                     p.time_per_batch_s
@@ -444,11 +444,6 @@ impl Infeasible {
             alternatives: Vec::new(),
         }
     }
-}
-
-/// Bytes in GiB, for messages.
-pub(crate) fn gib(bytes: u64) -> f64 {
-    bytes as f64 / (1u64 << 30) as f64
 }
 
 /// The plan with the lowest time per batch, found by the exact search of its schedule.

@@ -3,10 +3,11 @@
 //! optimizer step) and the time per batch of the 1F1B and GPipe schedules.
 
 use super::{
-    gib, Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
+    Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
 };
 use crate::arch::{fewest_in_domain, group_link, GroupLink};
+use crate::report::{gib, plan_line, replica_range};
 
 /// What the cost model needs to know about a set of layers forming one stage, independent of
 /// how many devices run it.
@@ -748,12 +749,11 @@ pub(crate) fn worst_stage(plan: &Plan, hbm_bytes: u64) -> (usize, u64) {
 /// "stage 3 needs 91.2 GiB per device, HBM is 80.0 GiB: weights …".
 pub(crate) fn memory_reason(plan: &Plan, stage: usize, hbm_bytes: u64) -> String {
     let m = &plan.stages[stage].memory;
+    let (fewest, most) = plan.replica_range();
     format!(
-        "t={} p={} d={}: stage {stage} needs {:.1} GiB per device, HBM is {:.1} GiB: weights {:.1}, \
+        "{}: stage {stage} needs {:.1} GiB per device, HBM is {:.1} GiB: weights {:.1}, \
          grads {:.1}, optimizer {:.1}, activations {:.1}, stash {:.1} GiB",
-        plan.tp,
-        plan.pp,
-        plan.dp,
+        plan_line(plan.tp, plan.dp, plan.pp, &replica_range(fewest, most)),
         gib(m.total),
         gib(hbm_bytes),
         gib(m.weights),

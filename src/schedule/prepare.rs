@@ -3,6 +3,7 @@
 
 use super::{SchedOp, ScheduleProblem};
 use crate::workload::CoreType;
+use fixedbitset::FixedBitSet;
 
 /// Resource indices: tensor cores, vector cores, the link.
 pub(crate) const RESOURCES: usize = 3;
@@ -25,27 +26,6 @@ pub(crate) struct Mode {
     pub parallel: bool,
 }
 
-/// Reachability set over operator indices.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct BitSet(Vec<u64>);
-
-impl BitSet {
-    fn new(len: usize) -> Self {
-        BitSet(vec![0; len.div_ceil(64)])
-    }
-    pub fn contains(&self, i: usize) -> bool {
-        self.0[i / 64] >> (i % 64) & 1 == 1
-    }
-    fn insert(&mut self, i: usize) {
-        self.0[i / 64] |= 1 << (i % 64);
-    }
-    fn union_with(&mut self, other: &BitSet) {
-        for (a, b) in self.0.iter_mut().zip(&other.0) {
-            *a |= b;
-        }
-    }
-}
-
 /// A validated problem with everything the bounds, heuristic and ILP need.
 pub(crate) struct Prepared<'a> {
     pub problem: &'a ScheduleProblem,
@@ -56,7 +36,7 @@ pub(crate) struct Prepared<'a> {
     pub preds: Vec<Vec<usize>>,
     pub succs: Vec<Vec<usize>>,
     /// Operators reachable from each operator (its strict descendants).
-    pub descendants: Vec<BitSet>,
+    pub descendants: Vec<FixedBitSet>,
     pub min_duration_s: Vec<f64>,
     /// Longest path (shortest modes) that must finish before the operator can start.
     pub head_s: Vec<f64>,
@@ -88,7 +68,7 @@ impl<'a> Prepared<'a> {
         }
 
         // Indices are a topological order, so one reverse sweep closes reachability.
-        let mut descendants = vec![BitSet::new(n); n];
+        let mut descendants = vec![FixedBitSet::with_capacity(n); n];
         for i in (0..n).rev() {
             for &j in &succs[i] {
                 let below = descendants[j].clone();

@@ -11,6 +11,7 @@ use crate::cost::CostModel;
 use crate::error::{parse_toml, read_input, InputError};
 use crate::output::{write_atomic, DirLock};
 use crate::placement::{Fixed, RecomputeMode};
+use crate::report;
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
@@ -82,6 +83,9 @@ pub struct CompareRow {
     pub tp: Option<u32>,
     pub pp: Option<u32>,
     pub dp: Option<u32>,
+    /// The fewest and most replicas of a stage; for the Markdown table only (not a CSV column).
+    #[serde(skip)]
+    pub replicas: Option<(u32, u32)>,
     pub micro_batch: Option<u32>,
     pub recompute: Option<String>,
     pub time_per_batch_s: Option<f64>,
@@ -118,6 +122,7 @@ impl CompareRow {
             tp: None,
             pp: None,
             dp: None,
+            replicas: None,
             micro_batch: None,
             recompute: None,
             time_per_batch_s: None,
@@ -135,6 +140,7 @@ impl CompareRow {
                 self.tp = Some(e.plan.tp);
                 self.pp = Some(e.plan.pp);
                 self.dp = Some(e.plan.dp);
+                self.replicas = Some(e.plan.replica_range());
                 self.micro_batch = Some(e.plan.micro_batch);
                 self.recompute = Some(super::recompute_name(e.recompute).to_string());
                 self.time_per_batch_s = Some(e.plan.time_per_batch_s);
@@ -379,22 +385,30 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
+/// A row's plan in one line (`-` without one).
+fn plan_cell(r: &CompareRow) -> String {
+    match (r.tp, r.dp, r.pp, r.replicas) {
+        (Some(tp), Some(pipelines), Some(stages), Some((fewest, most))) => {
+            report::plan_line(tp, pipelines, stages, &report::replica_range(fewest, most))
+        }
+        _ => "-".to_string(),
+    }
+}
+
 /// One workload's rows as a Markdown table (also what the CLI prints).
 pub fn markdown_table(rows: &[CompareRow]) -> String {
     let mut s = String::from(
-        "| row | chip | mm² | HBM GiB | t/p/d | b | recompute | s/batch | samples/s | MFU | J/sample | speed-up | note |\n\
+        "| row | chip | mm² | HBM GiB | plan | b | recompute | s/batch | samples/s | MFU | J/sample | speed-up | note |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {:.1} | {:.0} | {}/{}/{} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             cell(&r.row),
             cell(&r.chip),
             r.area_mm2,
-            r.hbm_bytes as f64 / (1u64 << 30) as f64,
-            opt(r.tp),
-            opt(r.pp),
-            opt(r.dp),
+            report::gib(r.hbm_bytes),
+            plan_cell(r),
             opt(r.micro_batch),
             r.recompute.as_deref().unwrap_or("-"),
             r.time_per_batch_s.map_or("-".into(), |v| format!("{v:.4}")),
@@ -446,6 +460,7 @@ pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepErro
 
 fn render_bars(groups: &[(&str, Vec<CompareRow>)], svg: &mut String) -> Result<(), String> {
     use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
     let fail = |e: String| e;
     let kinds: Vec<String> = groups
         .first()
@@ -481,6 +496,7 @@ fn render_bars(groups: &[(&str, Vec<CompareRow>)], svg: &mut String) -> Result<(
                 String::new()
             }
         })
+        .y_label_formatter(&|v| format!("{}×", report::tick(*v)))
         .y_desc("speed-up (×)")
         .draw()
         .map_err(|e| fail(e.to_string()))?;
@@ -495,18 +511,37 @@ fn render_bars(groups: &[(&str, Vec<CompareRow>)], svg: &mut String) -> Result<(
     let width = 0.8 / kinds.len().max(1) as f64;
     for (k, kind) in kinds.iter().enumerate() {
         let colour = PALETTE[k % PALETTE.len()];
-        let bars: Vec<Rectangle<(f64, f64)>> = groups
+        let x0 = |g: usize| g as f64 + 0.1 + k as f64 * width;
+        let speedups: Vec<Option<f64>> = groups
+            .iter()
+            .map(|(_, rows)| rows.iter().find(|r| &r.row == kind).and_then(|r| r.speedup))
+            .collect();
+        let bars: Vec<Rectangle<(f64, f64)>> = speedups
             .iter()
             .enumerate()
-            .filter_map(|(g, (_, rows))| {
-                let speedup = rows.iter().find(|r| &r.row == kind)?.speedup?;
-                let x0 = g as f64 + 0.1 + k as f64 * width;
+            .filter_map(|(g, speedup)| {
                 Some(Rectangle::new(
-                    [(x0, 0.0), (x0 + width * 0.9, speedup)],
+                    [(x0(g), 0.0), (x0(g) + width * 0.9, (*speedup)?)],
                     colour.filled(),
                 ))
             })
             .collect();
+        // A row without a plan (infeasible, or no fixed plan for the model) says so.
+        let missing = speedups
+            .iter()
+            .enumerate()
+            .filter(|(_, speedup)| speedup.is_none())
+            .map(|(g, _)| {
+                Text::new(
+                    "n/a",
+                    (x0(g) + width * 0.45, top * 0.01),
+                    TextStyle::from(("sans-serif", 11).into_font())
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                )
+            });
+        chart
+            .draw_series(missing)
+            .map_err(|e| fail(e.to_string()))?;
         chart
             .draw_series(bars)
             .map_err(|e| fail(e.to_string()))?

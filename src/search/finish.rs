@@ -8,8 +8,10 @@ use super::{
     evaluate, DesignRow, Evaluation, Objective, PlanOptions, Status, Sweep, SweepError, SweepRecord,
 };
 use crate::output::{write_atomic, DirLock};
+use crate::report;
 use crate::schedule::ScheduleCache;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -243,8 +245,9 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(255, 112, 67),
 ];
 
-/// Throughput against area: every evaluated point faint, each workload's front as a line;
-/// throughput on a log scale so workloads of different sizes share the chart.
+/// Throughput against area: every evaluated point faint, each workload's front as a staircase
+/// (the best throughput any area up to `x` buys); throughput on a log scale so workloads of
+/// different sizes share the chart. The legend stands right of the plot.
 fn render_pareto(
     fronts: &[(String, Vec<DesignRow>, Vec<DesignRow>)],
     path: &Path,
@@ -258,11 +261,14 @@ fn render_pareto(
         .collect();
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (1000, 700)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (1200, 700)).into_drawing_area();
         draw_pareto(&root, fronts, &points).map_err(fail)?;
     }
     write_atomic(path, svg.as_bytes()).map_err(|e| io_error(path, e))
 }
+
+/// Grey of the points off every front.
+const ALL_POINTS: RGBColor = RGBColor(170, 170, 170);
 
 fn draw_pareto(
     root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
@@ -273,12 +279,13 @@ fn draw_pareto(
     if points.is_empty() {
         root.draw(&Text::new(
             "no feasible design point",
-            (400, 340),
+            (500, 340),
             ("sans-serif", 20),
         ))
         .map_err(|e| e.to_string())?;
         return root.present().map_err(|e| e.to_string());
     }
+    let (plot_area, legend_area) = root.split_horizontally(960);
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in points {
         x0 = x0.min(x);
@@ -294,7 +301,9 @@ fn draw_pareto(
         }
     };
     let px = pad(x0, x1);
-    let mut chart = ChartBuilder::on(root)
+    let (x_lo, x_hi) = ((x0 - px).max(0.0), x1 + px);
+    let (y_lo, y_hi) = (y0 / 1.2, y1 * 1.2);
+    let mut chart = ChartBuilder::on(&plot_area)
         .caption(
             "throughput against area (Pareto fronts highlighted)",
             ("sans-serif", 20),
@@ -302,45 +311,97 @@ fn draw_pareto(
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(80)
-        .build_cartesian_2d(
-            (x0 - px).max(0.0)..x1 + px,
-            (y0 / 1.2..y1 * 1.2).log_scale(),
-        )
+        .build_cartesian_2d(x_lo..x_hi, (y_lo..y_hi).log_scale())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .y_label_formatter(&|_| String::new())
+        .x_label_formatter(&|x| report::tick(*x))
         .x_desc("area (mm²)")
         .y_desc("samples/s (log scale)")
         .draw()
         .map_err(|e| e.to_string())?;
+    // The log axis's ticks and grid: several round values, not only the powers of ten.
+    let label_font =
+        TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    for tick in report::log_ticks(y_lo, y_hi) {
+        chart
+            .draw_series(LineSeries::new(
+                [(x_lo, tick), (x_hi, tick)],
+                RGBColor(215, 215, 215),
+            ))
+            .map_err(|e| e.to_string())?;
+        let (x, y) = chart.backend_coord(&(x_lo, tick));
+        plot_area
+            .draw(&PathElement::new([(x - 5, y), (x, y)], BLACK))
+            .map_err(|e| e.to_string())?;
+        plot_area
+            .draw(&Text::new(
+                report::tick(tick),
+                (x - 8, y),
+                label_font.clone(),
+            ))
+            .map_err(|e| e.to_string())?;
+    }
     chart
         .draw_series(
             points
                 .iter()
-                .map(|&p| Circle::new(p, 2, RGBColor(170, 170, 170).filled())),
+                .map(|&p| Circle::new(p, 2, ALL_POINTS.filled())),
         )
         .map_err(|e| e.to_string())?;
+    let mut legend: Vec<(String, RGBColor)> = Vec::new();
     for (i, (name, _, front)) in fronts.iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
-        let line: Vec<(f64, f64)> = front
+        let mut corners: Vec<(f64, f64)> = front
             .iter()
             .filter_map(|r| Some((r.area_mm2, r.throughput_samples_per_s?)))
             .collect();
+        corners.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        // Each corner's throughput holds until the next corner's area.
+        let mut steps = Vec::with_capacity(2 * corners.len());
+        for (j, &(x, y)) in corners.iter().enumerate() {
+            if j > 0 {
+                steps.push((x, corners[j - 1].1));
+            }
+            steps.push((x, y));
+        }
         chart
-            .draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            .draw_series(LineSeries::new(steps, colour.stroke_width(2)))
+            .map_err(|e| e.to_string())?;
         chart
-            .draw_series(line.into_iter().map(|p| Circle::new(p, 4, colour.filled())))
+            .draw_series(
+                corners
+                    .into_iter()
+                    .map(|p| Circle::new(p, 4, colour.filled())),
+            )
+            .map_err(|e| e.to_string())?;
+        legend.push((format!("{name} (front)"), colour));
+    }
+    legend.push(("all evaluated points".to_string(), ALL_POINTS));
+    let font =
+        TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, (label, colour)) in legend.iter().enumerate() {
+        let y = 80 + 26 * i as i32;
+        let last = i + 1 == legend.len();
+        if !last {
+            legend_area
+                .draw(&PathElement::new([(5, y), (35, y)], colour.stroke_width(2)))
+                .map_err(|e| e.to_string())?;
+        }
+        legend_area
+            .draw(&Circle::new(
+                (20, y),
+                if last { 2 } else { 4 },
+                colour.filled(),
+            ))
+            .map_err(|e| e.to_string())?;
+        legend_area
+            .draw(&Text::new(label.clone(), (45, y), font.clone()))
             .map_err(|e| e.to_string())?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }
 

@@ -4,6 +4,22 @@
 //! [`evaluate`] takes one chip and searches micro-batch, recompute and the parallel plan;
 //! [`layer_costs`] is its first half (per-layer schedules at one tensor width), shared by
 //! `tandem schedule`.
+//!
+//! Files:
+//! - `evaluate.rs`: a workload on one chip → per-t layer costs (`layer_costs`, schedules
+//!   memoised in a `ScheduleCache`) → the best plan over micro-batch × recompute × t × p × d
+//!   (candidates pruned by the best so far), and its energy per sample (layers per
+//!   micro-batch; optimizer steps and gradient synchronisation per iteration).
+//! - `row.rs`: `DesignRow`, the CSV row of docs/design.md §9.
+//! - `sweep.rs`: `Sweep` (from a `SweepRecord` = `run.toml`), point ids, exact evaluation of
+//!   the undominated points in parallel batches streamed to `points.csv`, resume, `Shard`.
+//! - `screen.rs`: pass 1 — the work bound of every point (`LayerWork`), then a branch and bound
+//!   in order of falling bound that prices points with `throughput_bound` (schedule lower
+//!   bounds) and list-schedule plans only while they might beat the per-workload staircase of
+//!   achievable throughput at their area.
+//! - `finish.rs`: `pareto.csv`, `best.json`, `pareto.svg` from `points.csv` alone, and `merge`.
+//! - `compare.rs`: the baseline / decoupled / co-design table (`Comparison`, `BaselinePlans`
+//!   from `workloads/plans/phaze.toml`) and its CSV, Markdown and SVG.
 
 mod compare;
 mod evaluate;

@@ -3,6 +3,14 @@
 //! A workload is either a transformer template (`.toml`, see [`Template`]) expanded into
 //! Megatron-sliced layer graphs, or a user-given operator DAG (`.json`, see [`Dag`]). The file
 //! formats and formulas are documented in `docs/workloads.md`.
+//!
+//! Besides the forward graphs: tensor-parallel slicing; backward graphs (with Megatron-LM's
+//! layout copies — context transpose, QKV-gradient concatenation — and the loss over fp32
+//! logits after a cast up, whose backward casts the gradient down); the optimizer step's kernels
+//! (`optimizer_step_ops`: in mixed precision gradients cast up, the loss scale taken off them
+//! and their norm for clipping where the recipe says so, Adam, weights cast down); the gradient
+//! accumulation kernel (`grad_accumulation_op`, unless the workload fuses it into the GEMMs).
+//! `graph.rs` holds the `OpGraph` / `LayerGraph` types all later stages consume.
 
 mod dag;
 mod graph;
