@@ -1029,3 +1029,32 @@ fn pruned_search_equals_the_unpruned_programme_on_large_chains() {
     }
     assert!(coverage.iter().all(|&c| c >= 3), "coverage {coverage:?}");
 }
+
+/// Two GPipe instances the pruned programme once got wrong, kept as fixtures (found by random
+/// search against brute force): in `gpipe-hidden-candidate.json` pruning on the forward plus
+/// backward rate dropped a cell's best while a candidate it hid (larger rate, smaller backward
+/// rate) was the optimum; in `gpipe-idle-group-counts.json` (devices may idle, so pipelines of
+/// different group counts have different slots) one backward-rate bound for all group counts
+/// cut off the optimum. The search, the unpruned programme and brute force agree on both.
+#[test]
+fn gpipe_regressions_equal_brute_force() {
+    for (file, stages) in [
+        ("tests/data/gpipe-hidden-candidate.json", 4),
+        ("tests/data/gpipe-idle-group-counts.json", 4),
+    ] {
+        let problem = load_costs_file(Path::new(file)).expect("fixture");
+        assert_eq!(problem.schedule, PipelineSchedule::GPipe);
+        let brute = brute_force(&problem).expect("a plan");
+        for plan in [place(&problem), place_exhaustive(&problem)] {
+            let plan = plan.expect("a plan");
+            assert!(
+                (plan.time_per_batch_s - brute.time_per_batch_s).abs()
+                    <= 1e-9 * brute.time_per_batch_s,
+                "{file}: {} vs brute force {}",
+                plan.time_per_batch_s,
+                brute.time_per_batch_s
+            );
+            assert_eq!((plan.tp, plan.pp), (2, stages), "{file}");
+        }
+    }
+}

@@ -23,7 +23,7 @@ use super::model::{
 };
 use super::{Alternative, Infeasible, PipelineSchedule, PlacementProblem, Plan};
 use fixedbitset::FixedBitSet;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Downsets beyond this many make the table too large; such graphs are reported infeasible.
 pub(crate) const MAX_DOWNSETS: usize = 4096;
@@ -703,9 +703,13 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                                 }
                                 let rate_s = r.rate_s.max(rest.rate_s);
                                 let backward_rate_s = r.backward_rate_s.max(rest.backward_rate_s);
-                                // Pruning on the rates (and the tail every plan has) alone keeps
-                                // the cells' order: what a cell's best lacks, so do the others.
-                                if slots * (rate_s + backward_rate_s) + tail_floor_s >= prune_s {
+                                // Pruning on the rate (and the tail every plan has) alone, the
+                                // first key of the cells' order, keeps that order: a candidate
+                                // a cell's best hid has no smaller rate, so it is pruned with it.
+                                // GPipe's backward rate is left out: the best could be pruned on
+                                // it while a hidden candidate with a larger rate and a smaller
+                                // backward rate is not, and the cell would lose that plan.
+                                if slots * rate_s + tail_floor_s >= prune_s {
                                     return;
                                 }
                                 if !ctx.fits_state(r.state_bytes, sm, k, groups) {
@@ -792,10 +796,10 @@ fn search_widths<'a>(
     let tail_floor_s = an.largest_layer_optimizer_s / ctx.zero1_shards(ctx.units) as f64;
     let mut gamma = f64::INFINITY;
     loop {
-        // The smallest `slots · rate + tail` under `gamma` (GPipe leaves out its backward rate
-        // there; for 1F1B it is the time itself), and that plan's backward rate.
-        let mut best_partial_s = f64::INFINITY;
-        let mut argmin_backward_rate_s = None;
+        // Per pipeline group count (its slots differ when devices may idle): the smallest
+        // `slots · rate + tail` under `gamma` (GPipe leaves out its backward rate there; for
+        // 1F1B it is the time itself), and that plan's backward rate.
+        let mut best_partial: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
         let mut beta = f64::INFINITY;
         loop {
             let prune_s = if pruning { *best_s } else { f64::INFINITY };
@@ -824,30 +828,39 @@ fn search_widths<'a>(
                     });
                 }
                 let partial_s = slots * v.rate_s + v.tail_s;
-                if partial_s < best_partial_s {
-                    best_partial_s = partial_s;
-                    argmin_backward_rate_s = Some(v.backward_rate_s);
+                let entry = best_partial.entry(k).or_insert((f64::INFINITY, 0.0));
+                if partial_s < entry.0 {
+                    *entry = (partial_s, v.backward_rate_s);
                 }
             }
             // A plan beating the best must have a smaller tail than every cell that could
-            // still win on its rate alone: tighten the bound to the largest such tail.
-            let threshold_s = best_s.min(best_partial_s);
+            // still win on its rate alone (against the best, or its group count's smallest
+            // rest): tighten the bound to the largest such tail.
             let next_beta = cells
                 .iter()
-                .map(|&(l, k)| (ctx.slots(k), value_at(&shape, tables, l, an.empty(), k)))
-                .filter(|(slots, v)| v.is_set() && slots * v.rate_s + tail_floor_s < threshold_s)
-                .map(|(_, v)| v.tail_s)
+                .map(|&(l, k)| (k, ctx.slots(k), value_at(&shape, tables, l, an.empty(), k)))
+                .filter(|(k, slots, v)| {
+                    let partial_s = best_partial.get(k).map_or(f64::INFINITY, |p| p.0);
+                    v.is_set() && slots * v.rate_s + tail_floor_s < best_s.min(partial_s)
+                })
+                .map(|(_, _, v)| v.tail_s)
                 .fold(f64::NEG_INFINITY, f64::max);
             if next_beta <= 0.0 {
                 break;
             }
             beta = next_beta;
         }
-        // GPipe: a plan beating the best with a larger rate must have a smaller backward rate
-        // than the plan that minimised the rest.
-        match argmin_backward_rate_s {
-            Some(backward_rate_s) if gpipe && backward_rate_s > 0.0 => gamma = backward_rate_s,
-            _ => break,
+        // GPipe: a plan of `k` groups beating the best must have a smaller backward rate than
+        // the plan of `k` groups that minimised the rest (the same slots multiply both), so
+        // every plan that can still win has a backward rate below the largest of those.
+        let next_gamma = best_partial
+            .values()
+            .map(|&(_, backward_rate_s)| backward_rate_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        if gpipe && next_gamma > 0.0 && next_gamma < gamma {
+            gamma = next_gamma;
+        } else {
+            break;
         }
     }
 }
