@@ -390,14 +390,10 @@ fn shards_merged_equal_one_run() {
 /// refuses to start before every block is screened.
 #[test]
 fn split_screen_shards_merged_equal_one_run() {
-    let dir = scratch("split");
-    let space = small_space(&dir, "space", (1, 10), (3, 7), (0, 7));
-    let rec = record(
-        vec![tiny_workload(&dir)],
-        space,
-        Objective::Throughput,
-        true,
-    );
+    let scratch_dir = scratch("split");
+    let dir = scratch_dir.path();
+    let space = small_space(dir, "space", (1, 10), (3, 7), (0, 7));
+    let rec = record(vec![tiny_workload(dir)], space, Objective::Throughput, true);
     let sweep = Sweep::from_record(&rec).expect("valid sweep");
     let blocks = tandem::search::screen_blocks(sweep.space.len());
     assert!(
@@ -467,7 +463,8 @@ fn split_screen_shards_merged_equal_one_run() {
 /// finishing is reported stopped (exit 1); done and not-started directories are normal.
 #[test]
 fn status_reports_done_running_and_stopped_runs() {
-    let dir = scratch("status");
+    let scratch_dir = scratch("status");
+    let dir = scratch_dir.path();
     let write = |name: &str, state: &str, pid: u32| {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).expect("dir");
