@@ -47,6 +47,10 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
+# A test cluster: pending jobs (dependencies met, requeued tasks) start within seconds rather
+# than at the default minute-long scheduling passes and two-minute requeue hold.
+SchedulerParameters=sched_interval=2,bf_interval=2
+AuthInfo=cred_expire=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 MpiDefault=none
