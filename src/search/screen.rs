@@ -74,6 +74,16 @@ pub(super) struct ScreenStats {
     pub achievable_found: u64,
 }
 
+impl ScreenStats {
+    /// Adds another block's times and counts.
+    pub(super) fn add(&mut self, other: &ScreenStats) {
+        self.work_bound_time_s += other.work_bound_time_s;
+        self.plan_bound_time_s += other.plan_bound_time_s;
+        self.plan_bounded += other.plan_bounded;
+        self.achievable_found += other.achievable_found;
+    }
+}
+
 /// Pass 1 over the whole space, indexed for "the best achievable at no larger area".
 #[derive(Debug, Default)]
 pub(super) struct Screen {
@@ -476,10 +486,7 @@ impl Screen {
         ];
         let mut stats = ScreenStats::default();
         for block in blocks {
-            stats.work_bound_time_s += block.stats.work_bound_time_s;
-            stats.plan_bound_time_s += block.stats.plan_bound_time_s;
-            stats.plan_bounded += block.stats.plan_bounded;
-            stats.achievable_found += block.stats.achievable_found;
+            stats.add(&block.stats);
             for (id, p) in block.points {
                 points[id as usize] = p;
             }

@@ -1245,11 +1245,9 @@ fn screen_phase(
         status.progress(done);
     })?;
     let mut rows = Vec::new();
+    let mut screen_stats = super::screen::ScreenStats::default();
     for one in screened {
-        stats.work_bound_time_s += one.stats.work_bound_time_s;
-        stats.plan_bound_time_s += one.stats.plan_bound_time_s;
-        stats.plan_bounded += one.stats.plan_bounded;
-        stats.achievable_found += one.stats.achievable_found;
+        screen_stats.add(&one.stats);
         rows.extend(one.points.into_iter().map(|(point, p)| ScreenRow {
             point,
             area_mm2: p.area_mm2,
@@ -1258,6 +1256,10 @@ fn screen_phase(
         }));
     }
     rows.sort_by_key(|r| r.point);
+    stats.work_bound_time_s = screen_stats.work_bound_time_s;
+    stats.plan_bound_time_s = screen_stats.plan_bound_time_s;
+    stats.plan_bounded = screen_stats.plan_bounded;
+    stats.achievable_found = screen_stats.achievable_found;
     let mut writer = csv::Writer::from_writer(Vec::new());
     for row in &rows {
         writer.serialize(row).map_err(|e| io_error(&path, e))?;
