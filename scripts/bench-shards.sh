@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The scale-out benchmark of BENCHMARKS.md ("Sweeps"): the full GPT-3 175B PHAZE-space sweep
-# as one run, then as N shards (screen passes, then exact passes) run one after another on
-# this machine, then merged; prints each run's wall time, CPU time and peak resident memory,
+# as one run, then split — the seed step, N shards' screen passes, then their exact passes —
+# run one after another on this machine, then merged; prints each run's wall time, CPU time and peak resident memory,
 # and checks that the merged files equal the single run's.
 #   bash scripts/bench-shards.sh [N=8] [OUT=/tmp/tandem-bench-shards]
 set -euo pipefail
@@ -27,9 +27,10 @@ screens=()
 for i in $(seq 0 $((n - 1))); do
   screens+=("$out/shard-$i")
 done
+timed "seed" "$tandem" search "${args[@]}" --phase seed --out "$out/seed"
 for i in $(seq 0 $((n - 1))); do
   timed "shard $i/$n screen" "$tandem" search "${args[@]}" --shard "$i/$n" --phase screen \
-    --out "$out/shard-$i"
+    --seed "$out/seed" --out "$out/shard-$i"
 done
 for i in $(seq 0 $((n - 1))); do
   timed "shard $i/$n exact" "$tandem" search "${args[@]}" --shard "$i/$n" --phase exact \

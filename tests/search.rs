@@ -413,7 +413,7 @@ fn split_screen_shards_merged_equal_one_run() {
                 index: i as u32,
                 count: 3,
             },
-            resume: phase != Phase::Screen,
+            resume: !matches!(phase, Phase::Screen { .. }),
             progress: false,
             phase,
         };
@@ -422,8 +422,19 @@ fn split_screen_shards_merged_equal_one_run() {
     let exact = || Phase::Exact {
         screens: shards.clone(),
     };
+    // A seed step screens block 0 once; shard 2 screens it itself (no seed given): the same.
+    let seed = dir.join("seed");
+    let seeding = RunOptions {
+        out_dir: seed.clone(),
+        shard: Shard::WHOLE,
+        resume: false,
+        progress: false,
+        phase: Phase::Seed,
+    };
+    run_sweep(&sweep, &rec, &seeding).expect("seed step");
     for i in 0..3 {
-        let screened = run(i, Phase::Screen).expect("screen pass");
+        let seed = (i < 2).then(|| seed.clone());
+        let screened = run(i, Phase::Screen { seed }).expect("screen pass");
         assert_eq!(screened.evaluated, 0);
     }
     // Shard 1's screen lost: the exact pass names it.

@@ -3,8 +3,8 @@
 # slurm-wlm and munge when missing):
 #   TANDEM=target/release/tandem bash deploy/slurm/test-local.sh
 # Brings the cluster up (local-cluster.sh), runs a small sweep locally, submits the same
-# sweep as 3 shards (submit.sh: screen array, exact array, merge), waits, and compares the
-# merged files with the local run byte for byte. Then it cuts shard 1's points.csv in half
+# sweep as 3 shards (submit.sh: seed job, screen array, exact array, merge), waits, and
+# compares the merged files with the local run byte for byte. Then it cuts shard 1's points.csv in half
 # (as a killed task leaves it), requeues its finished exact task and the merge with
 # `scontrol requeue`, and checks that the resumed shard gives the same bytes again. Stops
 # everything it started.
@@ -76,9 +76,9 @@ same_files() {
   done
 }
 
-read -r screen exact merge < <(bash "$here/submit.sh" 3 "$work/run" -- "${args[@]}")
-echo "submitted: screen $screen, exact $exact, merge $merge"
-wait_for "$screen" "$exact" "$merge"
+read -r seed screen exact merge < <(bash "$here/submit.sh" 3 "$work/run" -- "${args[@]}")
+echo "submitted: seed $seed, screen $screen, exact $exact, merge $merge"
+wait_for "$seed" "$screen" "$exact" "$merge"
 same_files "after the job arrays"
 "$tandem" status "$work"/run/shard-*
 

@@ -41,11 +41,16 @@ pub struct Args {
     /// Continue an interrupted sweep in OUT (same inputs), skipping finished points.
     #[arg(long)]
     resume: bool,
-    /// Run one pass of a sweep split over machines: `screen` bounds this shard's blocks of the
-    /// space into OUT/screen.csv; `exact` then evaluates this shard's points against the
-    /// screens of every shard (`--screens`). Without it a shard screens the whole space.
-    #[arg(long, value_enum, requires = "shard")]
+    /// Run one pass of a sweep split over machines: `seed` screens block 0, which seeds every
+    /// other block, into OUT/seed.csv (once, before the shards); `screen` bounds this shard's
+    /// blocks of the space into OUT/screen.csv (from `--seed`'s seed where given); `exact`
+    /// then evaluates this shard's points against the screens of every shard (`--screens`).
+    /// Without it a shard screens the whole space.
+    #[arg(long, value_enum)]
     phase: Option<PhaseArg>,
+    /// With `--phase screen`: the directory of the `--phase seed` run (its seed.csv).
+    #[arg(long, value_name = "DIR")]
+    seed: Option<PathBuf>,
     /// With `--phase exact`: every shard's output directory (their screen.csv files).
     #[arg(long, num_args = 1.., value_name = "DIR")]
     screens: Vec<PathBuf>,
@@ -64,6 +69,7 @@ pub struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum PhaseArg {
+    Seed,
     Screen,
     Exact,
 }
@@ -115,9 +121,18 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!(", shard {}/{}", shard.index, shard.count)
         }
     );
+    if matches!(args.phase, Some(PhaseArg::Screen | PhaseArg::Exact)) && args.shard.is_none() {
+        anyhow::bail!("--phase screen and --phase exact run one shard: give --shard i/n");
+    }
+    if args.seed.is_some() && args.phase != Some(PhaseArg::Screen) {
+        anyhow::bail!("--seed: only with --phase screen");
+    }
     let phase = match (args.phase, args.screens.is_empty()) {
         (None, true) => Phase::Whole,
-        (Some(PhaseArg::Screen), true) => Phase::Screen,
+        (Some(PhaseArg::Seed), true) => Phase::Seed,
+        (Some(PhaseArg::Screen), true) => Phase::Screen {
+            seed: args.seed.clone(),
+        },
         (Some(PhaseArg::Exact), false) => Phase::Exact {
             screens: args.screens.clone(),
         },
@@ -134,7 +149,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         phase,
     };
     let stats = run_sweep(&sweep, &record, &options)?;
-    if options.phase == Phase::Screen {
+    if matches!(options.phase, Phase::Seed | Phase::Screen { .. }) {
         eprintln!(
             "screened {} configurations{} in {:.1} s (work bounds {:.1} s; plan bounds and \
              list-schedule plans {:.1} s for {} points, {} raising a staircase); wrote {}",
@@ -149,7 +164,13 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             stats.plan_bound_time_s,
             stats.plan_bounded,
             stats.achievable_found,
-            args.out.join(tandem::search::SCREEN_CSV).display()
+            args.out
+                .join(if options.phase == Phase::Seed {
+                    tandem::search::SEED_CSV
+                } else {
+                    tandem::search::SCREEN_CSV
+                })
+                .display()
         );
         return Ok(ExitCode::SUCCESS);
     }

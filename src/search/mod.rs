@@ -44,5 +44,5 @@ pub use screen::screen_blocks;
 pub use status::{host_name, read_status, DirStatus, RunState, SweepStatus, STATUS_JSON};
 pub use sweep::{
     first_repeated, read_points, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepError,
-    SweepRecord, SweepStats, POINTS_CSV, RUN_TOML, SCREEN_CSV, SHARD_TOML,
+    SweepRecord, SweepStats, POINTS_CSV, RUN_TOML, SCREEN_CSV, SEED_CSV, SHARD_TOML,
 };

@@ -301,16 +301,17 @@ impl Sweep {
             return Ok(Screen::default());
         }
         let blocks: Vec<usize> = (0..screen_blocks(self.space.len())).collect();
-        let screened = self.screen_of_blocks(&blocks, progress, |_| {})?;
+        let screened = self.screen_of_blocks(&blocks, None, progress, |_| {})?;
         Ok(Screen::join(self, screened))
     }
 
-    /// The screens of `blocks` (block 0 first, whether asked for or not: it seeds the others'
-    /// staircases), one after another, each block's points in parallel; `done(configs)` after
-    /// each block. Returns the screens of `blocks` only.
+    /// The screens of `blocks` (block 0 first, whether asked for or not, unless `seed_block`
+    /// gives it: it seeds the others' staircases), one after another, each block's points in
+    /// parallel; `done(configs)` after each block. Returns the screens of `blocks` only.
     pub(super) fn screen_of_blocks(
         &self,
         blocks: &[usize],
+        seed_block: Option<BlockScreen>,
         progress: bool,
         mut done: impl FnMut(u64),
     ) -> Result<Vec<BlockScreen>, SweepError> {
@@ -318,8 +319,10 @@ impl Sweep {
         let configs_of = |b: usize| (b..self.space.len()).step_by(count).count() as u64;
         let total: u64 = blocks.iter().map(|&b| configs_of(b)).sum();
         let bar = progress_bar(progress, total, "screening", "configurations");
-        let empty: Vec<Staircase> = vec![Staircase::default(); self.workloads.len()];
-        let seed_block = self.screen_block(0, count, &empty)?;
+        let seed_block = match seed_block {
+            Some(block) => block,
+            None => self.seed_block()?,
+        };
         let seed = self.staircases(&seed_block);
         let mut screened = Vec::with_capacity(blocks.len());
         let mut finished = 0;
@@ -338,6 +341,12 @@ impl Sweep {
         }
         bar.finish_and_clear();
         Ok(screened)
+    }
+
+    /// The screen of block 0 from empty staircases: the seed of every other block.
+    pub(super) fn seed_block(&self) -> Result<BlockScreen, SweepError> {
+        let empty: Vec<Staircase> = vec![Staircase::default(); self.workloads.len()];
+        self.screen_block(0, screen_blocks(self.space.len()), &empty)
     }
 
     /// Per workload, the staircase of a block's achievable throughputs.

@@ -938,8 +938,12 @@ struct ExactPoint {
 pub enum Phase {
     /// Both passes: the screen of the whole space, then this shard's exact points.
     Whole,
-    /// The screen of this shard's blocks only, written to `screen.csv`.
-    Screen,
+    /// The screen of block 0, which seeds every other block's, written to `seed.csv`: run
+    /// once before the shards' screen passes so that they need not each screen it.
+    Seed,
+    /// The screen of this shard's blocks only, written to `screen.csv`, seeded from the
+    /// `seed.csv` in `seed` where given (else block 0 is screened here).
+    Screen { seed: Option<PathBuf> },
     /// This shard's exact points, pruned by the joined screens of these shard directories
     /// (every block screened once).
     Exact { screens: Vec<PathBuf> },
@@ -949,7 +953,8 @@ impl Phase {
     fn name(&self) -> &'static str {
         match self {
             Phase::Whole => "screen+exact",
-            Phase::Screen => "screen",
+            Phase::Seed => "seed",
+            Phase::Screen { .. } => "screen",
             Phase::Exact { .. } => "exact",
         }
     }
@@ -1095,8 +1100,10 @@ fn run_locked(
         BTreeSet::new()
     };
 
-    if options.phase == Phase::Screen {
-        return screen_phase(sweep, options, status);
+    match &options.phase {
+        Phase::Seed => return seed_phase(sweep, options),
+        Phase::Screen { seed } => return screen_phase(sweep, &record_text, seed, options, status),
+        Phase::Whole | Phase::Exact { .. } => {}
     }
     let owned: Vec<usize> = (0..sweep.space.len())
         .filter(|&c| options.shard.owns(c))
@@ -1208,6 +1215,8 @@ fn shard_blocks(sweep: &Sweep, shard: Shard) -> Vec<usize> {
 /// a run finding it already there has nothing to do).
 fn screen_phase(
     sweep: &Sweep,
+    record_text: &str,
+    seed: &Option<PathBuf>,
     options: &RunOptions,
     status: &mut Option<StatusFile>,
 ) -> Result<SweepStats, SweepError> {
@@ -1241,37 +1250,144 @@ fn screen_phase(
         0,
     ));
     let started = Instant::now();
-    let screened = sweep.screen_of_blocks(&blocks, options.progress, |done| {
+    let seed_block = seed
+        .as_ref()
+        .map(|dir| read_seed(sweep, record_text, dir))
+        .transpose()?;
+    let screened = sweep.screen_of_blocks(&blocks, seed_block, options.progress, |done| {
         status.progress(done);
     })?;
     let mut rows = Vec::new();
     let mut screen_stats = super::screen::ScreenStats::default();
     for one in screened {
         screen_stats.add(&one.stats);
-        rows.extend(one.points.into_iter().map(|(point, p)| ScreenRow {
-            point,
-            area_mm2: p.area_mm2,
-            bound_samples_per_s: p.bound,
-            achievable_samples_per_s: p.achievable,
-        }));
+        rows.extend(screen_rows(one));
     }
-    rows.sort_by_key(|r| r.point);
     stats.work_bound_time_s = screen_stats.work_bound_time_s;
     stats.plan_bound_time_s = screen_stats.plan_bound_time_s;
     stats.plan_bounded = screen_stats.plan_bounded;
     stats.achievable_found = screen_stats.achievable_found;
-    let mut writer = csv::Writer::from_writer(Vec::new());
-    for row in &rows {
-        writer.serialize(row).map_err(|e| io_error(&path, e))?;
-    }
-    let bytes = writer
-        .into_inner()
-        .map_err(|e| io_error(&path, e.error()))?;
-    crate::output::write_atomic(&path, &bytes).map_err(|e| io_error(&path, e))?;
+    write_screen_rows(&path, rows)?;
     status.done();
     stats.screen_time_s = started.elapsed().as_secs_f64();
     stats.sweep_time_s = stats.screen_time_s;
     Ok(stats)
+}
+
+pub const SEED_CSV: &str = "seed.csv";
+
+/// Writes a screen's rows (by point id) as CSV to `path`, whole.
+fn write_screen_rows(path: &Path, mut rows: Vec<ScreenRow>) -> Result<(), SweepError> {
+    rows.sort_by_key(|r| r.point);
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    for row in &rows {
+        writer.serialize(row).map_err(|e| io_error(path, e))?;
+    }
+    let bytes = writer.into_inner().map_err(|e| io_error(path, e.error()))?;
+    crate::output::write_atomic(path, &bytes).map_err(|e| io_error(path, e))
+}
+
+fn screen_rows(block: super::screen::BlockScreen) -> impl Iterator<Item = ScreenRow> {
+    block.points.into_iter().map(|(point, p)| ScreenRow {
+        point,
+        area_mm2: p.area_mm2,
+        bound_samples_per_s: p.bound,
+        achievable_samples_per_s: p.achievable,
+    })
+}
+
+/// The seed step of a split sweep: block 0's screen into `seed.csv` (a run finding it there
+/// has nothing to do).
+fn seed_phase(sweep: &Sweep, options: &RunOptions) -> Result<SweepStats, SweepError> {
+    if !sweep.screens() {
+        return Err(SweepError::Input(
+            "--phase seed: this sweep does not prune, so it has no screen to seed".into(),
+        ));
+    }
+    let path = options.out_dir.join(SEED_CSV);
+    let mut stats = SweepStats::default();
+    if options.resume && path.exists() {
+        return Ok(stats);
+    }
+    let started = Instant::now();
+    let block = sweep.seed_block()?;
+    stats.work_bound_time_s = block.stats.work_bound_time_s;
+    stats.plan_bound_time_s = block.stats.plan_bound_time_s;
+    stats.plan_bounded = block.stats.plan_bounded;
+    stats.achievable_found = block.stats.achievable_found;
+    stats.configurations = (0..sweep.space.len())
+        .step_by(super::screen::screen_blocks(sweep.space.len()))
+        .count();
+    write_screen_rows(&path, screen_rows(block).collect())?;
+    stats.screen_time_s = started.elapsed().as_secs_f64();
+    stats.sweep_time_s = stats.screen_time_s;
+    Ok(stats)
+}
+
+/// Block 0's screen from a seed directory of this sweep.
+fn read_seed(
+    sweep: &Sweep,
+    record_text: &str,
+    dir: &Path,
+) -> Result<super::screen::BlockScreen, SweepError> {
+    let run_path = dir.join(RUN_TOML);
+    let text = std::fs::read_to_string(&run_path).map_err(|e| io_error(&run_path, e))?;
+    if text != record_text {
+        return Err(SweepError::Input(format!(
+            "{}: --seed: not the seed of this sweep (its run.toml differs)",
+            run_path.display()
+        )));
+    }
+    let path = dir.join(SEED_CSV);
+    let count = super::screen::screen_blocks(sweep.space.len());
+    read_block_rows(sweep, &path, &[0], count)
+}
+
+/// The rows of a `screen.csv` or `seed.csv` holding exactly the points of `blocks`.
+fn read_block_rows(
+    sweep: &Sweep,
+    path: &Path,
+    blocks: &[usize],
+    count: usize,
+) -> Result<super::screen::BlockScreen, SweepError> {
+    let mut reader = csv::Reader::from_path(path).map_err(|e| io_error(path, e))?;
+    let per = sweep.points_per_config();
+    let mut points = Vec::new();
+    for (i, row) in reader.deserialize::<ScreenRow>().enumerate() {
+        let row = row.map_err(|e| io_error(path, format!("row {}: {e}", i + 1)))?;
+        let config = (row.point / per) as usize;
+        if config >= sweep.space.len() || !blocks.contains(&(config % count)) {
+            return Err(io_error(
+                path,
+                format!("row {}: point {} is not in its blocks", i + 1, row.point),
+            ));
+        }
+        points.push((
+            row.point,
+            super::screen::Screened {
+                area_mm2: row.area_mm2,
+                bound: row.bound_samples_per_s,
+                achievable: row.achievable_samples_per_s,
+            },
+        ));
+    }
+    let expected: u64 = blocks
+        .iter()
+        .map(|&b| (b..sweep.space.len()).step_by(count).count() as u64 * per)
+        .sum();
+    if points.len() as u64 != expected {
+        return Err(io_error(
+            path,
+            format!(
+                "holds {} points of the {expected} its blocks have: rerun the pass that writes it",
+                points.len()
+            ),
+        ));
+    }
+    Ok(super::screen::BlockScreen {
+        points,
+        stats: super::screen::ScreenStats::default(),
+    })
 }
 
 /// The screen of the whole space from the `screen.csv` of shard directories `dirs`: each must
@@ -1319,48 +1435,7 @@ fn read_screens(sweep: &Sweep, record_text: &str, dirs: &[PathBuf]) -> Result<Sc
                 shard.count
             )));
         }
-        let mut reader = csv::Reader::from_path(&path).map_err(|e| io_error(&path, e))?;
-        let per = sweep.points_per_config();
-        let mut points = Vec::new();
-        for (i, row) in reader.deserialize::<ScreenRow>().enumerate() {
-            let row = row.map_err(|e| io_error(&path, format!("row {}: {e}", i + 1)))?;
-            let config = (row.point / per) as usize;
-            if config >= sweep.space.len() || !mine.contains(&(config % count)) {
-                return Err(io_error(
-                    &path,
-                    format!(
-                        "row {}: point {} is not in this shard's blocks",
-                        i + 1,
-                        row.point
-                    ),
-                ));
-            }
-            points.push((
-                row.point,
-                super::screen::Screened {
-                    area_mm2: row.area_mm2,
-                    bound: row.bound_samples_per_s,
-                    achievable: row.achievable_samples_per_s,
-                },
-            ));
-        }
-        let expected: u64 = mine
-            .iter()
-            .map(|&b| (b..sweep.space.len()).step_by(count).count() as u64 * per)
-            .sum();
-        if points.len() as u64 != expected {
-            return Err(io_error(
-                &path,
-                format!(
-                    "holds {} points of the {expected} its blocks have: rerun its screen phase",
-                    points.len()
-                ),
-            ));
-        }
-        blocks.push(super::screen::BlockScreen {
-            points,
-            stats: super::screen::ScreenStats::default(),
-        });
+        blocks.push(read_block_rows(sweep, &path, &mine, count)?);
     }
     if let Some(b) = owner.iter().position(Option::is_none) {
         return Err(SweepError::Input(format!(
