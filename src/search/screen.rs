@@ -46,7 +46,7 @@ use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 /// Points priced between two staircase updates. Fixed (not the thread count) so that every
@@ -87,8 +87,9 @@ impl ScreenStats {
 /// Pass 1 over the whole space, indexed for "the best achievable at no larger area".
 #[derive(Debug, Default)]
 pub(super) struct Screen {
-    /// By point id; empty when pruning is off.
-    pub points: Vec<Screened>,
+    /// By point id, the points this run evaluates (all of them unless it is one shard's
+    /// exact pass); empty when pruning is off.
+    pub points: HashMap<u64, Screened>,
     /// Per workload: the best achievable samples/s at each area (witness: the point).
     per_workload: Vec<Staircase>,
     /// The best mean over workloads of the hardware's (configuration × HBM) best achievable
@@ -302,7 +303,7 @@ impl Sweep {
         }
         let blocks: Vec<usize> = (0..screen_blocks(self.space.len())).collect();
         let screened = self.screen_of_blocks(&blocks, None, progress, |_| {})?;
-        Ok(Screen::join(self, screened))
+        Ok(Screen::join(self, screened, |_| true))
     }
 
     /// The screens of `blocks` (block 0 first, whether asked for or not, unless `seed_block`
@@ -482,38 +483,36 @@ impl Sweep {
 }
 
 impl Screen {
-    /// The screen of the whole space from the screens of all its blocks (each point once).
-    pub(super) fn join(sweep: &Sweep, blocks: Vec<BlockScreen>) -> Screen {
-        let total = sweep.space.len() * sweep.points_per_config() as usize;
-        let mut points = vec![
-            Screened {
-                area_mm2: 0.0,
-                bound: None,
-                achievable: None,
-            };
-            total
-        ];
+    /// The screen of the whole space from the screens of all its blocks (each point once):
+    /// the staircases from every achievable throughput, the points themselves only where
+    /// `keep(id)` (a shard's exact pass keeps its own).
+    pub(super) fn join(
+        sweep: &Sweep,
+        blocks: Vec<BlockScreen>,
+        keep: impl Fn(u64) -> bool,
+    ) -> Screen {
         let mut stats = ScreenStats::default();
+        let mut all: Vec<(u64, Screened)> = Vec::new();
         for block in blocks {
             stats.add(&block.stats);
-            for (id, p) in block.points {
-                points[id as usize] = p;
-            }
+            all.extend(block.points);
         }
-        let mut screen = Screen::new(sweep, points);
+        all.sort_by_key(|&(id, _)| id);
+        let mut screen = Screen::new(sweep, &all);
+        screen.points = all.into_iter().filter(|&(id, _)| keep(id)).collect();
         screen.stats = stats;
         screen
     }
 
-    fn new(sweep: &Sweep, points: Vec<Screened>) -> Screen {
+    fn new(sweep: &Sweep, points: &[(u64, Screened)]) -> Screen {
         let mut per_workload = vec![Vec::new(); sweep.workloads.len()];
         let mut hardware: BTreeMap<(usize, usize), HardwareBest> = BTreeMap::new();
-        for (id, p) in points.iter().enumerate() {
-            let (config, w, h) = sweep.point_hardware(id);
+        for &(id, p) in points {
+            let (config, w, h) = sweep.point_hardware(id as usize);
             let Some(thr) = p.achievable else {
                 continue;
             };
-            per_workload[w].push((p.area_mm2, thr, id as u64));
+            per_workload[w].push((p.area_mm2, thr, id));
             let slots = &mut hardware
                 .entry((config, h))
                 .or_insert_with(|| (p.area_mm2, vec![None; sweep.workloads.len()]))
@@ -532,7 +531,7 @@ impl Screen {
             })
             .collect();
         Screen {
-            points,
+            points: HashMap::new(),
             per_workload: per_workload.into_iter().map(Staircase::of).collect(),
             per_hardware: Staircase::of(per_hardware),
             stats: ScreenStats::default(),
@@ -541,7 +540,7 @@ impl Screen {
 
     /// Why point `id` of workload `w` is dominated, or `None` if it might matter.
     pub(super) fn point_beaten(&self, sweep: &Sweep, w: usize, id: u64) -> Option<String> {
-        let p = self.points.get(id as usize)?;
+        let p = self.points.get(&id)?;
         let bound = p.bound.unwrap_or(0.0);
         let (area, thr, by) = self.per_workload[w].best_up_to(p.area_mm2)?;
         (thr > bound).then(|| {
@@ -566,8 +565,10 @@ impl Screen {
         let mut area_mm2 = 0.0;
         for w in 0..sweep.workloads.len() {
             let first = sweep.point_id(config, w, h, 0, 0) as usize;
-            let points = &self.points[first..first + per_hbm];
-            area_mm2 = points[0].area_mm2;
+            let points: Vec<&Screened> = (first..first + per_hbm)
+                .filter_map(|id| self.points.get(&(id as u64)))
+                .collect();
+            area_mm2 = points.first().map_or(area_mm2, |p| p.area_mm2);
             bounds.push(points.iter().filter_map(|p| p.bound).fold(0.0, f64::max));
         }
         let mean_bound = bounds.iter().sum::<f64>() / bounds.len() as f64;

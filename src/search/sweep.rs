@@ -535,7 +535,7 @@ impl Sweep {
                         if done.contains(&id) {
                             continue;
                         }
-                        let screened = screen.points.get(id as usize);
+                        let screened = screen.points.get(&id);
                         let bound = screened.map(|p| p.bound);
                         let pruned_by = hardware_beaten
                             .as_ref()
@@ -1118,7 +1118,7 @@ fn run_locked(
     ));
     let started = Instant::now();
     let screen = match &options.phase {
-        Phase::Exact { screens } => read_screens(sweep, &record_text, screens)?,
+        Phase::Exact { screens } => read_screens(sweep, &record_text, screens, options.shard)?,
         _ => sweep.screen(options.progress)?,
     };
     let screen_time_s = started.elapsed().as_secs_f64();
@@ -1340,19 +1340,22 @@ fn read_seed(
     }
     let path = dir.join(SEED_CSV);
     let count = super::screen::screen_blocks(sweep.space.len());
-    read_block_rows(sweep, &path, &[0], count)
+    read_block_rows(sweep, &path, &[0], count, |_| true)
 }
 
-/// The rows of a `screen.csv` or `seed.csv` holding exactly the points of `blocks`.
+/// The rows of a `screen.csv` or `seed.csv` that must hold exactly the points of `blocks`;
+/// only those `keep` accepts are returned.
 fn read_block_rows(
     sweep: &Sweep,
     path: &Path,
     blocks: &[usize],
     count: usize,
+    keep: impl Fn(&ScreenRow) -> bool,
 ) -> Result<super::screen::BlockScreen, SweepError> {
     let mut reader = csv::Reader::from_path(path).map_err(|e| io_error(path, e))?;
     let per = sweep.points_per_config();
     let mut points = Vec::new();
+    let mut rows = 0u64;
     for (i, row) in reader.deserialize::<ScreenRow>().enumerate() {
         let row = row.map_err(|e| io_error(path, format!("row {}: {e}", i + 1)))?;
         let config = (row.point / per) as usize;
@@ -1361,6 +1364,10 @@ fn read_block_rows(
                 path,
                 format!("row {}: point {} is not in its blocks", i + 1, row.point),
             ));
+        }
+        rows += 1;
+        if !keep(&row) {
+            continue;
         }
         points.push((
             row.point,
@@ -1375,12 +1382,11 @@ fn read_block_rows(
         .iter()
         .map(|&b| (b..sweep.space.len()).step_by(count).count() as u64 * per)
         .sum();
-    if points.len() as u64 != expected {
+    if rows != expected {
         return Err(io_error(
             path,
             format!(
-                "holds {} points of the {expected} its blocks have: rerun the pass that writes it",
-                points.len()
+                "holds {rows} points of the {expected} its blocks have: rerun the pass that writes it"
             ),
         ));
     }
@@ -1393,7 +1399,12 @@ fn read_block_rows(
 /// The screen of the whole space from the `screen.csv` of shard directories `dirs`: each must
 /// be a shard of this sweep (the same `run.toml`) whose screen phase finished, and together
 /// they must screen every block once.
-fn read_screens(sweep: &Sweep, record_text: &str, dirs: &[PathBuf]) -> Result<Screen, SweepError> {
+fn read_screens(
+    sweep: &Sweep,
+    record_text: &str,
+    dirs: &[PathBuf],
+    shard: Shard,
+) -> Result<Screen, SweepError> {
     if !sweep.screens() {
         return Err(SweepError::Input(
             "--phase exact: this sweep does not prune, so it has no screen: run its shards \
@@ -1413,8 +1424,8 @@ fn read_screens(sweep: &Sweep, record_text: &str, dirs: &[PathBuf]) -> Result<Sc
                 run_path.display()
             )));
         }
-        let shard = read_shard(&dir.join(SHARD_TOML))?;
-        let mine = shard_blocks(sweep, shard);
+        let theirs = read_shard(&dir.join(SHARD_TOML))?;
+        let mine = shard_blocks(sweep, theirs);
         for &b in &mine {
             if let Some(other) = &owner[b] {
                 return Err(SweepError::Input(format!(
@@ -1431,18 +1442,26 @@ fn read_screens(sweep: &Sweep, record_text: &str, dirs: &[PathBuf]) -> Result<Sc
                 "{}: missing: shard {}/{}'s screen phase has not finished (run it with --phase \
                  screen)",
                 path.display(),
-                shard.index,
-                shard.count
+                theirs.index,
+                theirs.count
             )));
         }
-        blocks.push(read_block_rows(sweep, &path, &mine, count)?);
+        // Other shards' points matter only through their achievable throughputs.
+        let per = sweep.points_per_config();
+        let keep = |row: &ScreenRow| {
+            row.achievable_samples_per_s.is_some() || shard.owns((row.point / per) as usize)
+        };
+        blocks.push(read_block_rows(sweep, &path, &mine, count, keep)?);
     }
     if let Some(b) = owner.iter().position(Option::is_none) {
         return Err(SweepError::Input(format!(
             "--screens: no directory screens block {b} of {count}: give every shard's directory"
         )));
     }
-    Ok(Screen::join(sweep, blocks))
+    let per = sweep.points_per_config();
+    Ok(Screen::join(sweep, blocks, |id| {
+        shard.owns((id / per) as usize)
+    }))
 }
 
 pub(super) fn progress_bar(show: bool, len: u64, what: &str, unit: &str) -> indicatif::ProgressBar {
