@@ -28,6 +28,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     written
 }
 
+/// Whether two paths name the same file or directory (`./x` and `x`, a link and its target),
+/// or are spelled alike.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
 /// Name of the lock file a run holds in its output directory.
 pub const LOCK_FILE: &str = ".tandem.lock";
 

@@ -7,7 +7,7 @@ use super::sweep::{io_error, read_points, read_shard, rows_csv, POINTS_CSV, RUN_
 use super::{
     evaluate, DesignRow, Evaluation, Objective, PlanOptions, Status, Sweep, SweepError, SweepRecord,
 };
-use crate::output::{write_atomic, DirLock};
+use crate::output::{same_file, write_atomic, DirLock};
 use crate::report;
 use crate::schedule::ScheduleCache;
 use plotters::prelude::*;
@@ -414,10 +414,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<SweepRecord, SweepError> 
     let first = inputs
         .first()
         .ok_or_else(|| SweepError::Input("merge: give at least one sweep directory".into()))?;
-    let same_dir = |a: &Path, b: &Path| {
-        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
-    };
-    if let Some(input) = inputs.iter().find(|dir| same_dir(dir, out)) {
+    if let Some(input) = inputs.iter().find(|dir| same_file(dir, out)) {
         return Err(SweepError::Input(format!(
             "merge: --out {} is one of the shards ({}): merging into it would overwrite that \
              shard; choose another directory",

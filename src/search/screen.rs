@@ -317,7 +317,7 @@ impl Sweep {
         mut done: impl FnMut(u64),
     ) -> Result<Vec<BlockScreen>, SweepError> {
         let count = screen_blocks(self.space.len());
-        let configs_of = |b: usize| (b..self.space.len()).step_by(count).count() as u64;
+        let configs_of = |b: usize| self.configs_in_block(b) as u64;
         let total: u64 = blocks.iter().map(|&b| configs_of(b)).sum();
         let bar = progress_bar(progress, total, "screening", "configurations");
         let seed_block = match seed_block {
@@ -342,6 +342,12 @@ impl Sweep {
         }
         bar.finish_and_clear();
         Ok(screened)
+    }
+
+    /// Configurations in block `block`: those `c` with `c mod blocks = block`.
+    pub(super) fn configs_in_block(&self, block: usize) -> usize {
+        let count = screen_blocks(self.space.len());
+        (block..self.space.len()).step_by(count).count()
     }
 
     /// The screen of block 0 from empty staircases: the seed of every other block.

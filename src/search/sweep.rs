@@ -35,7 +35,7 @@ use super::{
 };
 use crate::arch::{ArchConfig, SearchSpace};
 use crate::cost::CostModel;
-use crate::output::{DirLock, LockError};
+use crate::output::{same_file, DirLock, LockError};
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
@@ -193,9 +193,6 @@ impl SweepRecord {
     /// (`./workloads/x.toml`, or from another directory) that names the same file is the same
     /// input; an input file whose bytes changed is named with both digests.
     fn difference(&self, previous: &SweepRecord) -> Option<String> {
-        let same_path = |a: &Path, b: &Path| {
-            a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
-        };
         let show = |paths: &[PathBuf]| {
             paths
                 .iter()
@@ -208,7 +205,7 @@ impl SweepRecord {
                 .workloads
                 .iter()
                 .zip(&previous.workloads)
-                .all(|(a, b)| same_path(a, b));
+                .all(|(a, b)| same_file(a, b));
         if !same_workloads {
             return Some(format!(
                 "--workload: {} then, {} now",
@@ -216,7 +213,7 @@ impl SweepRecord {
                 show(&self.workloads)
             ));
         }
-        if !same_path(&self.space, &previous.space) {
+        if !same_file(&self.space, &previous.space) {
             return Some(format!(
                 "--space: {} then, {} now",
                 previous.space.display(),
@@ -349,6 +346,16 @@ pub struct SweepStats {
     pub plan_bounded: u64,
     pub achievable_found: u64,
     pub sweep_time_s: f64,
+}
+
+impl SweepStats {
+    /// Takes the screen's times and counts.
+    fn set_screen(&mut self, screen: &super::screen::ScreenStats) {
+        self.work_bound_time_s = screen.work_bound_time_s;
+        self.plan_bound_time_s = screen.plan_bound_time_s;
+        self.plan_bounded = screen.plan_bounded;
+        self.achievable_found = screen.achievable_found;
+    }
 }
 
 impl Sweep {
@@ -1127,12 +1134,9 @@ fn run_locked(
         configurations: owned.len(),
         points: owned.len() as u64 * per_config,
         screen_time_s,
-        work_bound_time_s: screen.stats.work_bound_time_s,
-        plan_bound_time_s: screen.stats.plan_bound_time_s,
-        plan_bounded: screen.stats.plan_bounded,
-        achievable_found: screen.stats.achievable_found,
         ..SweepStats::default()
     };
+    stats.set_screen(&screen.stats);
     let bar = progress_bar(
         options.progress,
         owned.len() as u64,
@@ -1222,10 +1226,9 @@ fn screen_phase(
 ) -> Result<SweepStats, SweepError> {
     let path = options.out_dir.join(SCREEN_CSV);
     let blocks = shard_blocks(sweep, options.shard);
-    let count = super::screen::screen_blocks(sweep.space.len());
     let configs: u64 = blocks
         .iter()
-        .map(|&b| (b..sweep.space.len()).step_by(count).count() as u64)
+        .map(|&b| sweep.configs_in_block(b) as u64)
         .sum();
     let mut stats = SweepStats {
         configurations: configs as usize,
@@ -1263,10 +1266,7 @@ fn screen_phase(
         screen_stats.add(&one.stats);
         rows.extend(screen_rows(one));
     }
-    stats.work_bound_time_s = screen_stats.work_bound_time_s;
-    stats.plan_bound_time_s = screen_stats.plan_bound_time_s;
-    stats.plan_bounded = screen_stats.plan_bounded;
-    stats.achievable_found = screen_stats.achievable_found;
+    stats.set_screen(&screen_stats);
     write_screen_rows(&path, rows)?;
     status.done();
     stats.screen_time_s = started.elapsed().as_secs_f64();
@@ -1311,13 +1311,8 @@ fn seed_phase(sweep: &Sweep, options: &RunOptions) -> Result<SweepStats, SweepEr
     }
     let started = Instant::now();
     let block = sweep.seed_block()?;
-    stats.work_bound_time_s = block.stats.work_bound_time_s;
-    stats.plan_bound_time_s = block.stats.plan_bound_time_s;
-    stats.plan_bounded = block.stats.plan_bounded;
-    stats.achievable_found = block.stats.achievable_found;
-    stats.configurations = (0..sweep.space.len())
-        .step_by(super::screen::screen_blocks(sweep.space.len()))
-        .count();
+    stats.set_screen(&block.stats);
+    stats.configurations = sweep.configs_in_block(0);
     write_screen_rows(&path, screen_rows(block).collect())?;
     stats.screen_time_s = started.elapsed().as_secs_f64();
     stats.sweep_time_s = stats.screen_time_s;
@@ -1338,9 +1333,7 @@ fn read_seed(
             run_path.display()
         )));
     }
-    let path = dir.join(SEED_CSV);
-    let count = super::screen::screen_blocks(sweep.space.len());
-    read_block_rows(sweep, &path, &[0], count, |_| true)
+    read_block_rows(sweep, &dir.join(SEED_CSV), &[0], |_| true)
 }
 
 /// The rows of a `screen.csv` or `seed.csv` that must hold exactly the points of `blocks`;
@@ -1349,9 +1342,9 @@ fn read_block_rows(
     sweep: &Sweep,
     path: &Path,
     blocks: &[usize],
-    count: usize,
     keep: impl Fn(&ScreenRow) -> bool,
 ) -> Result<super::screen::BlockScreen, SweepError> {
+    let count = super::screen::screen_blocks(sweep.space.len());
     let mut reader = csv::Reader::from_path(path).map_err(|e| io_error(path, e))?;
     let per = sweep.points_per_config();
     let mut points = Vec::new();
@@ -1380,7 +1373,7 @@ fn read_block_rows(
     }
     let expected: u64 = blocks
         .iter()
-        .map(|&b| (b..sweep.space.len()).step_by(count).count() as u64 * per)
+        .map(|&b| sweep.configs_in_block(b) as u64 * per)
         .sum();
     if rows != expected {
         return Err(io_error(
@@ -1451,7 +1444,7 @@ fn read_screens(
         let keep = |row: &ScreenRow| {
             row.achievable_samples_per_s.is_some() || shard.owns((row.point / per) as usize)
         };
-        blocks.push(read_block_rows(sweep, &path, &mine, count, keep)?);
+        blocks.push(read_block_rows(sweep, &path, &mine, keep)?);
     }
     if let Some(b) = owner.iter().position(Option::is_none) {
         return Err(SweepError::Input(format!(
