@@ -68,6 +68,8 @@ pub struct StatusFile {
     total: u64,
     /// Counted before this process started (a resumed run).
     already: u64,
+    /// Counted so far (the last progress reported).
+    done: u64,
     started: Instant,
     last_write: Option<Instant>,
 }
@@ -80,6 +82,7 @@ impl StatusFile {
             unit: unit.to_string(),
             total,
             already,
+            done: already,
             started: Instant::now(),
             last_write: None,
         };
@@ -89,6 +92,7 @@ impl StatusFile {
 
     /// Records `done` of the total, at most once a second.
     pub fn progress(&mut self, done: u64) {
+        self.done = done;
         if self.last_write.is_some_and(|t| t.elapsed() < EVERY) {
             return;
         }
@@ -99,8 +103,9 @@ impl StatusFile {
         self.write(self.total, RunState::Done, "");
     }
 
-    pub fn failed(&mut self, done: u64, error: &str) {
-        self.write(done, RunState::Failed, error);
+    /// Marks the run failed at the progress last reported.
+    pub fn failed(&mut self, error: &str) {
+        self.write(self.done, RunState::Failed, error);
     }
 
     fn write(&mut self, done: u64, state: RunState, error: &str) {

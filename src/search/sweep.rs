@@ -1038,8 +1038,7 @@ pub fn run_sweep(
     let mut status = None;
     let result = run_locked(sweep, record, options, &mut status);
     if let (Err(e), Some(status)) = (&result, status.as_mut()) {
-        let status: &mut StatusFile = status;
-        status.failed(0, &e.to_string());
+        status.failed(&e.to_string());
     }
     result
 }
