@@ -229,20 +229,6 @@ fn validate_tiers(file: &Path, prefix: &str, tiers: &[Tier]) -> Result<(), Input
                 "must be positive, got 0",
             ));
         }
-        if i > 0 && tier.devices <= tiers[i - 1].devices {
-            return Err(InputError::invalid(
-                file,
-                field("devices"),
-                format!(
-                    "tiers must be listed fastest first with strictly increasing `devices`: \
-                     tier `{}` spans {} devices, not more than the {} of the previous tier `{}`",
-                    tier.name,
-                    tier.devices,
-                    tiers[i - 1].devices,
-                    tiers[i - 1].name
-                ),
-            ));
-        }
         positive(
             file,
             &field("bandwidth_bytes_per_s"),
@@ -256,33 +242,13 @@ fn validate_tiers(file: &Path, prefix: &str, tiers: &[Tier]) -> Result<(), Input
         )?;
         non_negative(file, &field("latency_s"), tier.latency_s)?;
         within(file, &field("latency_s"), tier.latency_s, (0.0, TIME_S))?;
-        if let Some(inner) = i.checked_sub(1).map(|j| &tiers[j]) {
-            if tier.bandwidth_bytes_per_s > inner.bandwidth_bytes_per_s {
-                return Err(InputError::invalid(
-                    file,
-                    field("bandwidth_bytes_per_s"),
-                    format!(
-                        "tiers must be listed fastest first: tier `{}` ({} B/s) is faster than \
-                         the tier inside it, `{}` ({} B/s)",
-                        tier.name,
-                        tier.bandwidth_bytes_per_s,
-                        inner.name,
-                        inner.bandwidth_bytes_per_s
-                    ),
-                ));
-            }
-            if tier.latency_s < inner.latency_s {
-                return Err(InputError::invalid(
-                    file,
-                    field("latency_s"),
-                    format!(
-                        "tiers must be listed fastest first: tier `{}` ({} s) has less latency \
-                         than the tier inside it, `{}` ({} s)",
-                        tier.name, tier.latency_s, inner.name, inner.latency_s
-                    ),
-                ));
-            }
-        }
+    }
+    if let Some((i, name, reason)) = super::config::tier_order_error(tiers) {
+        return Err(InputError::invalid(
+            file,
+            format!("{prefix}interconnect[{i}].{name}"),
+            reason,
+        ));
     }
     Ok(())
 }

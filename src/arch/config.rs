@@ -55,6 +55,52 @@ pub struct Tier {
     pub latency_s: f64,
 }
 
+/// Where interconnect tiers are not listed fastest first — each spanning strictly more devices
+/// than the one inside it, with no more bandwidth and no less latency — the first offending
+/// tier's index, the field that breaks the rule and why. One rule for chip files, search
+/// spaces and `costs.json`.
+pub fn tier_order_error(tiers: &[Tier]) -> Option<(usize, &'static str, String)> {
+    tiers.windows(2).enumerate().find_map(|(i, pair)| {
+        let (inner, tier) = (&pair[0], &pair[1]);
+        let (field, reason) = if tier.devices <= inner.devices {
+            (
+                "devices",
+                format!(
+                    "spans {} devices, not more than the {} of `{}` inside it",
+                    tier.devices, inner.devices, inner.name
+                ),
+            )
+        } else if tier.bandwidth_bytes_per_s > inner.bandwidth_bytes_per_s {
+            (
+                "bandwidth_bytes_per_s",
+                format!(
+                    "{} B/s is faster than the {} B/s of `{}` inside it",
+                    tier.bandwidth_bytes_per_s, inner.bandwidth_bytes_per_s, inner.name
+                ),
+            )
+        } else if tier.latency_s < inner.latency_s {
+            (
+                "latency_s",
+                format!(
+                    "{} s is less latency than the {} s of `{}` inside it",
+                    tier.latency_s, inner.latency_s, inner.name
+                ),
+            )
+        } else {
+            return None;
+        };
+        Some((
+            i + 1,
+            field,
+            format!(
+                "tiers must be listed fastest first (strictly increasing `devices`, no more \
+                 bandwidth, no less latency): tier `{}` {reason}",
+                tier.name
+            ),
+        ))
+    })
+}
+
 /// The tier a collective group communicates over, and the bus bandwidth it achieves there.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GroupLink<'a> {

@@ -6,7 +6,7 @@ use super::{
     Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
 };
-use crate::arch::{fewest_in_domain, group_link, GroupLink};
+use crate::arch::{fewest_in_domain, group_link, tier_order_error, GroupLink};
 use crate::report::{gib, plan_line, replica_range};
 
 /// What the cost model needs to know about a set of layers forming one stage, independent of
@@ -534,18 +534,8 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
     if tiers.is_empty() {
         return Err("no interconnect tier given".into());
     }
-    for pair in tiers.windows(2) {
-        let (a, b) = (&pair[0], &pair[1]);
-        if b.devices <= a.devices
-            || b.bandwidth_bytes_per_s > a.bandwidth_bytes_per_s
-            || b.latency_s < a.latency_s
-        {
-            return Err(format!(
-                "interconnect tiers must be ordered fastest first (more devices, no more bandwidth, \
-                 no less latency): `{}` then `{}`",
-                a.name, b.name
-            ));
-        }
+    if let Some((i, name, reason)) = tier_order_error(tiers) {
+        return Err(format!("tiers[{i}].{name}: {reason}"));
     }
     if let Some(bad) = tiers.iter().find(|tr| {
         let bandwidth_ok = tr.bandwidth_bytes_per_s.is_finite() && tr.bandwidth_bytes_per_s > 0.0;
