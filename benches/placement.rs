@@ -20,7 +20,7 @@ use tandem::arch::{load_chip, ArchConfig, Tier};
 use tandem::cost::CostModel;
 use tandem::placement::{
     place, place_exhaustive, BytesPerParam, Fixed, PipelineSchedule, PlacementProblem,
-    RecomputeMode,
+    RecomputeMode, ZeroStage,
 };
 use tandem::schedule::{ScheduleCache, SolverOptions};
 use tandem::search::{evaluate, layer_costs, PlanOptions};
@@ -66,7 +66,7 @@ fn problem(
             grads: bytes.grads,
             optimizer: bytes.optimizer,
         },
-        zero1: false,
+        zero: ZeroStage::Replicated,
         schedule: PipelineSchedule::OneFOneB,
         tiers: chip.interconnect.clone(),
         dp_overlap: true,

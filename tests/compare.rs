@@ -178,6 +178,8 @@ fn fixed_plan_row_equals_tandem_plan_and_the_cli_writes_the_report() {
         "1,2",
         "--recompute",
         "none,full",
+        "--zero",
+        "0",
         "--json",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -10,7 +10,7 @@ use tandem::calibrate::{
     BlockShape, OverlapPart, OverlapShape, RunPlans, StepShape, Target,
 };
 use tandem::cost::{collective_cost, CostModel};
-use tandem::placement::{PipelineSchedule, RecomputeMode, Stage};
+use tandem::placement::{PipelineSchedule, RecomputeMode, Stage, ZeroStage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
 use tandem::search::{evaluate, layer_costs, PlanOptions};
 use tandem::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
@@ -105,8 +105,8 @@ fn every_layer_on_every_chip_lies_between_its_bounds() {
             }
         }
     }
-    // 12 workloads × 3 chips × 3 unique layers × 2 directions.
-    assert_eq!(checked, 12 * 3 * 3 * 2);
+    // 19 workloads × 3 chips × 3 unique layers × 2 directions.
+    assert_eq!(checked, 19 * 3 * 3 * 2);
 }
 
 fn assert_plan_invariants(stages: &[Stage], layers: usize, hbm_bytes: u64, devices: u32) {
@@ -1178,7 +1178,7 @@ fn a100_calibration_cross_validates() {
 fn one_stage_a100_plan(
     workload: &Workload,
     dp: u32,
-    zero1: bool,
+    zero: ZeroStage,
     cache: &ScheduleCache,
 ) -> tandem::search::Evaluation {
     let options = PlanOptions {
@@ -1190,7 +1190,7 @@ fn one_stage_a100_plan(
             dp: Some(dp),
             virtual_stages: None,
         },
-        zero1,
+        zero: vec![zero],
         ..PlanOptions::searching(dp)
     };
     evaluate(workload, &chip("a100"), &options, cache).expect("a plan exists")
@@ -1212,19 +1212,19 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
     assert!(gpt.gradient_accumulation_fusion);
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let energy =
-        |dp: u32, zero1: bool| one_stage_a100_plan(&gpt, dp, zero1, &cache).energy_per_sample_j;
+        |dp: u32, zero: ZeroStage| one_stage_a100_plan(&gpt, dp, zero, &cache).energy_per_sample_j;
     let (params, _) = gpt_1_7b_params(&cache);
     assert!((1.6e9..1.8e9).contains(&(params as f64)), "{params}");
     let per_sample = |joules_per_param: f64| params as f64 * joules_per_param / 512.0;
-    let one = energy(1, false);
-    let two = energy(2, false);
+    let one = energy(1, ZeroStage::Replicated);
+    let two = energy(2, ZeroStage::Replicated);
     let expected = per_sample(1452e-12 + 320e-12);
     assert!(
         ((two - one) - expected).abs() <= 1e-9 * one,
         "second copy adds {} J per sample, expected {expected}",
         two - one
     );
-    let two_zero1 = energy(2, true);
+    let two_zero1 = energy(2, ZeroStage::Optimizer);
     let expected = per_sample(320e-12);
     assert!(
         ((two_zero1 - one) - expected).abs() <= 1e-9 * one,
@@ -1266,8 +1266,8 @@ fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
     let per_iteration_j: f64 = costs.energy_j.iter().map(|e| e.grad_accumulation_j).sum();
     assert!(per_iteration_j > 0.0);
     let (separate, together) = (
-        one_stage_a100_plan(&gpt, 1, false, &cache),
-        one_stage_a100_plan(&fused, 1, false, &cache),
+        one_stage_a100_plan(&gpt, 1, ZeroStage::Replicated, &cache),
+        one_stage_a100_plan(&fused, 1, ZeroStage::Replicated, &cache),
     );
     assert_eq!(separate.plan.micro_batches_per_pipeline, 32);
     let extra_s = separate.plan.time_per_batch_s - together.plan.time_per_batch_s;

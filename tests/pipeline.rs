@@ -10,7 +10,7 @@ use tandem::arch::Tier;
 use tandem::placement::{
     evaluate_fixed, place, simulate, simulate_plan, BytesPerParam, FixedPlan, FixedStage,
     LayerCost, LayerCostGraph, PipelineSchedule, PlacementProblem, RecomputeMode, SimOp,
-    SimSchedule,
+    SimSchedule, ZeroStage,
 };
 use tandem::workload::ActivationBytes;
 
@@ -281,6 +281,7 @@ fn transformer(blocks: usize, tp: u32) -> LayerCostGraph {
         output_bytes: 16 << 20,
         optimizer_step_s: 1e-4 / t,
         grad_accumulation_s: 5e-5 / t,
+        replica_grad_sync_s: 0.0,
     };
     let mut layers = vec![layer("embedding".into(), 2e-4, 50_000_000, 32 << 20)];
     layers.extend((0..blocks).map(|i| layer(format!("block{i}"), 1e-3, 12_000_000, 256 << 20)));
@@ -308,7 +309,7 @@ fn transformer_problem(
         micro_batch: 1,
         recompute: RecomputeMode::Selective,
         bytes_per_param: BytesPerParam::ADAM_MIXED,
-        zero1: false,
+        zero: ZeroStage::Replicated,
         schedule,
         tiers: vec![
             Tier {

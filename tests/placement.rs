@@ -8,7 +8,7 @@ use tandem::arch::Tier;
 use tandem::placement::{
     brute_force, evaluate_fixed, load_costs_file, parse_costs, place, place_exhaustive,
     place_faster_than, BytesPerParam, FixedPlan, FixedStage, LayerCost, LayerCostGraph,
-    PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
+    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, ZeroStage,
 };
 use tandem::workload::ActivationBytes;
 
@@ -48,6 +48,7 @@ fn layer(name: &str, fwd_s: f64, bwd_s: f64, params: u64, act: u64) -> LayerCost
         output_bytes: 1 << 20,
         optimizer_step_s: 0.0,
         grad_accumulation_s: 0.0,
+        replica_grad_sync_s: 0.0,
     }
 }
 
@@ -78,7 +79,7 @@ fn uniform_problem(devices: u32, global_batch: u64) -> PlacementProblem {
         micro_batch: 1,
         recompute: RecomputeMode::None,
         bytes_per_param: BytesPerParam::ADAM_MIXED,
-        zero1: false,
+        zero: ZeroStage::Replicated,
         schedule: PipelineSchedule::OneFOneB,
         tiers: tiers(),
         dp_overlap: false,
@@ -278,8 +279,61 @@ fn memory_1f1b_gpipe_and_adam_breakdown() {
     }
 }
 
+/// ZeRO-2 and ZeRO-3 on the 4 uniform layers (1 M parameters each, 1 ms forward, 2 ms
+/// backward), one stage held by 4 copies on NVLink, 2 micro-batches per copy, no overlap.
+/// Memory: ZeRO-2 divides gradients by 4 and holds one layer's full gradients; ZeRO-3 also
+/// divides the weights and holds two layers' gathered weights. Time: each pass over the copies
+/// moves 3/4 of a stage's 8 MB at NVLINK_BW plus 3 latencies. ZeRO-2 reduce-scatters in every
+/// backward and all-gathers the weights once after the step; ZeRO-3 all-gathers in every
+/// forward and backward and reduce-scatters in every backward, with nothing after the step.
 #[test]
-fn zero1_divides_optimizer_state_by_d() {
+fn zero_2_and_3_shard_gradients_and_weights_and_pay_per_micro_batch() {
+    let mut problem = uniform_problem(4, 8);
+    let fixed = FixedPlan {
+        tp: 1,
+        dp: 4,
+        stages: vec![FixedStage {
+            layers: vec![0, 1, 2, 3],
+            devices: 1,
+        }],
+    };
+    let pass = 3.0 / 4.0 * (2 * 4 * P) as f64 / NVLINK_BW + 3.0 * NVLINK_LAT;
+    let compute = 2.0 * (1e-3 + 2e-3) * 4.0;
+
+    problem.zero = ZeroStage::Gradients;
+    let two = evaluate_fixed(&problem, &fixed).unwrap();
+    let mem = two.stages[0].memory;
+    assert_eq!(mem.weights, 2 * 4 * P);
+    assert_eq!(mem.grads, 2 * 4 * P / 4 + 2 * P);
+    assert_eq!(mem.optimizer, 12 * 4 * P / 4);
+    assert!(close(two.stages[0].shard_forward_s, 0.0));
+    assert!(close(two.stages[0].shard_backward_s, pass));
+    assert!(close(two.time_split.dp_comm_s, pass));
+    assert!(close(two.time_split.shard_comm_s, 2.0 * pass));
+    assert!(close(two.time_per_batch_s, compute + 2.0 * pass + pass));
+
+    problem.zero = ZeroStage::Parameters;
+    let three = evaluate_fixed(&problem, &fixed).unwrap();
+    let mem = three.stages[0].memory;
+    assert_eq!(mem.weights, 2 * 4 * P / 4 + 2 * 2 * P);
+    assert_eq!(mem.grads, 2 * 4 * P / 4 + 2 * P);
+    assert_eq!(mem.optimizer, 12 * 4 * P / 4);
+    assert!(close(three.stages[0].shard_forward_s, pass));
+    assert!(close(three.stages[0].shard_backward_s, 2.0 * pass));
+    assert_eq!(three.time_split.dp_comm_s, 0.0);
+    assert!(close(three.time_per_batch_s, compute + 2.0 * 3.0 * pass));
+
+    // With overlap, a pass shorter than the computation beside it is hidden whole: ZeRO-3's
+    // forward gathers (6 µs-scale) hide behind 4 ms of forward.
+    problem.dp_overlap = true;
+    let hidden = evaluate_fixed(&problem, &fixed).unwrap();
+    assert_eq!(hidden.stages[0].shard_forward_s, 0.0);
+    assert_eq!(hidden.stages[0].shard_backward_s, 0.0);
+    assert!(close(hidden.time_per_batch_s, compute));
+}
+
+#[test]
+fn zero_1_divides_optimizer_state_by_d() {
     let mut problem = uniform_problem(4, 8);
     let fixed = FixedPlan {
         tp: 1,
@@ -290,7 +344,7 @@ fn zero1_divides_optimizer_state_by_d() {
         }],
     };
     let plain = evaluate_fixed(&problem, &fixed).unwrap();
-    problem.zero1 = true;
+    problem.zero = ZeroStage::Optimizer;
     let sharded = evaluate_fixed(&problem, &fixed).unwrap();
     assert_eq!(plain.stages[0].memory.optimizer, 12 * 4 * P);
     assert_eq!(sharded.stages[0].memory.optimizer, 12 * 4 * P / 4);
@@ -577,7 +631,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
             RecomputeMode::Full,
         ][r.below(3) as usize],
         bytes_per_param: BytesPerParam::ADAM_MIXED,
-        zero1: r.below(2) == 0,
+        zero: ZeroStage::ALL[r.below(4) as usize],
         schedule: if r.below(3) == 0 {
             PipelineSchedule::GPipe
         } else {
@@ -774,7 +828,7 @@ fn dp_equals_brute_force_on_chains_with_skip_edges() {
                     a.pp > 1,
                     a.stages.iter().any(|s| s.replicas > 1),
                     problem.schedule == PipelineSchedule::GPipe,
-                    problem.zero1,
+                    problem.zero != ZeroStage::Replicated,
                     problem.allow_idle_devices,
                     problem.constraints.pp.is_some(),
                     a.time_split.dp_comm_s > 0.0,
@@ -969,7 +1023,7 @@ fn random_large_chain(seed: u64) -> PlacementProblem {
             RecomputeMode::Full,
         ][r.below(3) as usize],
         bytes_per_param: BytesPerParam::ADAM_MIXED,
-        zero1: r.below(2) == 0,
+        zero: ZeroStage::ALL[r.below(4) as usize],
         schedule: if r.below(4) == 0 {
             PipelineSchedule::GPipe
         } else {

@@ -56,9 +56,11 @@ pub struct Tier {
 }
 
 /// Where interconnect tiers are not listed fastest first — each spanning strictly more devices
-/// than the one inside it, with no more bandwidth and no less latency — the first offending
-/// tier's index, the field that breaks the rule and why. One rule for chip files, search
-/// spaces and `costs.json`.
+/// than the one inside it, a whole number of its domains (NVLink nodes within a rail group,
+/// pods within the data-centre network), with no more bandwidth and no less latency — the
+/// first offending tier's index, the field that breaks the rule and why. A cluster may still
+/// fill its outermost domains partly (6144 TPU v4 chips are 1.5 pods of 4096). One rule for
+/// chip files, search spaces and `costs.json`.
 pub fn tier_order_error(tiers: &[Tier]) -> Option<(usize, &'static str, String)> {
     tiers.windows(2).enumerate().find_map(|(i, pair)| {
         let (inner, tier) = (&pair[0], &pair[1]);
@@ -67,6 +69,15 @@ pub fn tier_order_error(tiers: &[Tier]) -> Option<(usize, &'static str, String)>
                 "devices",
                 format!(
                     "spans {} devices, not more than the {} of `{}` inside it",
+                    tier.devices, inner.devices, inner.name
+                ),
+            )
+        } else if !tier.devices.is_multiple_of(inner.devices) {
+            (
+                "devices",
+                format!(
+                    "spans {} devices, not a whole number of the {}-device domains of `{}` \
+                     inside it",
                     tier.devices, inner.devices, inner.name
                 ),
             )

@@ -4,7 +4,7 @@ use super::plan::Recompute;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 use tandem::arch::SearchSpace;
-use tandem::placement::{Plan, RecomputeMode};
+use tandem::placement::{Plan, RecomputeMode, ZeroStage};
 use tandem::report::{self, bytes, seconds, table};
 use tandem::schedule::SolverOptions;
 use tandem::search::{first_repeated, recompute_name, Evaluation};
@@ -195,8 +195,13 @@ pub fn plan_shape(p: &Plan) -> String {
         p.schedule.name().to_string()
     };
     let groups = p.groups_per_pipeline();
+    let zero = if p.zero == ZeroStage::Replicated {
+        String::new()
+    } else {
+        format!(", ZeRO-{}", p.zero.number())
+    };
     format!(
-        "{} ({groups} tensor group{} per pipeline), {schedule}",
+        "{} ({groups} tensor group{} per pipeline), {schedule}{zero}",
         report::plan_line(p.tp, p.dp, p.pp, &report::replica_range(fewest, most)),
         if groups == 1 { "" } else { "s" }
     )
@@ -264,8 +269,13 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
     } else {
         String::new()
     };
+    let shard = if split.shard_comm_s > 0.0 {
+        format!(", ZeRO gathers and scatters {}", seconds(split.shard_comm_s))
+    } else {
+        String::new()
+    };
     println!(
-        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}, data-parallel sync {}{hidden}, optimizer step {}",
+        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}{shard}, data-parallel sync {}{hidden}, optimizer step {}",
         seconds(plan.time_per_batch_s),
         seconds(split.compute_s),
         seconds(split.bubble_s),

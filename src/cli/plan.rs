@@ -7,7 +7,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tandem::arch::load_chip;
-use tandem::placement::{simulate_plan, Fixed, PipelineSchedule, Plan, RecomputeMode, Simulation};
+use tandem::placement::{
+    simulate_plan, Fixed, PipelineSchedule, Plan, RecomputeMode, Simulation, ZeroStage,
+};
 use tandem::schedule::ScheduleCache;
 use tandem::search::{
     append_rows, evaluate, recompute_name, DesignRow, EvaluateError, PlanOptions,
@@ -55,9 +57,10 @@ pub struct Args {
     /// Hold the model chunks per stage of the interleaved schedule (searched otherwise).
     #[arg(long, value_name = "V")]
     virtual_stages: Option<u32>,
-    /// Shard optimizer state across data-parallel copies (ZeRO-1).
-    #[arg(long)]
-    zero1: bool,
+    /// ZeRO stages to search, comma-separated: how far data-parallel copies shard the training
+    /// state (0 none, 1 optimizer state, 2 and gradients, 3 and weights: FSDP full shard).
+    #[arg(long, value_delimiter = ',', default_values_t = ZeroStage::ALL.map(|z| z.number()), value_parser = clap::value_parser!(u8).range(0..=3))]
+    zero: Vec<u8>,
     /// Do not overlap the gradient all-reduce with the last backward pass.
     #[arg(long)]
     no_dp_overlap: bool,
@@ -137,7 +140,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         },
         max_tp: args.max_tp.max(1),
         only_widths: None,
-        zero1: args.zero1,
+        zero: zero_stages(&args.zero),
         dp_overlap: !args.no_dp_overlap,
         allow_idle_devices: args.allow_idle_devices,
         allow_uneven_batch: args.allow_uneven_batch,
@@ -272,6 +275,7 @@ pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
         "dp": p.dp,
         "schedule": p.schedule,
         "virtual_stages": p.virtual_stages,
+        "zero": p.zero.number(),
         "groups_per_pipeline": p.groups_per_pipeline(),
         "replicas_per_stage": [fewest, most],
         "micro_batch": p.micro_batch,
@@ -299,6 +303,8 @@ fn stage_json(s: &tandem::placement::Stage) -> serde_json::Value {
             "send_forward_s": s.send_forward_s,
             "send_backward_s": s.send_backward_s,
             "grad_accumulation_s": s.grad_accumulation_s,
+            "shard_forward_s": s.shard_forward_s,
+            "shard_backward_s": s.shard_backward_s,
             "load_s": s.load_s,
             "dp_comm_s": s.dp_comm_s,
             "dp_sync_s": s.dp_sync_s,
@@ -307,4 +313,12 @@ fn stage_json(s: &tandem::placement::Stage) -> serde_json::Value {
             "memory": s.memory,
             "chunks": s.chunks,
     })
+}
+
+/// The ZeRO stages named on the command line (clap has checked the range), each once.
+pub fn zero_stages(numbers: &[u8]) -> Vec<ZeroStage> {
+    ZeroStage::ALL
+        .into_iter()
+        .filter(|z| numbers.contains(&z.number()))
+        .collect()
 }

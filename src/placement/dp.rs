@@ -18,10 +18,10 @@
 //! (work inside D) / (groups before D), work being forward plus backward critical path.
 
 use super::model::{
-    build_plan, chain_stage_metrics, incoming, is_chain, memory_reason, predecessors,
+    build_plan, state_bytes, chain_stage_metrics, incoming, is_chain, memory_reason, predecessors,
     stage_metrics, widths, worst_stage, Ctx, PartStage, StageMetrics,
 };
-use super::{Alternative, Infeasible, PipelineSchedule, PlacementProblem, Plan};
+use super::{Alternative, Infeasible, PipelineSchedule, PlacementProblem, Plan, ZeroStage};
 use fixedbitset::FixedBitSet;
 use std::collections::{BTreeMap, HashMap};
 
@@ -133,19 +133,16 @@ impl Analysis {
             .iter()
             .map(|s| (n - s.count_ones(..)) as u32)
             .collect();
-        let bpp = &problem.bytes_per_param;
-        let max_shard = if problem.zero1 {
-            u64::from(problem.devices / graph.tp).max(1)
-        } else {
-            1
-        };
+        // The most copies a stage can have: all tensor groups of the cluster.
+        let max_shards = u64::from(problem.devices / graph.tp).max(1);
         let mut dist = vec![0.0; n];
         let mut before = vec![false; n];
         let mut in_stage = vec![false; n];
         let mut pairs = Vec::with_capacity(downsets.len());
         let least_bytes = |sm: &StageMetrics| {
-            sm.params * u64::from(bpp.weights + bpp.grads)
-                + (sm.params * u64::from(bpp.optimizer)).div_ceil(max_shard)
+            state_bytes(problem, sm.params, sm.largest_layer_params, max_shards)
+                .iter()
+                .sum::<u64>()
                 + sm.act_one
         };
         let pair = |to: usize, metrics: StageMetrics| Pair {
@@ -188,7 +185,7 @@ impl Analysis {
             }
             pairs.push(list);
         }
-        // Per-stage rounding up of sharded optimizer state only adds to the sum.
+        // Per-stage rounding up of sharded state only adds to the sum.
         let state_outside_bytes = downsets
             .iter()
             .map(|set| {
@@ -196,8 +193,18 @@ impl Analysis {
                     .filter(|&v| !set.contains(v))
                     .map(|v| u128::from(graph.layers[v].params))
                     .sum();
-                params * u128::from(bpp.weights + bpp.grads)
-                    + (params * u128::from(bpp.optimizer)).div_ceil(u128::from(max_shard))
+                let bpp = &problem.bytes_per_param;
+                let sharded = |per_param: u32, from: ZeroStage| {
+                    let bytes = params * u128::from(per_param);
+                    if problem.zero >= from {
+                        bytes.div_ceil(u128::from(max_shards))
+                    } else {
+                        bytes
+                    }
+                };
+                sharded(bpp.weights, ZeroStage::Parameters)
+                    + sharded(bpp.grads, ZeroStage::Gradients)
+                    + sharded(bpp.optimizer, ZeroStage::Optimizer)
             })
             .collect();
         // (work, accumulation) of the layers inside and outside each downset.
@@ -327,7 +334,7 @@ impl ReplicaCache {
                 rate_s,
                 backward_rate_s,
                 tail_s: ctx.tail_s(sm, k),
-                state_bytes: ctx.state_bytes(sm.params, k).iter().sum(),
+                state_bytes: ctx.state_bytes(sm, k).iter().sum(),
             };
         }
         *entry
@@ -793,7 +800,7 @@ fn search_widths<'a>(
     pruning: bool,
 ) {
     let gpipe = ctx.problem.schedule == PipelineSchedule::GPipe;
-    let tail_floor_s = an.largest_layer_optimizer_s / ctx.zero1_shards(ctx.units) as f64;
+    let tail_floor_s = an.largest_layer_optimizer_s / ctx.optimizer_shards(ctx.units) as f64;
     let mut gamma = f64::INFINITY;
     loop {
         // Per pipeline group count (its slots differ when devices may idle): the smallest

@@ -116,6 +116,77 @@ impl PipelineSchedule {
     }
 }
 
+/// How far data-parallel copies shard the training state (Rajbhandari et al. 2020, ZeRO;
+/// stage 3 is PyTorch FSDP's full shard). In a file and on the command line, the number.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(try_from = "u8", into = "u8")]
+pub enum ZeroStage {
+    /// Every copy holds everything; gradients are all-reduced after the last backward.
+    #[default]
+    Replicated,
+    /// Optimizer state sharded: gradients reduce-scattered and updated weights all-gathered
+    /// after the last backward (Megatron-LM's distributed optimizer), each copy stepping its
+    /// shard.
+    Optimizer,
+    /// Gradients sharded too: each micro-batch's backward reduce-scatters its gradients into
+    /// the shards (DeepSpeed's stage 2); weights all-gathered after the step.
+    Gradients,
+    /// Weights sharded too: every micro-batch all-gathers each layer's weights in the forward
+    /// and again in the backward, and reduce-scatters its gradients (FSDP full shard).
+    Parameters,
+}
+
+impl ZeroStage {
+    pub const ALL: [ZeroStage; 4] = [
+        ZeroStage::Replicated,
+        ZeroStage::Optimizer,
+        ZeroStage::Gradients,
+        ZeroStage::Parameters,
+    ];
+
+    /// The stage's number, 0 to 3.
+    pub fn number(self) -> u8 {
+        self as u8
+    }
+}
+
+impl From<ZeroStage> for u8 {
+    fn from(stage: ZeroStage) -> u8 {
+        stage.number()
+    }
+}
+
+impl TryFrom<u8> for ZeroStage {
+    type Error = String;
+    fn try_from(number: u8) -> Result<ZeroStage, String> {
+        ZeroStage::ALL
+            .get(usize::from(number))
+            .copied()
+            .ok_or_else(|| format!("ZeRO stage {number} does not exist: use 0, 1, 2 or 3"))
+    }
+}
+
+impl std::str::FromStr for ZeroStage {
+    type Err = String;
+    fn from_str(text: &str) -> Result<ZeroStage, String> {
+        let number: u8 = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{text}` is not a ZeRO stage: use 0, 1, 2 or 3"))?;
+        ZeroStage::try_from(number)
+    }
+}
+
+fn is_replicated(stage: &ZeroStage) -> bool {
+    *stage == ZeroStage::Replicated
+}
+
+fn is_zero_s(value: &f64) -> bool {
+    *value == 0.0
+}
+
 /// Bytes each parameter costs in memory (mixed-precision Adam: 2, 2, 12; SGD: 2, 2, 0 or 4, 4, 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -172,6 +243,11 @@ pub struct LayerCost {
     /// every micro-batch after a copy's first does (0 where the GEMMs accumulate themselves).
     #[serde(default)]
     pub grad_accumulation_s: f64,
+    /// All-reducing, once per iteration, the gradients of the parameters the tensor group
+    /// replicates (`workload::ReplicatedParams`: K/V projections when t exceeds the key/value
+    /// heads), before the optimizer step.
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub replica_grad_sync_s: f64,
 }
 
 /// The per-layer cost graph at one tensor width. Layers are in topological order and every
@@ -208,9 +284,9 @@ pub struct PlacementProblem {
     pub recompute: RecomputeMode,
     #[serde(default = "adam_mixed")]
     pub bytes_per_param: BytesPerParam,
-    /// Shard optimizer state across the data-parallel copies of a stage.
+    /// How far the data-parallel copies of a stage shard the training state.
     #[serde(default)]
-    pub zero1: bool,
+    pub zero: ZeroStage,
     #[serde(default)]
     pub schedule: PipelineSchedule,
     /// Interconnect tiers, fastest first; the last spans the cluster.
@@ -264,6 +340,10 @@ pub struct Chunk {
     pub send_forward_s: f64,
     pub send_backward_s: f64,
     pub grad_accumulation_s: f64,
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub shard_forward_s: f64,
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub shard_backward_s: f64,
     /// Activation bytes each micro-batch the chunk holds keeps.
     pub kept_bytes: u64,
 }
@@ -286,8 +366,15 @@ pub struct Stage {
     pub send_backward_s: f64,
     /// Gradient accumulation of every micro-batch after a replica's first.
     pub grad_accumulation_s: f64,
-    /// `fwd_s + bwd_s + sends + grad_accumulation_s`: one replica's forward and backward
-    /// operation of one micro-batch.
+    /// ZeRO-3's weight all-gathers in each forward, not hidden behind it.
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub shard_forward_s: f64,
+    /// ZeRO-2/3's gradient reduce-scatter (and ZeRO-3's weight all-gather) in each backward,
+    /// not hidden behind it.
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub shard_backward_s: f64,
+    /// `fwd_s + bwd_s + sends + grad_accumulation_s + shard communication`: one replica's
+    /// forward and backward operation of one micro-batch.
     pub load_s: f64,
     /// Micro-batches (interleaved: chunk activations) each replica holds at most.
     pub in_flight: u64,
@@ -313,6 +400,11 @@ impl Stage {
         self.send_forward_s + self.send_backward_s
     }
 
+    /// Both directions' exposed ZeRO-2/3 communication per micro-batch.
+    pub fn shard_s(&self) -> f64 {
+        self.shard_forward_s + self.shard_backward_s
+    }
+
     /// The slowest stage's tail: what follows its last backward.
     fn tail_s(&self) -> f64 {
         self.dp_comm_s + self.optimizer_s
@@ -329,6 +421,9 @@ pub struct TimeSplit {
     pub bubble_s: f64,
     /// `m ·` the bottleneck's pipeline sends per micro-batch and tensor group.
     pub pp_comm_s: f64,
+    /// `m ·` the bottleneck's exposed ZeRO-2/3 communication per micro-batch and tensor group.
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub shard_comm_s: f64,
     /// The exposed gradient synchronisation of the stage that ends the iteration.
     pub dp_comm_s: f64,
     /// That stage's optimizer step.
@@ -343,6 +438,9 @@ pub struct Plan {
     pub pp: u32,
     pub dp: u32,
     pub schedule: PipelineSchedule,
+    /// How far the data-parallel copies shard the training state.
+    #[serde(default, skip_serializing_if = "is_replicated")]
+    pub zero: ZeroStage,
     /// Model chunks per stage (1 unless interleaved).
     pub virtual_stages: u32,
     pub micro_batch: u32,
@@ -421,9 +519,14 @@ impl fmt::Display for Infeasible {
             for alt in &self.alternatives {
                 let p = &alt.plan;
                 let (fewest, most) = p.replica_range();
+                let zero = if p.zero == ZeroStage::Replicated {
+                    String::new()
+                } else {
+                    format!(", ZeRO-{}", p.zero.number())
+                };
                 writeln!(
                     f,
-                    "  - {}: stage {} over by {:.1} GiB; {:.4} s per batch if it fitted",
+                    "  - {}{zero}: stage {} over by {:.1} GiB; {:.4} s per batch if it fitted",
                     plan_line(p.tp, p.dp, p.pp, &replica_range(fewest, most)),
                     alt.worst_stage,
                     gib(alt.overshoot_bytes),

@@ -4,7 +4,7 @@
 
 use super::{
     Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
-    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit,
+    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit, ZeroStage,
 };
 use crate::arch::{fewest_in_domain, group_link, tier_order_error, GroupLink};
 use crate::report::{gib, plan_line, replica_range};
@@ -25,6 +25,10 @@ pub(crate) struct StageMetrics {
     pub optimizer_s: f64,
     /// One micro-batch's gradient accumulation over the stage's layers on one device.
     pub grad_accumulation_s: f64,
+    /// All-reduce of the gradients the tensor group replicates, once per iteration.
+    pub replica_sync_s: f64,
+    /// Parameters of the stage's largest layer on one device: what ZeRO-3 gathers at once.
+    pub largest_layer_params: u64,
     /// Activations of the micro-batch being processed.
     pub act_one: u64,
     /// Activations kept per other in-flight micro-batch.
@@ -109,6 +113,8 @@ pub(crate) fn stage_metrics(
         sm.params += layer.params;
         sm.optimizer_s += layer.optimizer_step_s;
         sm.grad_accumulation_s += layer.grad_accumulation_s;
+        sm.replica_sync_s += layer.replica_grad_sync_s;
+        sm.largest_layer_params = sm.largest_layer_params.max(layer.params);
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
@@ -175,6 +181,8 @@ pub(crate) fn chain_stage_metrics(
         sm.params += layer.params;
         sm.optimizer_s += layer.optimizer_step_s;
         sm.grad_accumulation_s += layer.grad_accumulation_s;
+        sm.replica_sync_s += layer.replica_grad_sync_s;
+        sm.largest_layer_params = sm.largest_layer_params.max(layer.params);
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
@@ -221,7 +229,13 @@ pub(crate) struct Ops {
     pub accumulation_s: f64,
     /// Forward critical path and the forward sends.
     pub forward_s: f64,
-    /// Backward critical path, the backward sends and the accumulation.
+    /// ZeRO-3's exposed weight all-gathers in the forward.
+    pub shard_forward_s: f64,
+    /// ZeRO-2/3's exposed gradient reduce-scatter (and ZeRO-3's weight all-gather) in the
+    /// backward.
+    pub shard_backward_s: f64,
+    /// Backward critical path, the backward sends, the accumulation and the exposed
+    /// ZeRO-2/3 communication.
     pub backward_s: f64,
 }
 
@@ -296,12 +310,67 @@ impl Ctx<'_> {
     pub fn ops(&self, sm: &StageMetrics, k: u32) -> Ops {
         let [send_forward_s, send_backward_s] = self.sends(sm, k);
         let accumulation_s = self.accumulation_s(sm, k);
+        let [shard_forward_s, shard_backward_s] = self.shard_comm_s(sm, k);
         Ops {
             send_forward_s,
             send_backward_s,
             accumulation_s,
-            forward_s: sm.fwd_s + send_forward_s,
-            backward_s: sm.bwd_s + send_backward_s + accumulation_s,
+            shard_forward_s,
+            shard_backward_s,
+            forward_s: sm.fwd_s + send_forward_s + shard_forward_s,
+            backward_s: sm.bwd_s + send_backward_s + accumulation_s + shard_backward_s,
+        }
+    }
+
+    /// What of a collective of `comm_s` beside `compute_s` stays exposed: with overlap the
+    /// computation hides `overlap_efficiency` of it, up to its length.
+    fn exposed(&self, comm_s: f64, compute_s: f64) -> f64 {
+        if self.problem.dp_overlap {
+            exposed_after_overlap(comm_s, compute_s, self.problem.overlap_efficiency)
+        } else {
+            comm_s
+        }
+    }
+
+    /// The ring over a stage's `d·k` copies: its link, the copies and the latency of one
+    /// pass (`None` for a single copy).
+    fn copies_ring(&self, k: u32) -> Option<(GroupLink<'_>, f64)> {
+        let n = self.d * k;
+        if n <= 1 {
+            return None;
+        }
+        let span = (self.d - 1) * self.units * self.t + k * self.t;
+        let link = self.link(span, |domain| self.fewest_copies_in(k, domain));
+        Some((link, f64::from(n)))
+    }
+
+    /// One reduce-scatter or all-gather of `bytes` (per copy, whole) over the stage's copies.
+    fn ring_pass_s(&self, k: u32, bytes: u64) -> f64 {
+        match self.copies_ring(k) {
+            Some((link, n)) if bytes > 0 => {
+                (n - 1.0) / n * bytes as f64 / link.bandwidth_bytes_per_s
+                    + (n - 1.0) * link.tier.latency_s
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// ZeRO-2/3's exposed communication in each micro-batch's forward and backward: stage 3
+    /// all-gathers the stage's weights in the forward and again in the backward, stages 2 and
+    /// 3 reduce-scatter its gradients in the backward. FSDP and DeepSpeed prefetch the next
+    /// layer's gather and reduce the previous layer's gradients while a layer computes, so the
+    /// pass hides up to `overlap_efficiency` of it (all of it exposed without overlap).
+    pub fn shard_comm_s(&self, sm: &StageMetrics, k: u32) -> [f64; 2] {
+        let bpp = &self.problem.bytes_per_param;
+        let gather_s = self.ring_pass_s(k, sm.params * u64::from(bpp.weights));
+        let scatter_s = self.ring_pass_s(k, sm.params * u64::from(bpp.grads));
+        match self.problem.zero {
+            ZeroStage::Replicated | ZeroStage::Optimizer => [0.0; 2],
+            ZeroStage::Gradients => [0.0, self.exposed(scatter_s, sm.bwd_s)],
+            ZeroStage::Parameters => [
+                self.exposed(gather_s, sm.fwd_s),
+                self.exposed(gather_s + scatter_s, sm.bwd_s),
+            ],
         }
     }
 
@@ -331,18 +400,19 @@ impl Ctx<'_> {
     }
 
     /// Weights, gradients and optimizer state on one device of a stage with `k` replicas.
-    pub fn state_bytes(&self, params: u64, k: u32) -> [u64; 3] {
-        let bpp = &self.problem.bytes_per_param;
-        [
-            params * u64::from(bpp.weights),
-            params * u64::from(bpp.grads),
-            (params * u64::from(bpp.optimizer)).div_ceil(self.zero1_shards(k)),
-        ]
+    pub fn state_bytes(&self, sm: &StageMetrics, k: u32) -> [u64; 3] {
+        state_bytes(
+            self.problem,
+            sm.params,
+            sm.largest_layer_params,
+            u64::from(self.d) * u64::from(k),
+        )
     }
 
-    /// Copies the optimizer state and step are divided over: the stage's `d·k` with ZeRO-1.
-    pub fn zero1_shards(&self, k: u32) -> u64 {
-        if self.problem.zero1 {
+    /// Copies the optimizer state and step are divided over: the stage's `d·k` with ZeRO-1 and
+    /// above.
+    pub fn optimizer_shards(&self, k: u32) -> u64 {
+        if self.problem.zero >= ZeroStage::Optimizer {
             u64::from(self.d) * u64::from(k)
         } else {
             1
@@ -351,7 +421,7 @@ impl Ctx<'_> {
 
     /// Memory of one device of a stage with `k` replicas holding `in_flight` micro-batches.
     pub fn memory(&self, sm: &StageMetrics, k: u32, in_flight: u64) -> MemoryBreakdown {
-        let [weights, grads, optimizer] = self.state_bytes(sm.params, k);
+        let [weights, grads, optimizer] = self.state_bytes(sm, k);
         let mut mem = MemoryBreakdown {
             weights,
             grads,
@@ -367,7 +437,7 @@ impl Ctx<'_> {
     /// Whether `k` replicas fit in memory with `groups_to_end` groups from the stage to the end.
     pub fn fits(&self, sm: &StageMetrics, k: u32, groups_to_end: u32) -> bool {
         self.fits_state(
-            self.state_bytes(sm.params, k).iter().sum(),
+            self.state_bytes(sm, k).iter().sum(),
             sm,
             k,
             groups_to_end,
@@ -390,18 +460,14 @@ impl Ctx<'_> {
 
     /// The optimizer step of a stage with `k` replicas on one device.
     pub fn stage_optimizer_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        sm.optimizer_s / self.zero1_shards(k) as f64
+        sm.optimizer_s / self.optimizer_shards(k) as f64
     }
 
-    /// Exposed gradient synchronisation of a stage with `k` replicas: all of it, or with
-    /// overlap what the last backward does not hide.
+    /// Exposed gradient synchronisation of a stage with `k` replicas: of the data-parallel
+    /// synchronisation all of it, or with overlap what the last backward does not hide; and the
+    /// all-reduce of the tensor group's replicated parameters, which follows the backward.
     pub fn dp_comm_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        let all_reduce = self.dp_sync_s(sm, k);
-        if self.problem.dp_overlap {
-            exposed_after_overlap(all_reduce, sm.bwd_s, self.problem.overlap_efficiency)
-        } else {
-            all_reduce
-        }
+        self.exposed(self.dp_sync_s(sm, k), sm.bwd_s) + sm.replica_sync_s
     }
 
     /// What a stage with `k` replicas does after its last backward: its exposed gradient
@@ -410,26 +476,60 @@ impl Ctx<'_> {
         self.dp_comm_s(sm, k) + self.stage_optimizer_s(sm, k)
     }
 
-    /// The whole gradient synchronisation of a stage with `k` replicas, hidden or not.
+    /// The whole data-parallel gradient synchronisation of a stage with `k` replicas after
+    /// its last backward, hidden or not: ZeRO-0 all-reduces the gradients, ZeRO-1
+    /// reduce-scatters them and all-gathers the updated weights, ZeRO-2 (whose backwards
+    /// reduce-scattered already) all-gathers the weights, ZeRO-3 (whose forwards gather them)
+    /// nothing.
     pub fn dp_sync_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        let n = self.d * k;
-        if n <= 1 || sm.params == 0 {
-            return 0.0;
-        }
-        let span = (self.d - 1) * self.units * self.t + k * self.t;
-        let link = self.link(span, |domain| self.fewest_copies_in(k, domain));
         let bpp = &self.problem.bytes_per_param;
-        let n_f = f64::from(n);
-        let grad_bytes = (sm.params * u64::from(bpp.grads)) as f64;
-        let latency = 2.0 * (n_f - 1.0) * link.tier.latency_s;
-        if self.problem.zero1 {
-            // Reduce-scatter gradients, all-gather updated weights.
-            let weight_bytes = (sm.params * u64::from(bpp.weights)) as f64;
-            (n_f - 1.0) / n_f * (grad_bytes + weight_bytes) / link.bandwidth_bytes_per_s + latency
-        } else {
-            2.0 * (n_f - 1.0) / n_f * grad_bytes / link.bandwidth_bytes_per_s + latency
+        let grads = sm.params * u64::from(bpp.grads);
+        let weights = sm.params * u64::from(bpp.weights);
+        match self.problem.zero {
+            // A ring all-reduce is a reduce-scatter and an all-gather of the gradients.
+            ZeroStage::Replicated => 2.0 * self.ring_pass_s(k, grads),
+            ZeroStage::Optimizer => self.ring_pass_s(k, grads) + self.ring_pass_s(k, weights),
+            ZeroStage::Gradients => self.ring_pass_s(k, weights),
+            ZeroStage::Parameters => 0.0,
         }
     }
+}
+
+/// Weights, gradients and optimizer state on one device of a stage of `params` parameters
+/// (its largest layer `largest_layer_params`) whose data-parallel copies number `shards`: each
+/// ZeRO stage divides one more of them over the copies. ZeRO-2 also holds the full gradients
+/// of the layer being reduced; ZeRO-3 the gathered weights of the layer computing and of the
+/// one prefetched, and the full gradients of the layer being reduced.
+pub(crate) fn state_bytes(
+    problem: &PlacementProblem,
+    params: u64,
+    largest_layer_params: u64,
+    shards: u64,
+) -> [u64; 3] {
+    let bpp = &problem.bytes_per_param;
+    let shards = shards.max(1);
+    let zero = problem.zero;
+    let sharded = |bytes: u64, from: ZeroStage| {
+        if zero >= from {
+            bytes.div_ceil(shards)
+        } else {
+            bytes
+        }
+    };
+    let largest_grads = largest_layer_params * u64::from(bpp.grads);
+    let largest_weights = largest_layer_params * u64::from(bpp.weights);
+    // A single copy shards nothing and gathers nothing.
+    let (gathered_weights, bucket_grads) = match zero {
+        _ if shards == 1 => (0, 0),
+        ZeroStage::Replicated | ZeroStage::Optimizer => (0, 0),
+        ZeroStage::Gradients => (0, largest_grads),
+        ZeroStage::Parameters => (2 * largest_weights, largest_grads),
+    };
+    [
+        sharded(params * u64::from(bpp.weights), ZeroStage::Parameters) + gathered_weights,
+        sharded(params * u64::from(bpp.grads), ZeroStage::Gradients) + bucket_grads,
+        sharded(params * u64::from(bpp.optimizer), ZeroStage::Optimizer),
+    ]
 }
 
 /// What stays exposed of a collective of `comm_s` launched beside `compute_s` of computation
@@ -504,6 +604,7 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
                 l.selective_recompute_s,
                 l.optimizer_step_s,
                 l.grad_accumulation_s,
+                l.replica_grad_sync_s,
             ];
             if times.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(format!(
@@ -671,6 +772,8 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             send_forward_s: ops.send_forward_s,
             send_backward_s: ops.send_backward_s,
             grad_accumulation_s: ops.accumulation_s,
+            shard_forward_s: ops.shard_forward_s,
+            shard_backward_s: ops.shard_backward_s,
             load_s: ops.forward_s + ops.backward_s,
             in_flight,
             kept_bytes: sm.stash_per_micro_batch,
@@ -698,7 +801,16 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             m * stages[first].send_s() / per_group(first)
         }
     };
-    let compute_s = m * rate_s - pp_comm_s;
+    let shard_comm_s = match ctx.problem.schedule {
+        PipelineSchedule::GPipe => {
+            m * (rates[first].0.shard_forward_s / per_group(first)
+                + rates[second].0.shard_backward_s / per_group(second))
+        }
+        PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved => {
+            m * stages[first].shard_s() / per_group(first)
+        }
+    };
+    let compute_s = m * rate_s - pp_comm_s - shard_comm_s;
     let tail = argmax(stages.iter().map(Stage::tail_s));
     let tail_s = stages[tail].tail_s();
     let time_per_batch_s = pipeline_s + tail_s;
@@ -707,6 +819,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
         pp: p,
         dp: ctx.d,
         schedule: ctx.problem.schedule,
+        zero: ctx.problem.zero,
         virtual_stages: 1,
         micro_batch: ctx.problem.micro_batch,
         micro_batches_per_pipeline: ctx.m,
@@ -716,6 +829,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             compute_s,
             bubble_s: pipeline_s - m * rate_s,
             pp_comm_s,
+            shard_comm_s,
             dp_comm_s: stages[tail].dp_comm_s,
             optimizer_s: stages[tail].optimizer_s,
         },
@@ -916,6 +1030,7 @@ mod tests {
                 output_bytes: 10,
                 optimizer_step_s: 0.001 * i as f64,
                 grad_accumulation_s: 0.0005 * i as f64,
+                replica_grad_sync_s: 0.0,
             })
             .collect();
         let mut edges: Vec<(usize, usize, u64)> =
@@ -935,7 +1050,7 @@ mod tests {
             micro_batch: 1,
             recompute: mode,
             bytes_per_param: BytesPerParam::ADAM_MIXED,
-            zero1: false,
+            zero: ZeroStage::Replicated,
             schedule: PipelineSchedule::OneFOneB,
             tiers: vec![Tier {
                 name: "all".into(),

@@ -265,8 +265,8 @@ pub fn simulate_plan(plan: &Plan) -> Result<Simulation, String> {
                     accumulation_s: chunk.grad_accumulation_s,
                     kept_bytes: chunk.kept_bytes,
                     ..op(
-                        chunk.fwd_s,
-                        chunk.bwd_s,
+                        chunk.fwd_s + chunk.shard_forward_s,
+                        chunk.bwd_s + chunk.shard_backward_s,
                         chunk.send_forward_s,
                         chunk.send_backward_s,
                     )
@@ -282,7 +282,12 @@ pub fn simulate_plan(plan: &Plan) -> Result<Simulation, String> {
                     accumulation_s: s.grad_accumulation_s,
                     replicas: s.replicas,
                     kept_bytes: s.kept_bytes,
-                    ..op(s.fwd_s, s.bwd_s, s.send_forward_s, s.send_backward_s)
+                    ..op(
+                        s.fwd_s + s.shard_forward_s,
+                        s.bwd_s + s.shard_backward_s,
+                        s.send_forward_s,
+                        s.send_backward_s,
+                    )
                 })
                 .collect();
             let schedule = if plan.schedule == PipelineSchedule::GPipe {

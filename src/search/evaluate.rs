@@ -3,11 +3,11 @@
 //! the micro-batch sizes and recompute modes asked for.
 
 use crate::arch::{ArchConfig, Tier};
-use crate::cost::{collective_cost, CostModel};
+use crate::cost::{collective_cost, CollectiveCost, CostModel};
 use crate::error::InputError;
 use crate::placement::{
     place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCost, LayerCostGraph,
-    PipelineSchedule, PlacementProblem, Plan, RecomputeMode,
+    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, ZeroStage,
 };
 use crate::schedule::{lower_bound, Schedule, ScheduleCache, ScheduleError, ScheduleProblem};
 use crate::workload::{CollectiveKind, Layer, Op, OpGraph, OpKind, VectorOp, Workload};
@@ -32,7 +32,8 @@ pub struct PlanOptions {
     pub max_tp: u32,
     /// Only these tensor widths (of those `fixed.tp` or `max_tp` allow); `None`: all of them.
     pub only_widths: Option<Vec<u32>>,
-    pub zero1: bool,
+    /// ZeRO stages the search chooses from.
+    pub zero: Vec<ZeroStage>,
     pub dp_overlap: bool,
     pub allow_idle_devices: bool,
     /// Allow `d × micro-batch` not dividing the global batch (PHAZE's `⌈B / d⌉` micro-batches).
@@ -58,7 +59,7 @@ impl PlanOptions {
             fixed: Fixed::default(),
             max_tp: 8,
             only_widths: None,
-            zero1: false,
+            zero: vec![ZeroStage::Replicated],
             dp_overlap: true,
             allow_idle_devices: false,
             allow_uneven_batch: false,
@@ -124,6 +125,8 @@ pub struct LayerEnergy {
     pub optimizer_step_j: f64,
     /// One micro-batch's gradient accumulation (every micro-batch after a copy's first).
     pub grad_accumulation_j: f64,
+    /// The all-reduce of the gradients its tensor group replicates (once per iteration).
+    pub replica_grad_sync_j: f64,
 }
 
 impl LayerCosts {
@@ -131,15 +134,16 @@ impl LayerCosts {
     /// recomputation) on each of the `t` devices of its tensor group, per sample of a
     /// micro-batch; and once per iteration, over the global batch, each data-parallel copy's
     /// gradient accumulation (every micro-batch after its first), optimizer step and gradient
-    /// synchronisation (ring all-reduce over the `d · k` copies of a stage; with ZeRO-1 a
-    /// reduce-scatter of gradients and an all-gather of weights, and each copy steps its share
-    /// of the optimizer state). Pipeline sends are not counted.
+    /// synchronisation over the `d · k` copies of a stage as `plan.zero` does it (ZeRO-0: a
+    /// ring all-reduce; 1: a reduce-scatter of gradients and an all-gather of weights, each
+    /// copy stepping its share; 2: the reduce-scatter in every micro-batch's backward; 3: also
+    /// two all-gathers of the weights per micro-batch and none after the step), and the
+    /// all-reduce of the gradients a tensor group replicates. Pipeline sends are not counted.
     pub fn energy_per_sample_j(
         &self,
         plan: &Plan,
         recompute: RecomputeMode,
         bytes_per_param: BytesPerParam,
-        zero1: bool,
         global_batch: u64,
         arch: &ArchConfig,
     ) -> f64 {
@@ -162,28 +166,38 @@ impl LayerCosts {
             })
             .sum();
         let mut per_iteration = 0.0;
+        // The d·k copies of a stage run the d pipelines' micro-batches, each copy its share.
+        let passes = (u64::from(plan.dp) * plan.micro_batches_per_pipeline) as f64;
         for stage in &plan.stages {
             let copies = plan.dp * stage.replicas;
             for &l in &stage.layers {
                 let params = self.graph.layers[l].params;
                 let grad_bytes = params * u64::from(bytes_per_param.grads);
-                let sync_j = if zero1 {
-                    let weight_bytes = params * u64::from(bytes_per_param.weights);
-                    collective_cost(arch, CollectiveKind::ReduceScatter, grad_bytes, copies)
-                        .energy_j
-                        + collective_cost(arch, CollectiveKind::AllGather, weight_bytes, copies)
-                            .energy_j
-                } else {
-                    collective_cost(arch, CollectiveKind::AllReduce, grad_bytes, copies).energy_j
+                let weight_bytes = params * u64::from(bytes_per_param.weights);
+                let energy = |kind, bytes| collective_cost(arch, kind, bytes, copies).energy_j;
+                let scatter_j = energy(CollectiveKind::ReduceScatter, grad_bytes);
+                let gather_j = energy(CollectiveKind::AllGather, weight_bytes);
+                let copies_f = f64::from(copies);
+                let sync_j = match plan.zero {
+                    ZeroStage::Replicated => {
+                        copies_f * energy(CollectiveKind::AllReduce, grad_bytes)
+                    }
+                    ZeroStage::Optimizer => copies_f * (scatter_j + gather_j),
+                    ZeroStage::Gradients => passes * scatter_j + copies_f * gather_j,
+                    ZeroStage::Parameters => passes * (scatter_j + 2.0 * gather_j),
                 };
-                let step_copies = if zero1 { 1 } else { copies };
-                // The d·k copies run the pipeline's m micro-batches, each copy its share.
-                let accumulations = (u64::from(plan.dp) * plan.micro_batches_per_pipeline)
-                    .saturating_sub(u64::from(copies));
+                let step_copies = if plan.zero >= ZeroStage::Optimizer {
+                    1.0
+                } else {
+                    copies_f
+                };
+                let accumulations = (passes - copies_f).max(0.0);
+                let layer = &self.energy_j[l];
                 per_iteration += t
-                    * (f64::from(copies) * sync_j
-                        + f64::from(step_copies) * self.energy_j[l].optimizer_step_j
-                        + accumulations as f64 * self.energy_j[l].grad_accumulation_j);
+                    * (sync_j
+                        + copies_f * layer.replica_grad_sync_j
+                        + step_copies * layer.optimizer_step_j
+                        + accumulations * layer.grad_accumulation_j);
             }
         }
         per_micro_batch * t / f64::from(plan.micro_batch) + per_iteration / global_batch as f64
@@ -248,6 +262,7 @@ pub fn layer_costs(
             }
         };
         let s = &unique[u];
+        let replica_sync = replica_grad_sync(workload, cost, layer);
         layers.push(LayerCost {
             name: layer.name.clone(),
             fwd_s: s.fwd.makespan_s,
@@ -258,6 +273,7 @@ pub fn layer_costs(
             output_bytes: layer.output_bytes,
             optimizer_step_s: s.optimizer_step_s,
             grad_accumulation_s: s.grad_accumulation_s,
+            replica_grad_sync_s: replica_sync.latency_s,
         });
         energy_j.push(LayerEnergy {
             fwd_j: s.fwd.energy_j,
@@ -265,6 +281,7 @@ pub fn layer_costs(
             selective_recompute_j: s.selective_recompute_energy_j,
             optimizer_step_j: s.optimizer_step_energy_j,
             grad_accumulation_j: s.grad_accumulation_energy_j,
+            replica_grad_sync_j: replica_sync.energy_j,
         });
     }
     Ok(LayerCosts {
@@ -286,6 +303,19 @@ fn optimizer_step(workload: &Workload, cost: &CostModel, params: u64) -> (f64, f
         return (0.0, 0.0);
     }
     kernels_in_turn(cost, &workload.optimizer_step_ops(params))
+}
+
+/// The all-reduce, once per iteration, of the gradients of the parameters `layer`'s tensor
+/// group replicates, over the devices holding each copy.
+fn replica_grad_sync(workload: &Workload, cost: &CostModel, layer: &Layer) -> CollectiveCost {
+    let replicated = layer.replicated;
+    let bytes = replicated.params * u64::from(workload.bytes_per_param().grads);
+    collective_cost(
+        cost.arch(),
+        CollectiveKind::AllReduce,
+        bytes,
+        replicated.group,
+    )
 }
 
 /// Time and energy of one micro-batch's gradient accumulation over `params` parameters.
@@ -360,6 +390,7 @@ fn lower_bound_graph(
             output_bytes: layer.output_bytes,
             optimizer_step_s,
             grad_accumulation_s,
+            replica_grad_sync_s: replica_grad_sync(workload, cost, layer).latency_s,
         });
     }
     Ok(LayerCostGraph {
@@ -476,21 +507,25 @@ pub fn throughput_bound(
             .map(|t| lower_bound_graph(workload, cost, t, micro_batch, options.sequence_parallel))
             .collect::<Result<Vec<_>, _>>()?;
         for &recompute in &options.recompute {
-            let mut problem = placement_problem(
-                workload,
-                arch,
-                options,
-                graphs.clone(),
-                micro_batch,
-                recompute,
-            );
-            problem.tiers = free_links.clone();
-            // Free links leave a vanishing all-reduce; hiding it behind the backward pass makes
-            // it exactly zero, so the search compares loads alone (see `dp::walkable`).
-            problem.dp_overlap = true;
-            if let Ok(Some(plan)) = place_faster_than(&problem, best_s) {
-                best_s = plan.time_per_batch_s;
-                found = true;
+            for &zero in &options.zero {
+                let mut problem = placement_problem(
+                    workload,
+                    arch,
+                    options,
+                    graphs.clone(),
+                    micro_batch,
+                    recompute,
+                );
+                problem.zero = zero;
+                problem.tiers = free_links.clone();
+                // Free links leave a vanishing all-reduce; hiding it behind the backward pass
+                // makes it exactly zero, so the search compares loads alone (see
+                // `dp::walkable`).
+                problem.dp_overlap = true;
+                if let Ok(Some(plan)) = place_faster_than(&problem, best_s) {
+                    best_s = plan.time_per_batch_s;
+                    found = true;
+                }
             }
         }
     }
@@ -612,8 +647,9 @@ pub fn evaluate_faster_than(
     Ok(search_plans(workload, cost, options, cache, bound_s)?.0)
 }
 
-/// Why no candidate had a plan, per (micro-batch, recompute) candidate.
-type Infeasibilities = Vec<(String, Infeasible)>;
+/// Why no candidate had a plan, per (micro-batch, recompute) candidate and ZeRO stage (named
+/// only when several were offered).
+type Infeasibilities = Vec<(String, Option<ZeroStage>, Infeasible)>;
 
 /// The best plan faster than `bound_s` over every candidate of `options`, and why the
 /// candidates without one have none (only searched for when `bound_s` is infinite).
@@ -629,12 +665,12 @@ fn search_plans(
     let hbm_bytes = options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes);
     let mut best: Option<Evaluation> = None;
     let mut infeasible = Vec::new();
-    let candidates = options.micro_batches.len() * options.recompute.len();
+    let candidates = options.micro_batches.len() * options.recompute.len() * options.zero.len();
     let bar = if options.progress {
         let bar = indicatif::ProgressBar::new(candidates as u64);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "planning {bar:40} {pos}/{len} (micro-batch, recompute) candidates  ETA {eta}",
+                "planning {bar:40} {pos}/{len} (micro-batch, recompute, ZeRO) candidates  ETA {eta}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
@@ -657,45 +693,48 @@ fn search_plans(
             })
             .collect::<Result<_, _>>()?;
         for &recompute in &options.recompute {
-            let graphs = per_width.iter().map(|c| c.graph.clone()).collect();
-            let problem =
-                placement_problem(workload, arch, options, graphs, micro_batch, recompute);
-            // Only plans faster than the best so far matter: the bound prunes the search.
-            let bound_s = best.as_ref().map_or(bound_s, |b| b.plan.time_per_batch_s);
-            match place_faster_than(&problem, bound_s) {
-                Ok(Some(plan)) => {
-                    let costs = per_width
-                        .iter()
-                        .find(|c| c.graph.tp == plan.tp)
-                        .expect("a plan's tensor width is one of the graphs offered");
-                    let energy = costs.energy_per_sample_j(
-                        &plan,
-                        recompute,
-                        problem.bytes_per_param,
-                        options.zero1,
-                        workload.global_batch,
-                        arch,
-                    );
-                    best = Some(summarise(
-                        workload,
-                        arch,
-                        plan,
-                        recompute,
-                        options.sequence_parallel,
-                        hbm_bytes,
-                        energy,
-                    ));
+            for &zero in &options.zero {
+                let graphs = per_width.iter().map(|c| c.graph.clone()).collect();
+                let mut problem =
+                    placement_problem(workload, arch, options, graphs, micro_batch, recompute);
+                problem.zero = zero;
+                // Only plans faster than the best so far matter: the bound prunes the search.
+                let bound_s = best.as_ref().map_or(bound_s, |b| b.plan.time_per_batch_s);
+                match place_faster_than(&problem, bound_s) {
+                    Ok(Some(plan)) => {
+                        let costs = per_width
+                            .iter()
+                            .find(|c| c.graph.tp == plan.tp)
+                            .expect("a plan's tensor width is one of the graphs offered");
+                        let energy = costs.energy_per_sample_j(
+                            &plan,
+                            recompute,
+                            problem.bytes_per_param,
+                            workload.global_batch,
+                            arch,
+                        );
+                        best = Some(summarise(
+                            workload,
+                            arch,
+                            plan,
+                            recompute,
+                            options.sequence_parallel,
+                            hbm_bytes,
+                            energy,
+                        ));
+                    }
+                    Ok(None) => {}
+                    Err(why) => infeasible.push((
+                        format!(
+                            "micro-batch {micro_batch}, recompute {}",
+                            recompute_name(recompute)
+                        ),
+                        (options.zero.len() > 1).then_some(zero),
+                        why,
+                    )),
                 }
-                Ok(None) => {}
-                Err(why) => infeasible.push((
-                    format!(
-                        "micro-batch {micro_batch}, recompute {}",
-                        recompute_name(recompute)
-                    ),
-                    why,
-                )),
+                bar.inc(1);
             }
-            bar.inc(1);
         }
     }
     bar.finish_and_clear();
@@ -737,7 +776,7 @@ fn placement_problem(
             grads: bytes.grads,
             optimizer: bytes.optimizer,
         },
-        zero1: options.zero1,
+        zero: options.zero.first().copied().unwrap_or_default(),
         schedule: options.schedule,
         tiers: achieved_tiers(arch),
         dp_overlap: options.dp_overlap,
@@ -802,17 +841,48 @@ pub fn recompute_name(mode: RecomputeMode) -> &'static str {
 
 /// One report for all candidates: each candidate's reasons, labelled, and the three
 /// alternatives with the smallest memory overshoot across them.
-fn merge_infeasible(cases: Vec<(String, Infeasible)>) -> Infeasible {
-    let mut reasons = Vec::new();
+fn merge_infeasible(cases: Infeasibilities) -> Infeasible {
+    // A reason that several ZeRO stages of one candidate share is listed once, naming them.
+    let mut merged: Vec<(String, Vec<u8>, String)> = Vec::new();
     let mut alternatives: Vec<Alternative> = Vec::new();
-    for (label, case) in cases {
-        reasons.extend(case.reasons.into_iter().map(|r| format!("{label}: {r}")));
+    for (label, zero, case) in cases {
+        for reason in case.reasons {
+            match merged
+                .iter_mut()
+                .find(|(l, stages, r)| *l == label && *r == reason && !stages.is_empty())
+            {
+                Some((_, stages, _)) => stages.extend(zero.map(ZeroStage::number)),
+                None => merged.push((
+                    label.clone(),
+                    zero.map(ZeroStage::number).into_iter().collect(),
+                    reason,
+                )),
+            }
+        }
         alternatives.extend(case.alternatives);
     }
+    let mut reasons: Vec<String> = merged
+        .into_iter()
+        .map(|(label, stages, reason)| {
+            let stages: Vec<String> = stages.iter().map(u8::to_string).collect();
+            if stages.is_empty() {
+                format!("{label}: {reason}")
+            } else {
+                format!("{label}, ZeRO-{}: {reason}", stages.join("/"))
+            }
+        })
+        .collect();
     alternatives.sort_by(|a, b| {
         a.overshoot_bytes
             .cmp(&b.overshoot_bytes)
             .then(a.plan.time_per_batch_s.total_cmp(&b.plan.time_per_batch_s))
+    });
+    // Stages of ZeRO that change nothing for a plan (one copy per stage) give the same
+    // alternative; the lowest stage, offered first, stays.
+    alternatives.dedup_by(|later, kept| {
+        later.overshoot_bytes == kept.overshoot_bytes
+            && later.plan.time_per_batch_s == kept.plan.time_per_batch_s
+            && later.plan.stages == kept.plan.stages
     });
     alternatives.truncate(3);
     if reasons.is_empty() {

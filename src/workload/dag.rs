@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::graph::{ActivationBytes, Layer, LayerGraph, Op, OpGraph, OpKind};
+use super::graph::{ActivationBytes, Layer, LayerGraph, Op, OpGraph, OpKind, ReplicatedParams};
 use super::ops::{build_graphs, collective, gemm, mul, vector, Node};
 use super::{Model, Optimizer, Precision, Workload};
 use crate::error::InputError;
@@ -446,6 +446,7 @@ impl Dag {
                     params: layer.params,
                     activation_bytes,
                     output_bytes: mul(&[layer.output_bytes, micro_batch]),
+                    replicated: ReplicatedParams::default(),
                 }
             })
             .collect();

@@ -166,6 +166,27 @@ pub struct Layer {
     pub activation_bytes: ActivationBytes,
     /// Bytes of the layer's output per device: what a pipeline send carries.
     pub output_bytes: u64,
+    /// Parameters the device's tensor group replicates (included in `params`).
+    #[serde(default, skip_serializing_if = "ReplicatedParams::is_empty")]
+    pub replicated: ReplicatedParams,
+}
+
+/// Parameters that several devices of a tensor group hold whole (K/V projections when the
+/// group is wider than the key/value heads): each device's gradients cover only its own query
+/// heads, so the copies' gradients are all-reduced over the `group` devices holding them once
+/// per iteration, as Megatron-LM does for the parameters its tensor group replicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ReplicatedParams {
+    /// Parameters per device.
+    pub params: u64,
+    /// Devices holding each copy (consecutive in the tensor group).
+    pub group: u32,
+}
+
+impl ReplicatedParams {
+    pub fn is_empty(&self) -> bool {
+        self.params == 0 || self.group <= 1
+    }
 }
 
 /// The model as a DAG of layers for one (tensor width, micro-batch, sequence-parallel) choice.

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::graph::{ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind};
+use super::graph::{
+    ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, ReplicatedParams,
+};
 use super::ops::{
     build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector,
     vector_in_pass, Feeds, Node,
@@ -30,6 +32,7 @@ pub(crate) struct RawTemplate {
     hidden: i64,
     heads: i64,
     kv_heads: Option<i64>,
+    head_dim: Option<i64>,
     ffn_hidden: Option<i64>,
     vocab: i64,
     seq_len: i64,
@@ -39,6 +42,13 @@ pub(crate) struct RawTemplate {
     loss_scaling: Option<bool>,
     gradient_clipping: Option<bool>,
     gradient_accumulation_fusion: Option<bool>,
+    norm: Option<Norm>,
+    activation: Option<Activation>,
+    positions: Option<Positions>,
+    bias: Option<bool>,
+    dropout: Option<bool>,
+    tied_embeddings: Option<bool>,
+    parallel_block: Option<bool>,
 }
 
 impl RawTemplate {
@@ -53,6 +63,7 @@ impl RawTemplate {
             hidden: size(sizes.hidden),
             heads: size(sizes.heads),
             kv_heads: None,
+            head_dim: None,
             ffn_hidden: None,
             vocab: size(sizes.vocab),
             seq_len: size(sizes.seq_len),
@@ -62,22 +73,135 @@ impl RawTemplate {
             loss_scaling: None,
             gradient_clipping: None,
             gradient_accumulation_fusion: None,
+            norm: None,
+            activation: None,
+            positions: None,
+            bias: None,
+            dropout: None,
+            tied_embeddings: None,
+            parallel_block: None,
         }
     }
 }
 
 /// Largest accepted value of each size: far above any real model, low enough that parameter
 /// counts stay below 2^61 (L·(4h² + 3hf) ≤ 2^60) and fit a `u64` exactly.
-const MAX_SIZE: [(&str, u64); 8] = [
+const MAX_SIZE: [(&str, u64); 9] = [
     ("layers", 1 << 16),
     ("hidden", 1 << 20),
     ("heads", 1 << 16),
     ("kv_heads", 1 << 16),
+    ("head_dim", 1 << 16),
     ("ffn_hidden", 1 << 22),
     ("vocab", 1 << 24),
     ("seq_len", 1 << 20),
     ("global_batch", 1 << 32),
 ];
+
+/// Normalisation layer of a block and of the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Norm {
+    /// Scale, and a shift where the model has biases.
+    LayerNorm,
+    /// Scale only.
+    RmsNorm,
+}
+
+/// The feed-forward network's activation; the gated ones have two up-projections (gate and
+/// up), each `ffn_hidden` wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    Gelu,
+    Relu,
+    /// SiLU(gate) × up (Shazeer 2020; Llama, PaLM).
+    Swiglu,
+    /// GeLU(gate) × up (Shazeer 2020; T5 v1.1, LaMDA).
+    Geglu,
+}
+
+impl Activation {
+    fn gated(self) -> bool {
+        matches!(self, Activation::Swiglu | Activation::Geglu)
+    }
+}
+
+/// How token positions enter the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Positions {
+    /// A learned table of rows added to the embeddings (OPT: 2 rows more than s).
+    Learned,
+    /// Rotary embeddings applied to queries and keys in every block (no parameters).
+    Rotary,
+}
+
+/// The shape of the transformer block and its ends; each family has defaults a file may
+/// override (docs/workloads.md, "Block shape").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockShape {
+    pub norm: Norm,
+    pub activation: Activation,
+    pub positions: Positions,
+    /// Biases on every linear layer (and a LayerNorm shift).
+    pub bias: bool,
+    pub dropout: bool,
+    /// The output head reuses the word embedding.
+    pub tied_embeddings: bool,
+    /// Attention and feed-forward both read one normalised input and their outputs are summed
+    /// before a single residual add (GPT-J, PaLM), instead of one after the other.
+    pub parallel: bool,
+}
+
+impl BlockShape {
+    /// A short name of every choice, for layer signatures.
+    fn tag(&self) -> String {
+        format!(
+            "{}-{}-{} bias{} drop{} tied{} par{}",
+            match self.norm {
+                Norm::LayerNorm => "ln",
+                Norm::RmsNorm => "rms",
+            },
+            match self.activation {
+                Activation::Gelu => "gelu",
+                Activation::Relu => "relu",
+                Activation::Swiglu => "swiglu",
+                Activation::Geglu => "geglu",
+            },
+            match self.positions {
+                Positions::Learned => "learned",
+                Positions::Rotary => "rotary",
+            },
+            u8::from(self.bias),
+            u8::from(self.dropout),
+            u8::from(self.tied_embeddings),
+            u8::from(self.parallel)
+        )
+    }
+
+    /// The defaults of a family.
+    fn of(family: Family) -> BlockShape {
+        let llama = family == Family::Llama;
+        BlockShape {
+            norm: if llama { Norm::RmsNorm } else { Norm::LayerNorm },
+            activation: match family {
+                Family::Llama => Activation::Swiglu,
+                Family::Opt => Activation::Relu,
+                Family::Gpt | Family::Bert => Activation::Gelu,
+            },
+            positions: if llama {
+                Positions::Rotary
+            } else {
+                Positions::Learned
+            },
+            bias: !llama,
+            dropout: !llama,
+            tied_embeddings: !llama,
+            parallel: false,
+        }
+    }
+}
 
 /// A validated transformer template (sizes of the whole, unsliced model).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,10 +210,14 @@ pub struct Template {
     pub layers: u64,
     pub hidden: u64,
     pub heads: u64,
-    /// Key/value heads (grouped-query attention); equals `heads` for multi-head attention.
+    /// Key/value heads (grouped- or multi-query attention); equals `heads` for multi-head
+    /// attention.
     pub kv_heads: u64,
+    /// Size of one attention head (default `hidden / heads`).
+    pub head_dim: u64,
     pub ffn_hidden: u64,
     pub vocab: u64,
+    pub block: BlockShape,
 }
 
 fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
@@ -135,6 +263,20 @@ impl RawTemplate {
         let hidden = positive(file, "hidden", self.hidden)?;
         let heads = positive(file, "heads", self.heads)?;
         let kv_heads = positive(file, "kv_heads", self.kv_heads.unwrap_or(self.heads))?;
+        let head_dim = match self.head_dim {
+            Some(value) => positive(file, "head_dim", value)?,
+            None if hidden % heads != 0 => {
+                return Err(InputError::invalid(
+                    file,
+                    "heads",
+                    format!(
+                        "{heads} heads do not divide hidden size {hidden}; give `head_dim` \
+                         when heads × head_dim is not the hidden size"
+                    ),
+                ))
+            }
+            None => hidden / heads,
+        };
         let ffn_hidden = positive(
             file,
             "ffn_hidden",
@@ -143,11 +285,15 @@ impl RawTemplate {
         let vocab = positive(file, "vocab", self.vocab)?;
         let seq_len = positive(file, "seq_len", self.seq_len)?;
         let global_batch = positive(file, "global_batch", self.global_batch)?;
-        if hidden % heads != 0 {
+        if heads * head_dim > 1 << 22 {
             return Err(InputError::invalid(
                 file,
-                "heads",
-                format!("{heads} heads do not divide hidden size {hidden}"),
+                "head_dim",
+                format!(
+                    "{heads} heads of {head_dim} give an attention width beyond the supported \
+                     {}",
+                    1u64 << 22
+                ),
             ));
         }
         if heads % kv_heads != 0 {
@@ -177,6 +323,7 @@ impl RawTemplate {
                 )
             })?,
         };
+        let block = self.block_shape(family);
         Ok(Workload {
             name: self.name,
             seq_len,
@@ -193,10 +340,28 @@ impl RawTemplate {
                 hidden,
                 heads,
                 kv_heads,
+                head_dim,
                 ffn_hidden,
                 vocab,
+                block,
             }),
         })
+    }
+}
+
+impl RawTemplate {
+    /// The family's block shape with the file's overrides.
+    fn block_shape(&self, family: Family) -> BlockShape {
+        let default = BlockShape::of(family);
+        BlockShape {
+            norm: self.norm.unwrap_or(default.norm),
+            activation: self.activation.unwrap_or(default.activation),
+            positions: self.positions.unwrap_or(default.positions),
+            bias: self.bias.unwrap_or(default.bias),
+            dropout: self.dropout.unwrap_or(default.dropout),
+            tied_embeddings: self.tied_embeddings.unwrap_or(default.tied_embeddings),
+            parallel: self.parallel_block.unwrap_or(default.parallel),
+        }
     }
 }
 
@@ -316,38 +481,50 @@ impl Builder {
 }
 
 impl Template {
-    fn head_dim(&self) -> u64 {
-        self.hidden / self.heads
+    /// Width of the queries (and of the attention output): heads × head size, which equals
+    /// the hidden size unless the file gives `head_dim` (PaLM 540B: 48 × 256 < 18432).
+    fn attention_width(&self) -> u64 {
+        self.heads * self.head_dim
     }
-    /// Width of the fused Q, K, V projection: h for queries plus 2·kv·d for keys and values.
-    fn qkv_width(&self) -> u64 {
-        self.hidden + 2 * self.kv_heads * self.head_dim()
+    /// Key/value heads one device of a tensor group of `tp` holds: its share, or, when the
+    /// group is wider than the key/value heads, the one its query heads read (K/V replicated
+    /// across the `tp / kv_heads` devices sharing it, as PaLM does for multi-query attention).
+    fn kv_heads_per_device(&self, tp: u64) -> u64 {
+        (self.kv_heads / tp).max(1)
+    }
+    /// Devices of a tensor group of `tp` holding the same key/value head (1: none replicated).
+    fn kv_replicas(&self, tp: u64) -> u64 {
+        (tp / self.kv_heads).max(1)
+    }
+    /// Width of the fused Q, K, V projection on one device at tensor width `tp`.
+    fn qkv_width(&self, tp: u64) -> u64 {
+        self.attention_width() / tp + 2 * self.kv_heads_per_device(tp) * self.head_dim
     }
     fn norm(&self) -> VectorOp {
-        match self.family {
-            Family::Llama => VectorOp::RmsNorm,
-            _ => VectorOp::LayerNorm,
+        match self.block.norm {
+            Norm::RmsNorm => VectorOp::RmsNorm,
+            Norm::LayerNorm => VectorOp::LayerNorm,
         }
     }
-    /// Parameters of one normalisation layer (scale, plus shift for LayerNorm).
+    /// Parameters of one normalisation layer (scale, plus shift for a LayerNorm with biases).
     fn norm_params(&self) -> u64 {
-        match self.family {
-            Family::Llama => self.hidden,
-            _ => 2 * self.hidden,
+        match self.block.norm {
+            Norm::LayerNorm if self.block.bias => 2 * self.hidden,
+            _ => self.hidden,
         }
     }
     fn has_dropout(&self) -> bool {
-        self.family != Family::Llama
+        self.block.dropout
     }
     fn has_bias(&self) -> bool {
-        self.family != Family::Llama
+        self.block.bias
     }
-    /// Learned position-embedding rows (OPT reserves 2 extra; Llama uses rotary instead).
+    /// Learned position-embedding rows (OPT reserves 2 extra; rotary positions have none).
     fn position_rows(&self, seq_len: u64) -> u64 {
-        match self.family {
-            Family::Gpt | Family::Bert => seq_len,
-            Family::Opt => seq_len + 2,
-            Family::Llama => 0,
+        match (self.block.positions, self.family) {
+            (Positions::Rotary, _) => 0,
+            (Positions::Learned, Family::Opt) => seq_len + 2,
+            (Positions::Learned, _) => seq_len,
         }
     }
     /// Vocabulary rows one device holds: Megatron pads V to a multiple of t.
@@ -365,17 +542,20 @@ impl Template {
         if tp == 0 {
             return Some("must be at least 1".to_string());
         }
-        let checks = [
-            ("heads", self.heads),
-            ("kv_heads", self.kv_heads),
-            ("ffn_hidden", self.ffn_hidden),
-        ];
+        let checks = [("heads", self.heads), ("ffn_hidden", self.ffn_hidden)];
         for (what, value) in checks {
             if value % tp != 0 {
                 return Some(format!(
                     "tensor-parallel width {tp} does not divide {what} = {value}"
                 ));
             }
+        }
+        if self.kv_heads % tp != 0 && tp % self.kv_heads != 0 {
+            return Some(format!(
+                "tensor-parallel width {tp} neither divides kv_heads = {} nor is a multiple of \
+                 it (key/value heads are either split across the group or replicated in it)",
+                self.kv_heads
+            ));
         }
         if sequence_parallel && !seq_len.is_multiple_of(tp) {
             return Some(format!(
@@ -394,7 +574,7 @@ impl Template {
             tokens * seq_len as f64 * self.heads as f64 * 9.0,
             tokens * self.ffn_hidden as f64 * 16.0,
             tokens * self.vocab as f64 * 4.0,
-            tokens * self.hidden as f64 * 64.0,
+            tokens * self.hidden.max(self.attention_width()) as f64 * 64.0,
         ]
         .into_iter()
         .fold(0.0, f64::max);
@@ -406,21 +586,30 @@ impl Template {
     /// Parameters of one transformer block held by one device at width `tp`.
     pub(crate) fn block_params(&self, tp: u64) -> u64 {
         let (h, f) = (self.hidden, self.ffn_hidden);
-        let qkv = h * self.qkv_width() / tp;
-        let proj = h * h / tp;
-        let norms = 2 * self.norm_params();
-        let ffn_weights = match self.family {
-            Family::Llama => 3 * h * f / tp,
-            _ => 2 * h * f / tp,
-        };
-        // Column-parallel biases (QKV, FFN up) are sliced, row-parallel ones (proj, down)
-        // replicated.
+        let qkv = h * self.qkv_width(tp);
+        let proj = self.attention_width() / tp * h;
+        let up_projections = if self.block.activation.gated() { 2 } else { 1 };
+        let ffn_weights = (up_projections + 1) * h * f / tp;
+        let norms = if self.block.parallel { 1 } else { 2 } * self.norm_params();
+        // Column-parallel biases (QKV, FFN up and gate) are sliced, row-parallel ones (proj,
+        // down) replicated.
         let biases = if self.has_bias() {
-            self.qkv_width() / tp + h + f / tp + h
+            self.qkv_width(tp) + h + up_projections * f / tp + h
         } else {
             0
         };
         qkv + proj + ffn_weights + biases + norms
+    }
+
+    /// Parameters of one block that each device holds together with the other devices of its
+    /// tensor group sharing its key/value head: the K/V projections (and their biases) when the
+    /// group is wider than the key/value heads; 0 otherwise.
+    pub(crate) fn block_replicated_params(&self, tp: u64) -> u64 {
+        if self.kv_replicas(tp) == 1 {
+            return 0;
+        }
+        let kv = 2 * self.head_dim;
+        kv * self.hidden + if self.has_bias() { kv } else { 0 }
     }
 
     /// Parameters of the embedding layer per device: the (vocab-parallel) token table plus
@@ -428,50 +617,63 @@ impl Template {
     pub(crate) fn embedding_params(&self, seq_len: u64, tp: u64) -> u64 {
         let h = self.hidden;
         let extra = match self.family {
-            Family::Bert => 2 * h + 2 * h,
+            Family::Bert => 2 * h + self.norm_params(),
             _ => 0,
         };
         self.vocab_per_device(tp) * h + self.position_rows(seq_len) * h + extra
     }
 
-    /// Parameters of the head per device. Tied output embeddings (gpt, bert, opt) are counted
-    /// once, in the embedding layer. BERT's head is the masked-LM transform (dense + layernorm)
-    /// and the decoder bias; its pooler is not modelled.
+    /// Parameters of the head per device: the final norm (BERT: the masked-LM transform, a
+    /// dense layer and a layernorm, and the decoder bias), and an output projection of its own
+    /// where the embeddings are not tied (with a bias where the model has biases). Tied output
+    /// embeddings are counted once, in the embedding layer; BERT's pooler is not modelled.
     pub(crate) fn head_params(&self, tp: u64) -> u64 {
         let h = self.hidden;
-        match self.family {
-            Family::Gpt | Family::Opt => self.norm_params(),
-            Family::Bert => h * h + h + 2 * h + self.vocab_per_device(tp),
-            Family::Llama => self.norm_params() + self.vocab_per_device(tp) * h,
-        }
+        let vocab = self.vocab_per_device(tp);
+        let transform = match self.family {
+            Family::Bert => h * h + h + self.norm_params() + vocab,
+            _ => self.norm_params(),
+        };
+        let output = if self.block.tied_embeddings {
+            0
+        } else {
+            vocab * h + if self.has_bias() && self.family != Family::Bert {
+                vocab
+            } else {
+                0
+            }
+        };
+        transform + output
     }
 
     pub(crate) fn total_params(&self, seq_len: u64) -> u64 {
         self.embedding_params(seq_len, 1) + self.layers * self.block_params(1) + self.head_params(1)
     }
 
-    /// Korthikanti et al. 2022 activation memory of one block, generalised to GQA, any FFN
-    /// width, SwiGLU, no-dropout families and any element size. For a GPT block in 16-bit it is
-    /// exactly s·b·h·(34 + 5as/h) (t = 1), s·b·h·(10 + 24/t + 5as/(ht)) (TP) and
-    /// s·b·h·(34/t + 5as/(ht)) (TP + SP); selective drops the as² terms; full keeps the input.
+    /// Korthikanti et al. 2022 activation memory of one block, generalised to GQA/MQA (K/V
+    /// replicated where t exceeds the key/value heads), any head size and FFN width, gated
+    /// activations, the parallel block, no-dropout models and any element size. For a GPT
+    /// block in 16-bit it is exactly s·b·h·(34 + 5as/h) (t = 1), s·b·h·(10 + 24/t + 5as/(ht))
+    /// (TP) and s·b·h·(34/t + 5as/(ht)) (TP + SP); selective drops the as² terms; full keeps
+    /// the input.
     pub(crate) fn block_activation_bytes(&self, shape: &Shape) -> ActivationBytes {
         let e = shape.e();
         let tp = shape.tp;
         let h = self.hidden;
         let tokens = shape.tokens();
         let local = shape.local_tokens();
-        let kvd = self.kv_heads * self.head_dim();
         let drop = u64::from(self.has_dropout());
-        // Outside the parallel regions (replicated, or sliced by SP): two norm inputs, the two
-        // inputs of the column-parallel GEMMs, and the 1-byte dropout masks.
-        let outside = local * h * (4 * e + 2 * drop);
-        // Inside (sliced by t): Q and K, V, the projection input, the FFN activation's inputs
-        // and the down-projection input.
-        let ffn_inputs = match self.family {
-            Family::Llama => 2,
-            _ => 1,
-        };
-        let inside = tokens * e * ((h + kvd) + kvd + h + (ffn_inputs + 1) * self.ffn_hidden) / tp;
+        // Outside the parallel regions (replicated, or sliced by SP): per branch point a norm
+        // input and the column-parallel GEMMs' input, and a 1-byte mask per dropout (two of
+        // each in a sequential block, one in a parallel block).
+        let branch_points = if self.block.parallel { 1 } else { 2 };
+        let outside = branch_points * local * h * (2 * e + drop);
+        // Inside (sliced by t, K/V per device): Q and K, V, the projection input, the FFN
+        // activation's inputs and the down-projection input.
+        let q = self.attention_width() / tp;
+        let kv = self.kv_heads_per_device(tp) * self.head_dim;
+        let ffn_inputs = if self.block.activation.gated() { 2 } else { 1 };
+        let inside = tokens * e * ((q + kv) + kv + q + (ffn_inputs + 1) * self.ffn_hidden / tp);
         // Attention scores: softmax output (e), dropout mask (1) and dropout output (e).
         let scores = mul(&[
             shape.micro_batch,
@@ -532,19 +734,19 @@ impl Template {
         let (s, b) = (shape.seq_len, shape.micro_batch);
         let tokens = shape.tokens();
         let local = shape.local_tokens() * h;
-        let d = self.head_dim();
-        let kvd = self.kv_heads * d;
+        let d = self.head_dim;
+        let q_width = self.attention_width() / tp;
+        let kv_width = self.kv_heads_per_device(tp) * d;
         let heads = b * self.heads / tp;
         let f = self.ffn_hidden / tp;
+        let bias = self.has_bias();
+        let parallel = self.block.parallel;
 
         let ln1 = bld.op(vector("ln1", self.norm(), local, h, e), &[], false);
-        let x = bld.enter_parallel("tp_attn_in", ln1, shape);
-        let qkv_width = self.qkv_width() / tp;
-        let qkv = bld.linear(
-            gemm("qkv", 1, tokens, qkv_width, h, e),
-            &[x],
-            self.has_bias(),
-        );
+        let attn_in = if parallel { "tp_block_in" } else { "tp_attn_in" };
+        let x = bld.enter_parallel(attn_in, ln1, shape);
+        let qkv_width = self.qkv_width(tp);
+        let qkv = bld.linear(gemm("qkv", 1, tokens, qkv_width, h, e), &[x], bias);
         // q, k and v are views of the fused projection's output; its backward assembles their
         // three gradients into one tensor (Megatron-LM's split, PyTorch's unbind: a
         // concatenation kernel) before the projection's own backward.
@@ -562,8 +764,14 @@ impl Template {
             grad: vec![(concat, Feeds::All)],
             leaf: Vec::new(),
         });
-        let qk_in = if self.family == Family::Llama {
-            let rotary = vector("rotary", VectorOp::Rotary, tokens * (h + kvd) / tp, d, e);
+        let qk_in = if self.block.positions == Positions::Rotary {
+            let rotary = vector(
+                "rotary",
+                VectorOp::Rotary,
+                tokens * (q_width + kv_width),
+                d,
+                e,
+            );
             bld.op(rotary, &[qkv], false)
         } else {
             qkv
@@ -596,79 +804,87 @@ impl Template {
         // The context, batched by head, goes back to token-major rows for the projection (and
         // its gradient the other way).
         let context = bld.op(
-            vector("context_transpose", VectorOp::Copy, tokens * h / tp, 1, e),
+            vector("context_transpose", VectorOp::Copy, tokens * q_width, 1, e),
             &[av],
             false,
         );
-        let proj = bld.linear(
-            gemm("proj", 1, tokens, h, h / tp, e),
-            &[context],
-            self.has_bias(),
-        );
-        let y = bld.leave_parallel("tp_attn_out", proj, shape);
-        let y = if self.has_dropout() {
-            bld.op(
-                vector("dropout1", VectorOp::Dropout, local, 1, e),
-                &[y],
-                false,
-            )
+        let proj = bld.linear(gemm("proj", 1, tokens, h, q_width, e), &[context], bias);
+        // A sequential block finishes attention (all-reduce, dropout, residual) and normalises
+        // again; a parallel block feeds the same normalised input to the feed-forward branch.
+        let (ffn_in, residual) = if parallel {
+            (x, None)
         } else {
-            y
+            let y = bld.leave_parallel("tp_attn_out", proj, shape);
+            let y = self.dropout(&mut bld, "dropout1", local, y, e);
+            let add1 = bld.op(vector("residual1", VectorOp::Add, local, 1, e), &[y], false);
+            let ln2 = bld.op(vector("ln2", self.norm(), local, h, e), &[add1], false);
+            (bld.enter_parallel("tp_mlp_in", ln2, shape), Some(add1))
         };
-        let add1 = bld.op(vector("residual1", VectorOp::Add, local, 1, e), &[y], false);
-        let ln2 = bld.op(vector("ln2", self.norm(), local, h, e), &[add1], false);
-        let x = bld.enter_parallel("tp_mlp_in", ln2, shape);
-        let act = match self.family {
-            Family::Llama => {
-                let gate = bld.linear(gemm("ffn_gate", 1, tokens, f, h, e), &[x], self.has_bias());
-                let up = bld.linear(gemm("ffn_up", 1, tokens, f, h, e), &[x], self.has_bias());
-                let silu = bld.op(
-                    vector("silu", VectorOp::Silu, tokens * f, 1, e),
-                    &[gate],
-                    false,
-                );
+        let act = match self.block.activation {
+            Activation::Swiglu | Activation::Geglu => {
+                let gate = bld.linear(gemm("ffn_gate", 1, tokens, f, h, e), &[ffn_in], bias);
+                let up = bld.linear(gemm("ffn_up", 1, tokens, f, h, e), &[ffn_in], bias);
+                let (name, op) = if self.block.activation == Activation::Swiglu {
+                    ("silu", VectorOp::Silu)
+                } else {
+                    ("gelu", VectorOp::Gelu)
+                };
+                let gated = bld.op(vector(name, op, tokens * f, 1, e), &[gate], false);
+                let product = if self.block.activation == Activation::Swiglu {
+                    "swiglu_mul"
+                } else {
+                    "geglu_mul"
+                };
                 bld.op(
-                    vector("swiglu_mul", VectorOp::Mul, tokens * f, 1, e),
-                    &[silu, up],
+                    vector(product, VectorOp::Mul, tokens * f, 1, e),
+                    &[gated, up],
                     false,
                 )
             }
-            family => {
-                let up = bld.linear(gemm("ffn_up", 1, tokens, f, h, e), &[x], self.has_bias());
-                let op = if family == Family::Opt {
-                    VectorOp::Relu
+            Activation::Gelu | Activation::Relu => {
+                let up = bld.linear(gemm("ffn_up", 1, tokens, f, h, e), &[ffn_in], bias);
+                let (name, op) = if self.block.activation == Activation::Relu {
+                    ("relu", VectorOp::Relu)
                 } else {
-                    VectorOp::Gelu
-                };
-                let name = if family == Family::Opt {
-                    "relu"
-                } else {
-                    "gelu"
+                    ("gelu", VectorOp::Gelu)
                 };
                 bld.op(vector(name, op, tokens * f, 1, e), &[up], false)
             }
         };
-        let down = bld.linear(
-            gemm("ffn_down", 1, tokens, h, f, e),
-            &[act],
-            self.has_bias(),
-        );
-        let y = bld.leave_parallel("tp_mlp_out", down, shape);
-        let y = if self.has_dropout() {
-            bld.op(
-                vector("dropout2", VectorOp::Dropout, local, 1, e),
-                &[y],
+        let down = bld.linear(gemm("ffn_down", 1, tokens, h, f, e), &[act], bias);
+        let y = if parallel {
+            // Both branches' partial sums are added first, so one all-reduce (or
+            // reduce-scatter) serves the block.
+            let sum = bld.op(
+                vector("branch_sum", VectorOp::Add, tokens * h, 1, e),
+                &[proj, down],
                 false,
-            )
+            );
+            bld.leave_parallel("tp_block_out", sum, shape)
         } else {
-            y
+            bld.leave_parallel("tp_mlp_out", down, shape)
         };
+        let y = self.dropout(&mut bld, "dropout2", local, y, e);
+        let preds: Vec<usize> = std::iter::once(y).chain(residual).collect();
         bld.op(
             vector("residual2", VectorOp::Add, local, 1, e),
-            &[y, add1],
+            &preds,
             false,
         );
         bld.nodes
+    }
+
+    /// A dropout over `elements` after `input`, where the model has dropout.
+    fn dropout(&self, bld: &mut Builder, name: &str, elements: u64, input: usize, e: u32) -> usize {
+        if self.has_dropout() {
+            bld.op(
+                vector(name, VectorOp::Dropout, elements, 1, e),
+                &[input],
+                false,
+            )
+        } else {
+            input
+        }
     }
 
     fn embedding_nodes(&self, shape: &Shape) -> Vec<Node> {
@@ -764,7 +980,7 @@ impl Template {
 
     /// Shape-determining values shared by the signatures of this template's layers.
     fn signature_tail(&self, shape: &Shape) -> String {
-        format!(
+        let mut tail = format!(
             "h{} a{} kv{} f{} v{} s{} b{} t{} sp{} {}",
             self.hidden,
             self.heads,
@@ -776,7 +992,16 @@ impl Template {
             shape.tp,
             u8::from(shape.sequence_parallel),
             shape.precision.name()
-        )
+        );
+        // What the family's defaults leave out, only where a file changed it.
+        if self.head_dim * self.heads != self.hidden {
+            tail.push_str(&format!(" d{}", self.head_dim));
+        }
+        if self.block != BlockShape::of(self.family) {
+            tail.push(' ');
+            tail.push_str(&self.block.tag());
+        }
+        tail
     }
 
     /// The layer graph at one shape: embedding, the L blocks (one shared operator graph) and
@@ -795,6 +1020,7 @@ impl Template {
                 params,
                 activation_bytes: act,
                 output_bytes: out,
+                replicated: ReplicatedParams::default(),
             }
         };
         let mut layers = Vec::with_capacity(self.layers as usize + 2);
@@ -806,14 +1032,20 @@ impl Template {
             self.embedding_activation_bytes(shape),
             hidden_bytes,
         ));
-        let block = make(
-            "block".to_string(),
-            "block",
-            self.block_nodes(shape),
-            self.block_params(shape.tp),
-            self.block_activation_bytes(shape),
-            hidden_bytes,
-        );
+        let block = Layer {
+            replicated: ReplicatedParams {
+                params: self.block_replicated_params(shape.tp),
+                group: self.kv_replicas(shape.tp) as u32,
+            },
+            ..make(
+                "block".to_string(),
+                "block",
+                self.block_nodes(shape),
+                self.block_params(shape.tp),
+                self.block_activation_bytes(shape),
+                hidden_bytes,
+            )
+        };
         for i in 0..self.layers {
             layers.push(Layer {
                 name: format!("block{i}"),
