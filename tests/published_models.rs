@@ -116,7 +116,10 @@ fn palm_parameters_and_flops_match_the_paper() {
         let paper = 6.0 * params as f64
             + 12.0 * (arch.layers * arch.heads * arch.head_dim * w.seq_len) as f64;
         let got = flops_per_token(&w);
-        assert!((got - paper).abs() <= 1e-5 * paper, "{name}: {got} vs {paper}");
+        assert!(
+            (got - paper).abs() <= 1e-5 * paper,
+            "{name}: {got} vs {paper}"
+        );
     }
     assert_eq!(load("palm-540b").total_params(), 540_356_474_880);
 }
@@ -267,7 +270,9 @@ fn multi_query_attention_replicates_kv_across_a_wider_tensor_group() {
     assert!(block(&llama.layer_graph(8, 1, false).unwrap())
         .replicated
         .is_empty());
-    let wide = llama.layer_graph(16, 1, false).expect("t = 16 over 8 kv heads");
+    let wide = llama
+        .layer_graph(16, 1, false)
+        .expect("t = 16 over 8 kv heads");
     assert_eq!(block(&wide).replicated.group, 2);
     assert_eq!(block(&wide).replicated.params, 2 * 128 * 8192);
 
@@ -315,7 +320,11 @@ fn parallel_block_has_one_all_reduce_each_way_and_its_activations() {
     assert_eq!(all_reduces(&b.bwd).len(), 1, "{:?}", all_reduces(&b.bwd));
     assert!(b.fwd.ops.iter().any(|o| o.name == "branch_sum"));
     assert_eq!(
-        b.fwd.ops.iter().filter(|o| o.name.starts_with("ln")).count(),
+        b.fwd
+            .ops
+            .iter()
+            .filter(|o| o.name.starts_with("ln"))
+            .count(),
         1
     );
     let sequential = load("gpt-1.7b").layer_graph(2, 1, false).unwrap();

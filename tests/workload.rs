@@ -462,8 +462,14 @@ fn llama_block_is_swiglu_rmsnorm_rotary_gqa() {
         op_index(bwd, "ffn_up.dgrad"),
     );
     assert!(!reaches(bwd, gd, ud) && !reaches(bwd, ud, gd));
-    // kv_heads = 8 limits the tensor width.
-    assert_eq!(w.valid_tp(64), vec![1, 2, 4, 8]);
+    // Widths above kv_heads = 8 replicate K and V across the devices sharing a head.
+    assert_eq!(w.valid_tp(64), vec![1, 2, 4, 8, 16, 32, 64]);
+    assert_eq!(
+        block(&w.layer_graph(32, 1, false).unwrap())
+            .replicated
+            .group,
+        4
+    );
 }
 
 #[test]
@@ -738,8 +744,19 @@ fn bad_inputs_name_file_field_and_reason() {
         &GOOD.replace("layers = 2", "layers = = 2"),
     );
     assert_mentions(&e, &["malformed.toml", "malformed TOML", "layers"]);
-    let e = load_error("unknown.toml", &format!("{GOOD}dropout = 0.1\n"));
-    assert_mentions(&e, &["unknown.toml", "unknown field `dropout`"]);
+    let e = load_error("unknown.toml", &format!("{GOOD}attention_dropout = 0.1\n"));
+    assert_mentions(&e, &["unknown.toml", "unknown field `attention_dropout`"]);
+    let e = load_error("dropout.toml", &format!("{GOOD}dropout = 0.1\n"));
+    assert_mentions(&e, &["dropout.toml", "dropout", "expected a boolean"]);
+    let e = load_error("act.toml", &format!("{GOOD}activation = \"swish\"\n"));
+    assert_mentions(
+        &e,
+        &["act.toml", "activation", "unknown variant `swish`", "geglu"],
+    );
+    let e = load_error("hd.toml", &format!("{GOOD}head_dim = 0\n"));
+    assert_mentions(&e, &["hd.toml", "`head_dim`", "got 0"]);
+    let e = load_error("hd-wide.toml", &format!("{GOOD}head_dim = 2000000\n"));
+    assert_mentions(&e, &["hd-wide.toml", "`head_dim`", "larger than"]);
     let e = load_error("kv.toml", &format!("{GOOD}kv_heads = 3\n"));
     assert_mentions(&e, &["kv.toml", "`kv_heads`", "do not divide 4 heads"]);
     let e = load_error("zero.toml", &GOOD.replace("vocab = 100", "vocab = 0"));

@@ -270,7 +270,10 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
         String::new()
     };
     let shard = if split.shard_comm_s > 0.0 {
-        format!(", ZeRO gathers and scatters {}", seconds(split.shard_comm_s))
+        format!(
+            ", ZeRO gathers and scatters {}",
+            seconds(split.shard_comm_s)
+        )
     } else {
         String::new()
     };

@@ -18,8 +18,8 @@
 //! (work inside D) / (groups before D), work being forward plus backward critical path.
 
 use super::model::{
-    build_plan, state_bytes, chain_stage_metrics, incoming, is_chain, memory_reason, predecessors,
-    stage_metrics, widths, worst_stage, Ctx, PartStage, StageMetrics,
+    build_plan, chain_stage_metrics, incoming, is_chain, memory_reason, predecessors,
+    stage_metrics, state_bytes, widths, worst_stage, Ctx, PartStage, StageMetrics,
 };
 use super::{Alternative, Infeasible, PipelineSchedule, PlacementProblem, Plan, ZeroStage};
 use fixedbitset::FixedBitSet;

@@ -436,12 +436,7 @@ impl Ctx<'_> {
 
     /// Whether `k` replicas fit in memory with `groups_to_end` groups from the stage to the end.
     pub fn fits(&self, sm: &StageMetrics, k: u32, groups_to_end: u32) -> bool {
-        self.fits_state(
-            self.state_bytes(sm, k).iter().sum(),
-            sm,
-            k,
-            groups_to_end,
-        )
+        self.fits_state(self.state_bytes(sm, k).iter().sum(), sm, k, groups_to_end)
     }
 
     /// [`Ctx::fits`] with the state bytes per device already summed (`state_bytes`), the same

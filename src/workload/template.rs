@@ -184,7 +184,11 @@ impl BlockShape {
     fn of(family: Family) -> BlockShape {
         let llama = family == Family::Llama;
         BlockShape {
-            norm: if llama { Norm::RmsNorm } else { Norm::LayerNorm },
+            norm: if llama {
+                Norm::RmsNorm
+            } else {
+                Norm::LayerNorm
+            },
             activation: match family {
                 Family::Llama => Activation::Swiglu,
                 Family::Opt => Activation::Relu,
@@ -550,7 +554,7 @@ impl Template {
                 ));
             }
         }
-        if self.kv_heads % tp != 0 && tp % self.kv_heads != 0 {
+        if !self.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(self.kv_heads) {
             return Some(format!(
                 "tensor-parallel width {tp} neither divides kv_heads = {} nor is a multiple of \
                  it (key/value heads are either split across the group or replicated in it)",
@@ -637,11 +641,12 @@ impl Template {
         let output = if self.block.tied_embeddings {
             0
         } else {
-            vocab * h + if self.has_bias() && self.family != Family::Bert {
-                vocab
-            } else {
-                0
-            }
+            vocab * h
+                + if self.has_bias() && self.family != Family::Bert {
+                    vocab
+                } else {
+                    0
+                }
         };
         transform + output
     }
@@ -743,7 +748,11 @@ impl Template {
         let parallel = self.block.parallel;
 
         let ln1 = bld.op(vector("ln1", self.norm(), local, h, e), &[], false);
-        let attn_in = if parallel { "tp_block_in" } else { "tp_attn_in" };
+        let attn_in = if parallel {
+            "tp_block_in"
+        } else {
+            "tp_attn_in"
+        };
         let x = bld.enter_parallel(attn_in, ln1, shape);
         let qkv_width = self.qkv_width(tp);
         let qkv = bld.linear(gemm("qkv", 1, tokens, qkv_width, h, e), &[x], bias);
