@@ -536,6 +536,16 @@ fn bad_chip_files_name_file_field_and_reason() {
         &["interconnect[1].devices", "strictly increasing", "nvlink"],
     );
 
+    let m = chip_error("a100.toml", "nesting.toml", "devices = 65_536", "devices = 65_540");
+    assert_mentions(
+        &m,
+        &[
+            "interconnect[1].devices",
+            "not a whole number of the 8-device domains",
+            "nvlink",
+        ],
+    );
+
     let text = std::fs::read_to_string(spec("tpuv4.toml")).unwrap();
     let start = text.find("[[interconnect]]").unwrap();
     let end = text.find("[vector_cycles]").unwrap();

@@ -332,6 +332,48 @@ fn zero_2_and_3_shard_gradients_and_weights_and_pay_per_micro_batch() {
     assert!(close(hidden.time_per_batch_s, compute));
 }
 
+/// A cluster of 1.5 pods: 6 devices where a pod holds 4 and a slower network joins pods.
+/// The 6 data-parallel copies of one stage span both pods, so their ring runs on the outer
+/// tier; the fuller pod has 4 copies and the other 2, so the ring has as many independent
+/// outer links as the sparser pod has copies (2, NCCL-style multi-rail): bandwidth
+/// min(2 × 1 GB/s, the pod's 100 GB/s). Gradients of the 4 × 1 M parameters in 2 B, ring
+/// all-reduce: 2 · 5/6 · 8 MB / 2 GB/s + 2 · 5 · 50 µs. With 4 copies the ring stays in a pod.
+#[test]
+fn data_parallel_copies_spanning_pods_use_the_outer_tier() {
+    let mut problem = uniform_problem(6, 6);
+    problem.tiers = vec![
+        Tier {
+            name: "pod".into(),
+            devices: 4,
+            bandwidth_bytes_per_s: 100e9,
+            latency_s: 5e-6,
+        },
+        Tier {
+            name: "dcn".into(),
+            devices: 1024,
+            bandwidth_bytes_per_s: 1e9,
+            latency_s: 50e-6,
+        },
+    ];
+    let fixed = |dp: u32| FixedPlan {
+        tp: 1,
+        dp,
+        stages: vec![FixedStage {
+            layers: vec![0, 1, 2, 3],
+            devices: 1,
+        }],
+    };
+    let grads = (2 * 4 * P) as f64;
+    let plan = evaluate_fixed(&problem, &fixed(6)).unwrap();
+    let across = 2.0 * 5.0 / 6.0 * grads / 2e9 + 2.0 * 5.0 * 50e-6;
+    assert!(close(plan.stages[0].dp_sync_s, across), "{}", plan.stages[0].dp_sync_s);
+    problem.devices = 4;
+    problem.global_batch = 4;
+    let plan = evaluate_fixed(&problem, &fixed(4)).unwrap();
+    let within = 2.0 * 3.0 / 4.0 * grads / 100e9 + 2.0 * 3.0 * 5e-6;
+    assert!(close(plan.stages[0].dp_sync_s, within), "{}", plan.stages[0].dp_sync_s);
+}
+
 #[test]
 fn zero_1_divides_optimizer_state_by_d() {
     let mut problem = uniform_problem(4, 8);
