@@ -536,7 +536,12 @@ fn bad_chip_files_name_file_field_and_reason() {
         &["interconnect[1].devices", "strictly increasing", "nvlink"],
     );
 
-    let m = chip_error("a100.toml", "nesting.toml", "devices = 65_536", "devices = 65_540");
+    let m = chip_error(
+        "a100.toml",
+        "nesting.toml",
+        "devices = 65_536",
+        "devices = 65_540",
+    );
     assert_mentions(
         &m,
         &[

@@ -1189,6 +1189,7 @@ fn one_stage_a100_plan(
             pp: Some(1),
             dp: Some(dp),
             virtual_stages: None,
+            ep: None,
         },
         zero: vec![zero],
         ..PlanOptions::searching(dp)

@@ -296,6 +296,7 @@ pub fn validate_runs(
                 pp: Some(run.pp),
                 dp: Some(run.dp),
                 virtual_stages: held.and_then(|p| p.virtual_stages),
+                ep: None,
             },
             schedule: held.map_or(PipelineSchedule::OneFOneB, |p| p.schedule),
             dp_overlap: held.is_none_or(|p| p.dp_overlap),
@@ -416,6 +417,7 @@ pub fn gpt_step_latency(
             pp: Some(1),
             dp: Some(1),
             virtual_stages: None,
+            ep: None,
         },
         // The step ran, so it fit; the model's time does not depend on the capacity.
         hbm_bytes: Some(MEASURED_STEP_HBM_BYTES),

@@ -195,11 +195,14 @@ pub fn plan_shape(p: &Plan) -> String {
         p.schedule.name().to_string()
     };
     let groups = p.groups_per_pipeline();
-    let zero = if p.zero == ZeroStage::Replicated {
+    let mut zero = if p.zero == ZeroStage::Replicated {
         String::new()
     } else {
         format!(", ZeRO-{}", p.zero.number())
     };
+    if p.ep > 1 {
+        zero.push_str(&format!(", experts over {} pipelines", p.ep));
+    }
     format!(
         "{} ({groups} tensor group{} per pipeline), {schedule}{zero}",
         report::plan_line(p.tp, p.dp, p.pp, &report::replica_range(fewest, most)),
@@ -269,10 +272,10 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
     } else {
         String::new()
     };
-    let shard = if split.shard_comm_s > 0.0 {
+    let shard = if split.dp_group_comm_s > 0.0 {
         format!(
-            ", ZeRO gathers and scatters {}",
-            seconds(split.shard_comm_s)
+            ", data-parallel-group collectives (ZeRO-2/3, expert all-to-all) {}",
+            seconds(split.dp_group_comm_s)
         )
     } else {
         String::new()

@@ -57,6 +57,10 @@ pub struct Args {
     /// Hold the model chunks per stage of the interleaved schedule (searched otherwise).
     #[arg(long, value_name = "V")]
     virtual_stages: Option<u32>,
+    /// Hold the expert-parallel width of a mixture-of-experts model: the data-parallel
+    /// pipelines each expert layer's experts are divided over (searched otherwise).
+    #[arg(long)]
+    ep: Option<u32>,
     /// ZeRO stages to search, comma-separated: how far data-parallel copies shard the training
     /// state (0 none, 1 optimizer state, 2 and gradients, 3 and weights: FSDP full shard).
     #[arg(long, value_delimiter = ',', default_values_t = ZeroStage::ALL.map(|z| z.number()), value_parser = clap::value_parser!(u8).range(0..=3))]
@@ -137,6 +141,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             pp: held("--pp", args.pp)?,
             dp: held("--dp", args.dp)?,
             virtual_stages: held("--virtual-stages", args.virtual_stages)?,
+            ep: held("--ep", args.ep)?,
         },
         max_tp: args.max_tp.max(1),
         only_widths: None,
@@ -241,7 +246,7 @@ fn held(flag: &str, value: Option<u32>) -> Result<Option<u32>> {
 /// The pipeline part of a plan's time: what the schedule simulator runs.
 fn pipeline_s(plan: &Plan) -> f64 {
     let split = &plan.time_split;
-    split.compute_s + split.bubble_s + split.pp_comm_s
+    split.compute_s + split.bubble_s + split.pp_comm_s + split.dp_group_comm_s
 }
 
 fn print_simulation(plan: &Plan, sim: &Simulation) {
@@ -276,6 +281,7 @@ pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
         "schedule": p.schedule,
         "virtual_stages": p.virtual_stages,
         "zero": p.zero.number(),
+        "ep": p.ep,
         "groups_per_pipeline": p.groups_per_pipeline(),
         "replicas_per_stage": [fewest, most],
         "micro_batch": p.micro_batch,
@@ -303,8 +309,8 @@ fn stage_json(s: &tandem::placement::Stage) -> serde_json::Value {
             "send_forward_s": s.send_forward_s,
             "send_backward_s": s.send_backward_s,
             "grad_accumulation_s": s.grad_accumulation_s,
-            "shard_forward_s": s.shard_forward_s,
-            "shard_backward_s": s.shard_backward_s,
+            "dp_group_forward_s": s.dp_group_forward_s,
+            "dp_group_backward_s": s.dp_group_backward_s,
             "load_s": s.load_s,
             "dp_comm_s": s.dp_comm_s,
             "dp_sync_s": s.dp_sync_s,

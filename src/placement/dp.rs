@@ -18,7 +18,7 @@
 //! (work inside D) / (groups before D), work being forward plus backward critical path.
 
 use super::model::{
-    build_plan, chain_stage_metrics, incoming, is_chain, memory_reason, predecessors,
+    build_plan, chain_stage_metrics, has_experts, incoming, is_chain, memory_reason, predecessors,
     stage_metrics, state_bytes, widths, worst_stage, Ctx, PartStage, StageMetrics,
 };
 use super::{Alternative, Infeasible, PipelineSchedule, PlacementProblem, Plan, ZeroStage};
@@ -139,8 +139,12 @@ impl Analysis {
         let mut before = vec![false; n];
         let mut in_stage = vec![false; n];
         let mut pairs = Vec::with_capacity(downsets.len());
+        // Experts divided as far as they can be: over every tensor group.
+        let least_held =
+            |params: u64, experts: u64| params - experts + experts.div_ceil(max_shards);
         let least_bytes = |sm: &StageMetrics| {
-            state_bytes(problem, sm.params, sm.largest_layer_params, max_shards)
+            let held = least_held(sm.params, sm.expert_params);
+            state_bytes(problem, held, sm.largest_layer_params, max_shards)
                 .iter()
                 .sum::<u64>()
                 + sm.act_one
@@ -191,7 +195,10 @@ impl Analysis {
             .map(|set| {
                 let params: u128 = (0..n)
                     .filter(|&v| !set.contains(v))
-                    .map(|v| u128::from(graph.layers[v].params))
+                    .map(|v| {
+                        let layer = &graph.layers[v];
+                        u128::from(least_held(layer.params, layer.expert_params))
+                    })
                     .sum();
                 let bpp = &problem.bytes_per_param;
                 let sharded = |per_param: u32, from: ZeroStage| {
@@ -800,7 +807,12 @@ fn search_widths<'a>(
     pruning: bool,
 ) {
     let gpipe = ctx.problem.schedule == PipelineSchedule::GPipe;
-    let tail_floor_s = an.largest_layer_optimizer_s / ctx.optimizer_shards(ctx.units) as f64;
+    // Expert parallelism divides an expert layer's step further; no floor is known there.
+    let tail_floor_s = if has_experts(ctx.problem) {
+        0.0
+    } else {
+        an.largest_layer_optimizer_s / ctx.optimizer_shards(ctx.units) as f64
+    };
     let mut gamma = f64::INFINITY;
     loop {
         // Per pipeline group count (its slots differ when devices may idle): the smallest

@@ -78,8 +78,8 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
                 send_forward_s: ops.send_forward_s,
                 send_backward_s: ops.send_backward_s,
                 grad_accumulation_s: ops.accumulation_s,
-                shard_forward_s: ops.shard_forward_s,
-                shard_backward_s: ops.shard_backward_s,
+                dp_group_forward_s: ops.dp_group_forward_s,
+                dp_group_backward_s: ops.dp_group_backward_s,
                 kept_bytes: sm.stash_per_micro_batch,
             }
         })
@@ -87,11 +87,11 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
     let slots = (m * v as u64 + p as u64 - 1) as f64;
     let forwards: Vec<f64> = chunks
         .iter()
-        .map(|c| c.fwd_s + c.send_forward_s + c.shard_forward_s)
+        .map(|c| c.fwd_s + c.send_forward_s + c.dp_group_forward_s)
         .collect();
     let backwards: Vec<f64> = chunks
         .iter()
-        .map(|c| c.bwd_s + c.send_backward_s + c.grad_accumulation_s + c.shard_backward_s)
+        .map(|c| c.bwd_s + c.send_backward_s + c.grad_accumulation_s + c.dp_group_backward_s)
         .collect();
     let pipeline_s =
         pipeline_part_s(&forwards, slots, m as f64) + pipeline_part_s(&backwards, slots, m as f64);
@@ -108,6 +108,8 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
             device.grad_accumulation_s += sm.grad_accumulation_s;
             device.replica_sync_s += sm.replica_sync_s;
             device.largest_layer_params = device.largest_layer_params.max(sm.largest_layer_params);
+            device.expert_params += sm.expert_params;
+            device.all_to_all_bytes += sm.all_to_all_bytes;
             device.act_one = device.act_one.max(sm.act_one);
             device.stash_per_micro_batch =
                 device.stash_per_micro_batch.max(sm.stash_per_micro_batch);
@@ -116,12 +118,12 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
         let [weights, grads, optimizer] = ctx.state_bytes(&device, 1);
         let stash = (in_flight - 1) * device.stash_per_micro_batch;
         let sum = |f: fn(&Chunk) -> f64| mine.iter().map(|&c| f(&chunks[c])).sum::<f64>();
-        let [send_forward_s, send_backward_s, grad_accumulation_s, shard_forward_s, shard_backward_s] = [
+        let [send_forward_s, send_backward_s, grad_accumulation_s, dp_group_forward_s, dp_group_backward_s] = [
             sum(|c| c.send_forward_s),
             sum(|c| c.send_backward_s),
             sum(|c| c.grad_accumulation_s),
-            sum(|c| c.shard_forward_s),
-            sum(|c| c.shard_backward_s),
+            sum(|c| c.dp_group_forward_s),
+            sum(|c| c.dp_group_backward_s),
         ];
         stages.push(Stage {
             layers: mine
@@ -135,15 +137,15 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
             send_forward_s,
             send_backward_s,
             grad_accumulation_s,
-            shard_forward_s,
-            shard_backward_s,
+            dp_group_forward_s,
+            dp_group_backward_s,
             load_s: device.fwd_s
                 + device.bwd_s
                 + send_forward_s
                 + send_backward_s
                 + grad_accumulation_s
-                + shard_forward_s
-                + shard_backward_s,
+                + dp_group_forward_s
+                + dp_group_backward_s,
             in_flight,
             kept_bytes: device.stash_per_micro_batch,
             dp_comm_s: ctx.dp_comm_s(&device, 1),
@@ -177,8 +179,8 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
         .0;
     let steady = &stages[busiest];
     let pp_comm_s = m as f64 * steady.send_s();
-    let shard_comm_s = m as f64 * steady.shard_s();
-    let compute_s = m as f64 * (steady.load_s - steady.send_s() - steady.shard_s());
+    let dp_group_comm_s = m as f64 * steady.dp_group_s();
+    let compute_s = m as f64 * (steady.load_s - steady.send_s() - steady.dp_group_s());
     let tail = stages
         .iter()
         .enumerate()
@@ -198,6 +200,7 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
         dp: ctx.d,
         schedule: PipelineSchedule::Interleaved,
         zero: ctx.problem.zero,
+        ep: ctx.e,
         virtual_stages: v as u32,
         micro_batch: ctx.problem.micro_batch,
         micro_batches_per_pipeline: m,
@@ -205,9 +208,9 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
         devices_used: ctx.d * p as u32 * ctx.t,
         time_split: TimeSplit {
             compute_s,
-            bubble_s: pipeline_s - compute_s - pp_comm_s - shard_comm_s,
+            bubble_s: pipeline_s - compute_s - pp_comm_s - dp_group_comm_s,
             pp_comm_s,
-            shard_comm_s,
+            dp_group_comm_s,
             dp_comm_s,
             optimizer_s,
         },

@@ -183,6 +183,18 @@ fn is_replicated(stage: &ZeroStage) -> bool {
     *stage == ZeroStage::Replicated
 }
 
+fn is_zero_bytes(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
+fn one() -> u32 {
+    1
+}
+
 fn is_zero_s(value: &f64) -> bool {
     *value == 0.0
 }
@@ -217,6 +229,10 @@ pub struct Fixed {
     /// Model chunks per stage of the interleaved schedule.
     #[serde(default)]
     pub virtual_stages: Option<u32>,
+    /// Expert-parallel width: the data-parallel pipelines each mixture-of-experts layer's
+    /// experts are divided over.
+    #[serde(default)]
+    pub ep: Option<u32>,
 }
 
 /// Cost of one layer at one tensor width, per device and micro-batch. Tensor-parallel
@@ -248,6 +264,15 @@ pub struct LayerCost {
     /// heads), before the optimizer step.
     #[serde(default, skip_serializing_if = "is_zero_s")]
     pub replica_grad_sync_s: f64,
+    /// Of `params`, the mixture-of-experts layer's expert weights, which expert parallelism
+    /// divides over `ep` devices (all experts here: the cost at `ep` = 1).
+    #[serde(default, skip_serializing_if = "is_zero_bytes")]
+    pub expert_params: u64,
+    /// Bytes one device dispatches to the experts per micro-batch (its tokens, capacity
+    /// included): an all-to-all over the expert-parallel group, and another combining the
+    /// results, each way.
+    #[serde(default, skip_serializing_if = "is_zero_bytes")]
+    pub all_to_all_bytes: u64,
 }
 
 /// The per-layer cost graph at one tensor width. Layers are in topological order and every
@@ -341,9 +366,9 @@ pub struct Chunk {
     pub send_backward_s: f64,
     pub grad_accumulation_s: f64,
     #[serde(default, skip_serializing_if = "is_zero_s")]
-    pub shard_forward_s: f64,
+    pub dp_group_forward_s: f64,
     #[serde(default, skip_serializing_if = "is_zero_s")]
-    pub shard_backward_s: f64,
+    pub dp_group_backward_s: f64,
     /// Activation bytes each micro-batch the chunk holds keeps.
     pub kept_bytes: u64,
 }
@@ -366,15 +391,16 @@ pub struct Stage {
     pub send_backward_s: f64,
     /// Gradient accumulation of every micro-batch after a replica's first.
     pub grad_accumulation_s: f64,
-    /// ZeRO-3's weight all-gathers in each forward, not hidden behind it.
+    /// Collectives over the data-parallel group in each forward, not hidden behind it:
+    /// ZeRO-3's weight all-gathers, the experts' two all-to-alls.
     #[serde(default, skip_serializing_if = "is_zero_s")]
-    pub shard_forward_s: f64,
-    /// ZeRO-2/3's gradient reduce-scatter (and ZeRO-3's weight all-gather) in each backward,
-    /// not hidden behind it.
+    pub dp_group_forward_s: f64,
+    /// The same in each backward: ZeRO-2/3's gradient reduce-scatter, ZeRO-3's weight
+    /// all-gather, the experts' two all-to-alls.
     #[serde(default, skip_serializing_if = "is_zero_s")]
-    pub shard_backward_s: f64,
-    /// `fwd_s + bwd_s + sends + grad_accumulation_s + shard communication`: one replica's
-    /// forward and backward operation of one micro-batch.
+    pub dp_group_backward_s: f64,
+    /// `fwd_s + bwd_s + sends + grad_accumulation_s + dp_group_*_s`: one replica's forward and
+    /// backward operation of one micro-batch.
     pub load_s: f64,
     /// Micro-batches (interleaved: chunk activations) each replica holds at most.
     pub in_flight: u64,
@@ -400,9 +426,9 @@ impl Stage {
         self.send_forward_s + self.send_backward_s
     }
 
-    /// Both directions' exposed ZeRO-2/3 communication per micro-batch.
-    pub fn shard_s(&self) -> f64 {
-        self.shard_forward_s + self.shard_backward_s
+    /// Both directions' exposed data-parallel-group collectives per micro-batch.
+    pub fn dp_group_s(&self) -> f64 {
+        self.dp_group_forward_s + self.dp_group_backward_s
     }
 
     /// The slowest stage's tail: what follows its last backward.
@@ -421,9 +447,10 @@ pub struct TimeSplit {
     pub bubble_s: f64,
     /// `m ·` the bottleneck's pipeline sends per micro-batch and tensor group.
     pub pp_comm_s: f64,
-    /// `m ·` the bottleneck's exposed ZeRO-2/3 communication per micro-batch and tensor group.
+    /// `m ·` the bottleneck's exposed data-parallel-group collectives per micro-batch and
+    /// tensor group (ZeRO-2/3, expert all-to-alls).
     #[serde(default, skip_serializing_if = "is_zero_s")]
-    pub shard_comm_s: f64,
+    pub dp_group_comm_s: f64,
     /// The exposed gradient synchronisation of the stage that ends the iteration.
     pub dp_comm_s: f64,
     /// That stage's optimizer step.
@@ -441,6 +468,9 @@ pub struct Plan {
     /// How far the data-parallel copies shard the training state.
     #[serde(default, skip_serializing_if = "is_replicated")]
     pub zero: ZeroStage,
+    /// Expert-parallel width: pipelines dividing each expert layer's experts among them.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub ep: u32,
     /// Model chunks per stage (1 unless interleaved).
     pub virtual_stages: u32,
     pub micro_batch: u32,

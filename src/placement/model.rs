@@ -29,6 +29,10 @@ pub(crate) struct StageMetrics {
     pub replica_sync_s: f64,
     /// Parameters of the stage's largest layer on one device: what ZeRO-3 gathers at once.
     pub largest_layer_params: u64,
+    /// Of `params`, expert weights (all experts: expert parallelism divides them).
+    pub expert_params: u64,
+    /// Bytes dispatched to the experts per micro-batch (each of the four all-to-alls).
+    pub all_to_all_bytes: u64,
     /// Activations of the micro-batch being processed.
     pub act_one: u64,
     /// Activations kept per other in-flight micro-batch.
@@ -115,6 +119,8 @@ pub(crate) fn stage_metrics(
         sm.grad_accumulation_s += layer.grad_accumulation_s;
         sm.replica_sync_s += layer.replica_grad_sync_s;
         sm.largest_layer_params = sm.largest_layer_params.max(layer.params);
+        sm.expert_params += layer.expert_params;
+        sm.all_to_all_bytes += layer.all_to_all_bytes;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
@@ -183,6 +189,8 @@ pub(crate) fn chain_stage_metrics(
         sm.grad_accumulation_s += layer.grad_accumulation_s;
         sm.replica_sync_s += layer.replica_grad_sync_s;
         sm.largest_layer_params = sm.largest_layer_params.max(layer.params);
+        sm.expert_params += layer.expert_params;
+        sm.all_to_all_bytes += layer.all_to_all_bytes;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
@@ -218,6 +226,8 @@ pub(crate) struct Ctx<'a> {
     pub m: u64,
     /// Tensor groups (of `t` devices) in each pipeline copy's block.
     pub units: u32,
+    /// Expert-parallel width: pipelines (a divisor of `d`) dividing each expert layer.
+    pub e: u32,
 }
 
 /// The two operations of one micro-batch on one replica of a stage.
@@ -230,10 +240,10 @@ pub(crate) struct Ops {
     /// Forward critical path and the forward sends.
     pub forward_s: f64,
     /// ZeRO-3's exposed weight all-gathers in the forward.
-    pub shard_forward_s: f64,
+    pub dp_group_forward_s: f64,
     /// ZeRO-2/3's exposed gradient reduce-scatter (and ZeRO-3's weight all-gather) in the
     /// backward.
-    pub shard_backward_s: f64,
+    pub dp_group_backward_s: f64,
     /// Backward critical path, the backward sends, the accumulation and the exposed
     /// ZeRO-2/3 communication.
     pub backward_s: f64,
@@ -300,25 +310,67 @@ impl Ctx<'_> {
     /// replica runs a single micro-batch).
     pub fn accumulation_s(&self, sm: &StageMetrics, k: u32) -> f64 {
         if self.m.div_ceil(u64::from(k)) >= 2 {
-            sm.grad_accumulation_s
+            self.per_held_param_s(sm, k, sm.grad_accumulation_s, false)
         } else {
             0.0
         }
+    }
+
+    /// A stage's parameters on one device, by how they are copied: the dense ones (held by
+    /// each of the `d·k` copies) and its `1/e` of the experts (held by `d·k/e` copies).
+    fn param_groups(&self, sm: &StageMetrics, k: u32) -> [(u64, u32); 2] {
+        let copies = self.d * k;
+        [
+            (sm.params - sm.expert_params, copies),
+            (
+                sm.expert_params.div_ceil(u64::from(self.e)),
+                (copies / self.e).max(1),
+            ),
+        ]
+    }
+
+    /// `per_layer_s` (a cost proportional to a stage's parameters, given for all of them) for
+    /// what one device holds, optimizer state sharded over `shard` copies where `sharded`.
+    fn per_held_param_s(&self, sm: &StageMetrics, k: u32, per_params_s: f64, sharded: bool) -> f64 {
+        let shards = |copies: u32| if sharded { f64::from(copies) } else { 1.0 };
+        if sm.expert_params == 0 {
+            return per_params_s / shards(self.d * k);
+        }
+        let held: f64 = self
+            .param_groups(sm, k)
+            .iter()
+            .map(|&(params, copies)| params as f64 / shards(copies))
+            .sum();
+        per_params_s * held / sm.params as f64
+    }
+
+    /// One of the experts' all-to-alls over the `e` pipelines sharing a stage's experts: each
+    /// device sends `(e − 1)/e` of its dispatched bytes over its own link, on the tier the
+    /// group spans. The experts wait for their tokens, so nothing hides it.
+    fn all_to_all_s(&self, sm: &StageMetrics) -> f64 {
+        if self.e <= 1 || sm.all_to_all_bytes == 0 {
+            return 0.0;
+        }
+        let span = (self.e - 1) * self.units * self.t + self.t;
+        let link = self.link(span, |_| 1);
+        let e = f64::from(self.e);
+        (e - 1.0) / e * sm.all_to_all_bytes as f64 / link.bandwidth_bytes_per_s
+            + (e - 1.0) * link.tier.latency_s
     }
 
     /// The forward and backward operation of one micro-batch on one of `k` replicas.
     pub fn ops(&self, sm: &StageMetrics, k: u32) -> Ops {
         let [send_forward_s, send_backward_s] = self.sends(sm, k);
         let accumulation_s = self.accumulation_s(sm, k);
-        let [shard_forward_s, shard_backward_s] = self.shard_comm_s(sm, k);
+        let [dp_group_forward_s, dp_group_backward_s] = self.dp_group_comm_s(sm, k);
         Ops {
             send_forward_s,
             send_backward_s,
             accumulation_s,
-            shard_forward_s,
-            shard_backward_s,
-            forward_s: sm.fwd_s + send_forward_s + shard_forward_s,
-            backward_s: sm.bwd_s + send_backward_s + accumulation_s + shard_backward_s,
+            dp_group_forward_s,
+            dp_group_backward_s,
+            forward_s: sm.fwd_s + send_forward_s + dp_group_forward_s,
+            backward_s: sm.bwd_s + send_backward_s + accumulation_s + dp_group_backward_s,
         }
     }
 
@@ -332,46 +384,52 @@ impl Ctx<'_> {
         }
     }
 
-    /// The ring over a stage's `d·k` copies: its link, the copies and the latency of one
-    /// pass (`None` for a single copy).
-    fn copies_ring(&self, k: u32) -> Option<(GroupLink<'_>, f64)> {
-        let n = self.d * k;
-        if n <= 1 {
-            return None;
+    /// One reduce-scatter or all-gather of `bytes` (per copy, whole) over `n` copies of a
+    /// stage with `k` replicas, on the link of its `d·k` copies' ring.
+    fn ring_pass_s(&self, k: u32, n: u32, bytes: u64) -> f64 {
+        if n <= 1 || bytes == 0 {
+            return 0.0;
         }
         let span = (self.d - 1) * self.units * self.t + k * self.t;
         let link = self.link(span, |domain| self.fewest_copies_in(k, domain));
-        Some((link, f64::from(n)))
+        let n = f64::from(n);
+        (n - 1.0) / n * bytes as f64 / link.bandwidth_bytes_per_s + (n - 1.0) * link.tier.latency_s
     }
 
-    /// One reduce-scatter or all-gather of `bytes` (per copy, whole) over the stage's copies.
-    fn ring_pass_s(&self, k: u32, bytes: u64) -> f64 {
-        match self.copies_ring(k) {
-            Some((link, n)) if bytes > 0 => {
-                (n - 1.0) / n * bytes as f64 / link.bandwidth_bytes_per_s
-                    + (n - 1.0) * link.tier.latency_s
-            }
-            _ => 0.0,
-        }
+    /// Reduce-scatters (or all-gathers) of `bytes_per_param` per parameter, each parameter
+    /// group over its own copies.
+    fn ring_passes_s(&self, sm: &StageMetrics, k: u32, bytes_per_param: u32) -> f64 {
+        self.param_groups(sm, k)
+            .iter()
+            .map(|&(params, n)| self.ring_pass_s(k, n, params * u64::from(bytes_per_param)))
+            .sum()
     }
 
-    /// ZeRO-2/3's exposed communication in each micro-batch's forward and backward: stage 3
-    /// all-gathers the stage's weights in the forward and again in the backward, stages 2 and
-    /// 3 reduce-scatter its gradients in the backward. FSDP and DeepSpeed prefetch the next
-    /// layer's gather and reduce the previous layer's gradients while a layer computes, so the
-    /// pass hides up to `overlap_efficiency` of it (all of it exposed without overlap).
-    pub fn shard_comm_s(&self, sm: &StageMetrics, k: u32) -> [f64; 2] {
+    /// The exposed collectives over the data-parallel group in each micro-batch's forward and
+    /// backward. ZeRO-3 all-gathers the stage's weights in the forward and again in the
+    /// backward, ZeRO-2 and 3 reduce-scatter its gradients in the backward: FSDP and DeepSpeed
+    /// prefetch the next layer's gather and reduce the previous layer's gradients while a layer
+    /// computes, so the pass hides up to `overlap_efficiency` of them (all exposed without
+    /// overlap). Expert layers add two all-to-alls each way (dispatch and combine), exposed.
+    pub fn dp_group_comm_s(&self, sm: &StageMetrics, k: u32) -> [f64; 2] {
         let bpp = &self.problem.bytes_per_param;
-        let gather_s = self.ring_pass_s(k, sm.params * u64::from(bpp.weights));
-        let scatter_s = self.ring_pass_s(k, sm.params * u64::from(bpp.grads));
-        match self.problem.zero {
+        let experts_s = 2.0 * self.all_to_all_s(sm);
+        let [forward_s, backward_s] = match self.problem.zero {
             ZeroStage::Replicated | ZeroStage::Optimizer => [0.0; 2],
-            ZeroStage::Gradients => [0.0, self.exposed(scatter_s, sm.bwd_s)],
-            ZeroStage::Parameters => [
-                self.exposed(gather_s, sm.fwd_s),
-                self.exposed(gather_s + scatter_s, sm.bwd_s),
+            ZeroStage::Gradients => [
+                0.0,
+                self.exposed(self.ring_passes_s(sm, k, bpp.grads), sm.bwd_s),
             ],
-        }
+            ZeroStage::Parameters => {
+                let gather_s = self.ring_passes_s(sm, k, bpp.weights);
+                let scatter_s = self.ring_passes_s(sm, k, bpp.grads);
+                [
+                    self.exposed(gather_s, sm.fwd_s),
+                    self.exposed(gather_s + scatter_s, sm.bwd_s),
+                ]
+            }
+        };
+        [forward_s + experts_s, backward_s + experts_s]
     }
 
     /// What the pipeline time charges per slot for a stage of `k` replicas, as the pair the
@@ -399,14 +457,21 @@ impl Ctx<'_> {
         }
     }
 
-    /// Weights, gradients and optimizer state on one device of a stage with `k` replicas.
+    /// Weights, gradients and optimizer state on one device of a stage with `k` replicas: the
+    /// dense parameters sharded over the `d·k` copies, the device's experts over theirs.
     pub fn state_bytes(&self, sm: &StageMetrics, k: u32) -> [u64; 3] {
-        state_bytes(
+        let [(dense, dense_copies), (experts, expert_copies)] = self.param_groups(sm, k);
+        let dense = state_bytes(
             self.problem,
-            sm.params,
+            dense,
             sm.largest_layer_params,
-            u64::from(self.d) * u64::from(k),
-        )
+            u64::from(dense_copies),
+        );
+        if experts == 0 {
+            return dense;
+        }
+        let experts = state_bytes(self.problem, experts, 0, u64::from(expert_copies));
+        [0, 1, 2].map(|i| dense[i] + experts[i])
     }
 
     /// Copies the optimizer state and step are divided over: the stage's `d·k` with ZeRO-1 and
@@ -455,7 +520,12 @@ impl Ctx<'_> {
 
     /// The optimizer step of a stage with `k` replicas on one device.
     pub fn stage_optimizer_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        sm.optimizer_s / self.optimizer_shards(k) as f64
+        self.per_held_param_s(
+            sm,
+            k,
+            sm.optimizer_s,
+            self.problem.zero >= ZeroStage::Optimizer,
+        )
     }
 
     /// Exposed gradient synchronisation of a stage with `k` replicas: of the data-parallel
@@ -478,13 +548,13 @@ impl Ctx<'_> {
     /// nothing.
     pub fn dp_sync_s(&self, sm: &StageMetrics, k: u32) -> f64 {
         let bpp = &self.problem.bytes_per_param;
-        let grads = sm.params * u64::from(bpp.grads);
-        let weights = sm.params * u64::from(bpp.weights);
+        let grads = || self.ring_passes_s(sm, k, bpp.grads);
+        let weights = || self.ring_passes_s(sm, k, bpp.weights);
         match self.problem.zero {
             // A ring all-reduce is a reduce-scatter and an all-gather of the gradients.
-            ZeroStage::Replicated => 2.0 * self.ring_pass_s(k, grads),
-            ZeroStage::Optimizer => self.ring_pass_s(k, grads) + self.ring_pass_s(k, weights),
-            ZeroStage::Gradients => self.ring_pass_s(k, weights),
+            ZeroStage::Replicated => 2.0 * grads(),
+            ZeroStage::Optimizer => grads() + weights(),
+            ZeroStage::Gradients => weights(),
             ZeroStage::Parameters => 0.0,
         }
     }
@@ -601,6 +671,12 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
                 l.grad_accumulation_s,
                 l.replica_grad_sync_s,
             ];
+            if l.expert_params > l.params {
+                return Err(format!(
+                    "graph t={} layer {li} ({}): expert_params {} exceed its params {}",
+                    g.tp, l.name, l.expert_params, l.params
+                ));
+            }
             if times.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(format!(
                     "graph t={} layer {li} ({}): latencies must be finite and non-negative",
@@ -666,6 +742,26 @@ pub(crate) fn micro_batches(problem: &PlacementProblem, d: u32) -> Option<u64> {
     }
 }
 
+/// Whether any layer has experts to divide.
+pub(crate) fn has_experts(problem: &PlacementProblem) -> bool {
+    problem
+        .graphs
+        .iter()
+        .any(|g| g.layers.iter().any(|l| l.expert_params > 0))
+}
+
+/// The expert-parallel widths for `d` pipelines: every divisor of `d` the constraint allows
+/// (only 1 without experts).
+fn expert_widths(problem: &PlacementProblem, d: u32) -> Vec<u32> {
+    if !has_experts(problem) {
+        return vec![1];
+    }
+    (1..=d)
+        .filter(|e| d.is_multiple_of(*e))
+        .filter(|&e| problem.constraints.ep.is_none_or(|fixed| fixed == e))
+        .collect()
+}
+
 /// The (t, d) choices the constraints allow, and a line per choice rejected for a reason the
 /// user can act on.
 pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) {
@@ -696,14 +792,17 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
                 not_divisible.push(d.to_string());
                 continue;
             };
-            ok.push(Ctx {
-                problem,
-                graph_index,
-                t,
-                d,
-                m,
-                units: problem.devices / (t * d),
-            });
+            for e in expert_widths(problem, d) {
+                ok.push(Ctx {
+                    problem,
+                    graph_index,
+                    t,
+                    d,
+                    m,
+                    units: problem.devices / (t * d),
+                    e,
+                });
+            }
         }
         if !not_divisible.is_empty() {
             rejected.push(format!(
@@ -767,8 +866,8 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             send_forward_s: ops.send_forward_s,
             send_backward_s: ops.send_backward_s,
             grad_accumulation_s: ops.accumulation_s,
-            shard_forward_s: ops.shard_forward_s,
-            shard_backward_s: ops.shard_backward_s,
+            dp_group_forward_s: ops.dp_group_forward_s,
+            dp_group_backward_s: ops.dp_group_backward_s,
             load_s: ops.forward_s + ops.backward_s,
             in_flight,
             kept_bytes: sm.stash_per_micro_batch,
@@ -796,16 +895,16 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             m * stages[first].send_s() / per_group(first)
         }
     };
-    let shard_comm_s = match ctx.problem.schedule {
+    let dp_group_comm_s = match ctx.problem.schedule {
         PipelineSchedule::GPipe => {
-            m * (rates[first].0.shard_forward_s / per_group(first)
-                + rates[second].0.shard_backward_s / per_group(second))
+            m * (rates[first].0.dp_group_forward_s / per_group(first)
+                + rates[second].0.dp_group_backward_s / per_group(second))
         }
         PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved => {
-            m * stages[first].shard_s() / per_group(first)
+            m * stages[first].dp_group_s() / per_group(first)
         }
     };
-    let compute_s = m * rate_s - pp_comm_s - shard_comm_s;
+    let compute_s = m * rate_s - pp_comm_s - dp_group_comm_s;
     let tail = argmax(stages.iter().map(Stage::tail_s));
     let tail_s = stages[tail].tail_s();
     let time_per_batch_s = pipeline_s + tail_s;
@@ -815,6 +914,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
         dp: ctx.d,
         schedule: ctx.problem.schedule,
         zero: ctx.problem.zero,
+        ep: ctx.e,
         virtual_stages: 1,
         micro_batch: ctx.problem.micro_batch,
         micro_batches_per_pipeline: ctx.m,
@@ -824,7 +924,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             compute_s,
             bubble_s: pipeline_s - m * rate_s,
             pp_comm_s,
-            shard_comm_s,
+            dp_group_comm_s,
             dp_comm_s: stages[tail].dp_comm_s,
             optimizer_s: stages[tail].optimizer_s,
         },
@@ -957,6 +1057,12 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
             u64::from(d) * u64::from(problem.micro_batch)
         )));
     };
+    let e = problem.constraints.ep.unwrap_or(1);
+    if !d.is_multiple_of(e) {
+        return Err(Infeasible::reason(format!(
+            "expert-parallel width {e} does not divide the {d} data-parallel pipelines"
+        )));
+    }
     let ctx = Ctx {
         problem,
         graph_index,
@@ -964,6 +1070,7 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
         d,
         m,
         units: problem.devices / (t * d),
+        e,
     };
     let preds = predecessors(n, &graph.edges);
     let mut dist = vec![0.0; n];
@@ -1026,6 +1133,8 @@ mod tests {
                 optimizer_step_s: 0.001 * i as f64,
                 grad_accumulation_s: 0.0005 * i as f64,
                 replica_grad_sync_s: 0.0,
+                expert_params: 0,
+                all_to_all_bytes: 0,
             })
             .collect();
         let mut edges: Vec<(usize, usize, u64)> =

@@ -265,8 +265,8 @@ pub fn simulate_plan(plan: &Plan) -> Result<Simulation, String> {
                     accumulation_s: chunk.grad_accumulation_s,
                     kept_bytes: chunk.kept_bytes,
                     ..op(
-                        chunk.fwd_s + chunk.shard_forward_s,
-                        chunk.bwd_s + chunk.shard_backward_s,
+                        chunk.fwd_s + chunk.dp_group_forward_s,
+                        chunk.bwd_s + chunk.dp_group_backward_s,
                         chunk.send_forward_s,
                         chunk.send_backward_s,
                     )
@@ -283,8 +283,8 @@ pub fn simulate_plan(plan: &Plan) -> Result<Simulation, String> {
                     replicas: s.replicas,
                     kept_bytes: s.kept_bytes,
                     ..op(
-                        s.fwd_s + s.shard_forward_s,
-                        s.bwd_s + s.shard_backward_s,
+                        s.fwd_s + s.dp_group_forward_s,
+                        s.bwd_s + s.dp_group_backward_s,
                         s.send_forward_s,
                         s.send_backward_s,
                     )

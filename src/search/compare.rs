@@ -192,6 +192,7 @@ impl Comparison {
                 pp: Some(fixed.pp),
                 dp: Some(fixed.dp),
                 virtual_stages: None,
+                ep: None,
             },
             max_tp: fixed.tp,
             allow_idle_devices: used < u64::from(self.devices),

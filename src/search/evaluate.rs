@@ -153,7 +153,21 @@ impl LayerCosts {
             .iter()
             .zip(&self.graph.layers)
             .map(|(e, layer)| {
-                e.fwd_j
+                // Two all-to-alls each way carry an expert layer's tokens (moving what an
+                // all-gather of the same bytes moves).
+                let all_to_all_j = if layer.all_to_all_bytes > 0 && plan.ep > 1 {
+                    4.0 * collective_cost(
+                        arch,
+                        CollectiveKind::AllGather,
+                        layer.all_to_all_bytes,
+                        plan.ep,
+                    )
+                    .energy_j
+                } else {
+                    0.0
+                };
+                all_to_all_j
+                    + e.fwd_j
                     + e.bwd_j
                     + match recompute {
                         RecomputeMode::None => 0.0,
@@ -170,34 +184,56 @@ impl LayerCosts {
         let passes = (u64::from(plan.dp) * plan.micro_batches_per_pipeline) as f64;
         for stage in &plan.stages {
             let copies = plan.dp * stage.replicas;
-            for &l in &stage.layers {
-                let params = self.graph.layers[l].params;
+            let copies_f = f64::from(copies);
+            // Synchronising `params` per device over rings of `n` copies, on all `copies`
+            // devices of the stage.
+            let sync_j = |params: u64, n: u32| {
                 let grad_bytes = params * u64::from(bytes_per_param.grads);
                 let weight_bytes = params * u64::from(bytes_per_param.weights);
-                let energy = |kind, bytes| collective_cost(arch, kind, bytes, copies).energy_j;
+                let energy = |kind, bytes| collective_cost(arch, kind, bytes, n).energy_j;
                 let scatter_j = energy(CollectiveKind::ReduceScatter, grad_bytes);
                 let gather_j = energy(CollectiveKind::AllGather, weight_bytes);
-                let copies_f = f64::from(copies);
-                let sync_j = match plan.zero {
+                match plan.zero {
                     ZeroStage::Replicated => {
                         copies_f * energy(CollectiveKind::AllReduce, grad_bytes)
                     }
                     ZeroStage::Optimizer => copies_f * (scatter_j + gather_j),
                     ZeroStage::Gradients => passes * scatter_j + copies_f * gather_j,
                     ZeroStage::Parameters => passes * (scatter_j + 2.0 * gather_j),
-                };
-                let step_copies = if plan.zero >= ZeroStage::Optimizer {
-                    1.0
-                } else {
-                    copies_f
-                };
-                let accumulations = (passes - copies_f).max(0.0);
+                }
+            };
+            let accumulations = (passes - copies_f).max(0.0);
+            for &l in &stage.layers {
+                let cost = &self.graph.layers[l];
                 let layer = &self.energy_j[l];
-                per_iteration += t
-                    * (sync_j
-                        + copies_f * layer.replica_grad_sync_j
+                let replicas_j = copies_f * layer.replica_grad_sync_j;
+                per_iteration += t * if cost.expert_params == 0 {
+                    let step_copies = if plan.zero >= ZeroStage::Optimizer {
+                        1.0
+                    } else {
+                        copies_f
+                    };
+                    sync_j(cost.params, copies)
+                        + replicas_j
                         + step_copies * layer.optimizer_step_j
-                        + accumulations * layer.grad_accumulation_j);
+                        + accumulations * layer.grad_accumulation_j
+                } else {
+                    // The dense part is copied `d·k` times, each device's 1/ep of the experts
+                    // `d·k/ep` times; steps and accumulations scale with what a device holds.
+                    let dense = cost.params - cost.expert_params;
+                    let experts = cost.expert_params.div_ceil(u64::from(plan.ep));
+                    let held = (dense + experts) as f64 / cost.params as f64;
+                    let steps_j = if plan.zero >= ZeroStage::Optimizer {
+                        layer.optimizer_step_j
+                    } else {
+                        copies_f * held * layer.optimizer_step_j
+                    };
+                    sync_j(dense, copies)
+                        + sync_j(experts, (copies / plan.ep).max(1))
+                        + replicas_j
+                        + steps_j
+                        + accumulations * held * layer.grad_accumulation_j
+                };
             }
         }
         per_micro_batch * t / f64::from(plan.micro_batch) + per_iteration / global_batch as f64
@@ -274,6 +310,8 @@ pub fn layer_costs(
             optimizer_step_s: s.optimizer_step_s,
             grad_accumulation_s: s.grad_accumulation_s,
             replica_grad_sync_s: replica_sync.latency_s,
+            expert_params: layer.expert_params,
+            all_to_all_bytes: layer.all_to_all_bytes,
         });
         energy_j.push(LayerEnergy {
             fwd_j: s.fwd.energy_j,
@@ -391,6 +429,8 @@ fn lower_bound_graph(
             optimizer_step_s,
             grad_accumulation_s,
             replica_grad_sync_s: replica_grad_sync(workload, cost, layer).latency_s,
+            expert_params: layer.expert_params,
+            all_to_all_bytes: layer.all_to_all_bytes,
         });
     }
     Ok(LayerCostGraph {

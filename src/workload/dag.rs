@@ -447,6 +447,8 @@ impl Dag {
                     activation_bytes,
                     output_bytes: mul(&[layer.output_bytes, micro_batch]),
                     replicated: ReplicatedParams::default(),
+                    expert_params: 0,
+                    all_to_all_bytes: 0,
                 }
             })
             .collect();

@@ -169,6 +169,18 @@ pub struct Layer {
     /// Parameters the device's tensor group replicates (included in `params`).
     #[serde(default, skip_serializing_if = "ReplicatedParams::is_empty")]
     pub replicated: ReplicatedParams,
+    /// Of `params`, the weights of a mixture-of-experts layer's experts (all of them:
+    /// expert parallelism divides them over devices later).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expert_params: u64,
+    /// Bytes of tokens (with their capacity padding) the device dispatches to the experts per
+    /// micro-batch: what each all-to-all moves.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub all_to_all_bytes: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Parameters that several devices of a tensor group hold whole (K/V projections when the

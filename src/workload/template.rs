@@ -49,6 +49,51 @@ pub(crate) struct RawTemplate {
     dropout: Option<bool>,
     tied_embeddings: Option<bool>,
     parallel_block: Option<bool>,
+    moe: Option<RawMoe>,
+}
+
+/// The raw `[moe]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMoe {
+    experts: i64,
+    top_k: i64,
+    capacity_factor: Option<f64>,
+    shared_experts: Option<i64>,
+    expert_ffn_hidden: Option<i64>,
+    every: Option<i64>,
+}
+
+/// Mixture-of-experts feed-forward layers (Shazeer et al. 2017; GShard, Switch, Mixtral): a
+/// router picks `top_k` of `experts` feed-forward networks per token; `shared_experts` more
+/// see every token (DeepSeek-MoE). Every `every`-th block has one (GLaM and Switch: every
+/// other block), the others a dense feed-forward network.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Moe {
+    pub experts: u64,
+    pub top_k: u64,
+    /// Tokens each expert takes, as a multiple of an even share `top_k · tokens / experts`
+    /// (1: the dropless average).
+    pub capacity_factor: f64,
+    pub shared_experts: u64,
+    /// Width of each expert's feed-forward network.
+    pub expert_ffn_hidden: u64,
+    pub every: u64,
+}
+
+impl Eq for Moe {}
+
+impl Moe {
+    /// Token slots the experts of one device process for `tokens` routed tokens:
+    /// `capacity_factor · top_k · tokens`, rounded up.
+    fn routed_tokens(&self, tokens: u64) -> u64 {
+        (self.capacity_factor * (self.top_k * tokens) as f64).ceil() as u64
+    }
+
+    /// Whether block `i` (from 0) has experts.
+    fn has_experts(&self, i: u64) -> bool {
+        (i + 1).is_multiple_of(self.every)
+    }
 }
 
 impl RawTemplate {
@@ -80,18 +125,24 @@ impl RawTemplate {
             dropout: None,
             tied_embeddings: None,
             parallel_block: None,
+            moe: None,
         }
     }
 }
 
 /// Largest accepted value of each size: far above any real model, low enough that parameter
 /// counts stay below 2^61 (L·(4h² + 3hf) ≤ 2^60) and fit a `u64` exactly.
-const MAX_SIZE: [(&str, u64); 9] = [
+const MAX_SIZE: [(&str, u64); 14] = [
     ("layers", 1 << 16),
     ("hidden", 1 << 20),
     ("heads", 1 << 16),
     ("kv_heads", 1 << 16),
     ("head_dim", 1 << 16),
+    ("moe.experts", 1 << 12),
+    ("moe.top_k", 1 << 12),
+    ("moe.shared_experts", 1 << 12),
+    ("moe.expert_ffn_hidden", 1 << 20),
+    ("moe.every", 1 << 16),
     ("ffn_hidden", 1 << 22),
     ("vocab", 1 << 24),
     ("seq_len", 1 << 20),
@@ -222,6 +273,7 @@ pub struct Template {
     pub ffn_hidden: u64,
     pub vocab: u64,
     pub block: BlockShape,
+    pub moe: Option<Moe>,
 }
 
 fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
@@ -328,6 +380,10 @@ impl RawTemplate {
             })?,
         };
         let block = self.block_shape(family);
+        let moe = match &self.moe {
+            Some(raw) => Some(raw.validate(file, ffn_hidden, layers)?),
+            None => None,
+        };
         Ok(Workload {
             name: self.name,
             seq_len,
@@ -348,7 +404,58 @@ impl RawTemplate {
                 ffn_hidden,
                 vocab,
                 block,
+                moe,
             }),
+        })
+    }
+}
+
+impl RawMoe {
+    fn validate(&self, file: &Path, ffn_hidden: u64, layers: u64) -> Result<Moe, InputError> {
+        let experts = positive(file, "moe.experts", self.experts)?;
+        let top_k = positive(file, "moe.top_k", self.top_k)?;
+        if top_k > experts {
+            return Err(InputError::invalid(
+                file,
+                "moe.top_k",
+                format!("{top_k} exceeds the {experts} experts"),
+            ));
+        }
+        let capacity_factor = self.capacity_factor.unwrap_or(1.0);
+        let most = experts as f64 / top_k as f64;
+        if !(capacity_factor > 0.0 && capacity_factor <= most) {
+            return Err(InputError::invalid(
+                file,
+                "moe.capacity_factor",
+                format!(
+                    "must be positive and at most experts / top_k = {most} (every token \
+                     fits at that), got {capacity_factor}"
+                ),
+            ));
+        }
+        let shared_experts = match self.shared_experts {
+            None | Some(0) => 0,
+            Some(n) => positive(file, "moe.shared_experts", n)?,
+        };
+        let expert_ffn_hidden = match self.expert_ffn_hidden {
+            Some(n) => positive(file, "moe.expert_ffn_hidden", n)?,
+            None => ffn_hidden,
+        };
+        let every = positive(file, "moe.every", self.every.unwrap_or(1))?;
+        if every > layers {
+            return Err(InputError::invalid(
+                file,
+                "moe.every",
+                format!("{every} leaves none of the {layers} blocks with experts"),
+            ));
+        }
+        Ok(Moe {
+            experts,
+            top_k,
+            capacity_factor,
+            shared_experts,
+            expert_ffn_hidden,
+            every,
         })
     }
 }
@@ -546,7 +653,12 @@ impl Template {
         if tp == 0 {
             return Some("must be at least 1".to_string());
         }
-        let checks = [("heads", self.heads), ("ffn_hidden", self.ffn_hidden)];
+        let expert_ffn = self.moe.map_or(self.ffn_hidden, |m| m.expert_ffn_hidden);
+        let checks = [
+            ("heads", self.heads),
+            ("ffn_hidden", self.ffn_hidden),
+            ("moe.expert_ffn_hidden", expert_ffn),
+        ];
         for (what, value) in checks {
             if value % tp != 0 {
                 return Some(format!(
@@ -579,6 +691,12 @@ impl Template {
             tokens * self.ffn_hidden as f64 * 16.0,
             tokens * self.vocab as f64 * 4.0,
             tokens * self.hidden.max(self.attention_width()) as f64 * 64.0,
+            self.moe.map_or(0.0, |m| {
+                tokens
+                    * m.capacity_factor
+                    * (m.top_k * m.expert_ffn_hidden.max(self.hidden)) as f64
+                    * 16.0
+            }),
         ]
         .into_iter()
         .fold(0.0, f64::max);
@@ -587,22 +705,63 @@ impl Template {
         })
     }
 
-    /// Parameters of one transformer block held by one device at width `tp`.
-    pub(crate) fn block_params(&self, tp: u64) -> u64 {
-        let (h, f) = (self.hidden, self.ffn_hidden);
-        let qkv = h * self.qkv_width(tp);
-        let proj = self.attention_width() / tp * h;
-        let up_projections = if self.block.activation.gated() { 2 } else { 1 };
-        let ffn_weights = (up_projections + 1) * h * f / tp;
-        let norms = if self.block.parallel { 1 } else { 2 } * self.norm_params();
-        // Column-parallel biases (QKV, FFN up and gate) are sliced, row-parallel ones (proj,
-        // down) replicated.
+    fn up_projections(&self) -> u64 {
+        if self.block.activation.gated() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Weights and biases of `count` feed-forward networks of width `width` at tensor width
+    /// `tp`: column-parallel up (and gate) projections and their biases sliced, the
+    /// row-parallel down projection's bias replicated.
+    fn ffn_params(&self, count: u64, width: u64, tp: u64) -> u64 {
+        let up = self.up_projections();
+        let h = self.hidden;
+        let weights = (up + 1) * h * width / tp;
         let biases = if self.has_bias() {
-            self.qkv_width(tp) + h + up_projections * f / tp + h
+            up * width / tp + h
         } else {
             0
         };
-        qkv + proj + ffn_weights + biases + norms
+        count * (weights + biases)
+    }
+
+    /// Parameters of one transformer block held by one device at width `tp`; with `experts`,
+    /// the mixture-of-experts block (all its experts, [`Template::expert_params`] of them).
+    pub(crate) fn block_params(&self, tp: u64, experts: bool) -> u64 {
+        let h = self.hidden;
+        let qkv = h * self.qkv_width(tp);
+        let proj = self.attention_width() / tp * h;
+        let norms = if self.block.parallel { 1 } else { 2 } * self.norm_params();
+        // The QKV bias is sliced, the projection's replicated.
+        let attention_biases = if self.has_bias() {
+            self.qkv_width(tp) + h
+        } else {
+            0
+        };
+        let ffn = match self.moe {
+            Some(m) if experts => {
+                let router = m.experts * h;
+                let shared = self.ffn_params(m.shared_experts, m.expert_ffn_hidden, tp);
+                router + shared + self.expert_params(tp)
+            }
+            _ => self.ffn_params(1, self.ffn_hidden, tp),
+        };
+        qkv + proj + attention_biases + ffn + norms
+    }
+
+    /// The routed experts' parameters of a mixture-of-experts block on one device at width
+    /// `tp`, before expert parallelism divides them.
+    pub(crate) fn expert_params(&self, tp: u64) -> u64 {
+        self.moe
+            .map_or(0, |m| self.ffn_params(m.experts, m.expert_ffn_hidden, tp))
+    }
+
+    /// Blocks with experts.
+    fn expert_blocks(&self) -> u64 {
+        self.moe.map_or(0, |m| self.layers / m.every)
     }
 
     /// Parameters of one block that each device holds together with the other devices of its
@@ -652,7 +811,11 @@ impl Template {
     }
 
     pub(crate) fn total_params(&self, seq_len: u64) -> u64 {
-        self.embedding_params(seq_len, 1) + self.layers * self.block_params(1) + self.head_params(1)
+        let experts = self.expert_blocks();
+        self.embedding_params(seq_len, 1)
+            + (self.layers - experts) * self.block_params(1, false)
+            + experts * self.block_params(1, true)
+            + self.head_params(1)
     }
 
     /// Korthikanti et al. 2022 activation memory of one block, generalised to GQA/MQA (K/V
@@ -661,7 +824,7 @@ impl Template {
     /// block in 16-bit it is exactly s·b·h·(34 + 5as/h) (t = 1), s·b·h·(10 + 24/t + 5as/(ht))
     /// (TP) and s·b·h·(34/t + 5as/(ht)) (TP + SP); selective drops the as² terms; full keeps
     /// the input.
-    pub(crate) fn block_activation_bytes(&self, shape: &Shape) -> ActivationBytes {
+    pub(crate) fn block_activation_bytes(&self, shape: &Shape, experts: bool) -> ActivationBytes {
         let e = shape.e();
         let tp = shape.tp;
         let h = self.hidden;
@@ -677,8 +840,23 @@ impl Template {
         // activation's inputs and the down-projection input.
         let q = self.attention_width() / tp;
         let kv = self.kv_heads_per_device(tp) * self.head_dim;
-        let ffn_inputs = if self.block.activation.gated() { 2 } else { 1 };
-        let inside = tokens * e * ((q + kv) + kv + q + (ffn_inputs + 1) * self.ffn_hidden / tp);
+        let ffn_inputs = self.up_projections();
+        let attention_inside = tokens * e * ((q + kv) + kv + q);
+        // A feed-forward network keeps its activation's inputs and the down projection's.
+        let ffn_inside = |tokens: u64, width: u64| tokens * e * (ffn_inputs + 1) * width / tp;
+        let inside = attention_inside
+            + match self.moe {
+                // The experts also keep their dispatched input, and the router its fp32
+                // probabilities.
+                Some(m) if experts => {
+                    let routed = m.routed_tokens(tokens);
+                    routed * h * e
+                        + ffn_inside(routed, m.expert_ffn_hidden)
+                        + ffn_inside(tokens, m.shared_experts * m.expert_ffn_hidden)
+                        + tokens * m.experts * 4
+                }
+                _ => ffn_inside(tokens, self.ffn_hidden),
+            };
         // Attention scores: softmax output (e), dropout mask (1) and dropout output (e).
         let scores = mul(&[
             shape.micro_batch,
@@ -729,7 +907,7 @@ impl Template {
         }
     }
 
-    fn block_nodes(&self, shape: &Shape) -> Vec<Node> {
+    fn block_nodes(&self, shape: &Shape, experts: bool) -> Vec<Node> {
         let mut bld = Builder {
             nodes: Vec::new(),
             hidden: self.hidden,
@@ -829,38 +1007,10 @@ impl Template {
             let ln2 = bld.op(vector("ln2", self.norm(), local, h, e), &[add1], false);
             (bld.enter_parallel("tp_mlp_in", ln2, shape), Some(add1))
         };
-        let act = match self.block.activation {
-            Activation::Swiglu | Activation::Geglu => {
-                let gate = bld.linear(gemm("ffn_gate", 1, tokens, f, h, e), &[ffn_in], bias);
-                let up = bld.linear(gemm("ffn_up", 1, tokens, f, h, e), &[ffn_in], bias);
-                let (name, op) = if self.block.activation == Activation::Swiglu {
-                    ("silu", VectorOp::Silu)
-                } else {
-                    ("gelu", VectorOp::Gelu)
-                };
-                let gated = bld.op(vector(name, op, tokens * f, 1, e), &[gate], false);
-                let product = if self.block.activation == Activation::Swiglu {
-                    "swiglu_mul"
-                } else {
-                    "geglu_mul"
-                };
-                bld.op(
-                    vector(product, VectorOp::Mul, tokens * f, 1, e),
-                    &[gated, up],
-                    false,
-                )
-            }
-            Activation::Gelu | Activation::Relu => {
-                let up = bld.linear(gemm("ffn_up", 1, tokens, f, h, e), &[ffn_in], bias);
-                let (name, op) = if self.block.activation == Activation::Relu {
-                    ("relu", VectorOp::Relu)
-                } else {
-                    ("gelu", VectorOp::Gelu)
-                };
-                bld.op(vector(name, op, tokens * f, 1, e), &[up], false)
-            }
+        let down = match self.moe {
+            Some(m) if experts => self.moe_nodes(&mut bld, ffn_in, &m, shape),
+            _ => self.ffn_nodes(&mut bld, "ffn", tokens, f, &[ffn_in], e),
         };
-        let down = bld.linear(gemm("ffn_down", 1, tokens, h, f, e), &[act], bias);
         let y = if parallel {
             // Both branches' partial sums are added first, so one all-reduce (or
             // reduce-scatter) serves the block.
@@ -881,6 +1031,119 @@ impl Template {
             false,
         );
         bld.nodes
+    }
+
+    /// A feed-forward network over `tokens` rows of width `width` (per device) fed by `inputs`:
+    /// up (and gate) projections, the activation (times the up projection when gated) and the
+    /// down projection, whose node it returns. Ops are named `{prefix}_up` and so on; the
+    /// dense network's activation ops keep their bare names (`gelu`, `silu`, `swiglu_mul`).
+    fn ffn_nodes(
+        &self,
+        bld: &mut Builder,
+        prefix: &str,
+        tokens: u64,
+        width: u64,
+        inputs: &[usize],
+        e: u32,
+    ) -> usize {
+        let h = self.hidden;
+        let bias = self.has_bias();
+        let named = |name: &str| {
+            if prefix == "ffn" {
+                name.to_string()
+            } else {
+                format!("{prefix}_{name}")
+            }
+        };
+        let act = match self.block.activation {
+            Activation::Swiglu | Activation::Geglu => {
+                let gate = bld.linear(
+                    gemm(&format!("{prefix}_gate"), 1, tokens, width, h, e),
+                    inputs,
+                    bias,
+                );
+                let up = bld.linear(
+                    gemm(&format!("{prefix}_up"), 1, tokens, width, h, e),
+                    inputs,
+                    bias,
+                );
+                let (name, op, product) = if self.block.activation == Activation::Swiglu {
+                    ("silu", VectorOp::Silu, "swiglu_mul")
+                } else {
+                    ("gelu", VectorOp::Gelu, "geglu_mul")
+                };
+                let gated = bld.op(
+                    vector(&named(name), op, tokens * width, 1, e),
+                    &[gate],
+                    false,
+                );
+                bld.op(
+                    vector(&named(product), VectorOp::Mul, tokens * width, 1, e),
+                    &[gated, up],
+                    false,
+                )
+            }
+            Activation::Gelu | Activation::Relu => {
+                let up = bld.linear(
+                    gemm(&format!("{prefix}_up"), 1, tokens, width, h, e),
+                    inputs,
+                    bias,
+                );
+                let (name, op) = if self.block.activation == Activation::Relu {
+                    ("relu", VectorOp::Relu)
+                } else {
+                    ("gelu", VectorOp::Gelu)
+                };
+                bld.op(vector(&named(name), op, tokens * width, 1, e), &[up], false)
+            }
+        };
+        bld.linear(
+            gemm(&format!("{prefix}_down"), 1, tokens, h, width, e),
+            &[act],
+            bias,
+        )
+    }
+
+    /// The mixture-of-experts feed-forward layer on one device: the router (a GEMM replicated
+    /// in the tensor group, and a softmax over the experts), the experts over the token slots
+    /// dispatched to the device (one grouped GEMM per projection, its experts' capacity
+    /// together; each expert sliced by t like a dense network), the weighted combination of
+    /// each token's `top_k` outputs, and the shared experts over every token. The all-to-alls
+    /// that carry tokens to and from the experts depend on the expert-parallel width and are
+    /// priced by the placement (`Layer::all_to_all_bytes`).
+    fn moe_nodes(&self, bld: &mut Builder, input: usize, m: &Moe, shape: &Shape) -> usize {
+        let e = shape.elem_bytes();
+        let h = self.hidden;
+        let tokens = shape.tokens();
+        let width = m.expert_ffn_hidden / shape.tp;
+        let router = bld.linear(gemm("router", 1, tokens, m.experts, h, e), &[input], false);
+        let probs = bld.op(
+            vector(
+                "router_softmax",
+                VectorOp::Softmax,
+                tokens * m.experts,
+                m.experts,
+                e,
+            ),
+            &[router],
+            false,
+        );
+        let routed = m.routed_tokens(tokens);
+        let experts = self.ffn_nodes(bld, "expert", routed, width, &[input, probs], e);
+        let combined = bld.op(
+            vector("moe_combine", VectorOp::Mul, routed * h, 1, e),
+            &[experts, probs],
+            false,
+        );
+        if m.shared_experts == 0 {
+            return combined;
+        }
+        let shared = self.ffn_nodes(bld, "shared", tokens, m.shared_experts * width, &[input], e);
+        bld.op(
+            vector("shared_add", VectorOp::Add, tokens * h, 1, e),
+            &[combined, shared],
+            false,
+        )
     }
 
     /// A dropout over `elements` after `input`, where the model has dropout.
@@ -1010,6 +1273,17 @@ impl Template {
             tail.push(' ');
             tail.push_str(&self.block.tag());
         }
+        if let Some(m) = self.moe {
+            tail.push_str(&format!(
+                " moe{}x{} c{} shared{} fe{} every{}",
+                m.experts,
+                m.top_k,
+                m.capacity_factor,
+                m.shared_experts,
+                m.expert_ffn_hidden,
+                m.every
+            ));
+        }
         tail
     }
 
@@ -1030,6 +1304,8 @@ impl Template {
                 activation_bytes: act,
                 output_bytes: out,
                 replicated: ReplicatedParams::default(),
+                expert_params: 0,
+                all_to_all_bytes: 0,
             }
         };
         let mut layers = Vec::with_capacity(self.layers as usize + 2);
@@ -1041,24 +1317,42 @@ impl Template {
             self.embedding_activation_bytes(shape),
             hidden_bytes,
         ));
+        let replicated = ReplicatedParams {
+            params: self.block_replicated_params(shape.tp),
+            group: self.kv_replicas(shape.tp) as u32,
+        };
         let block = Layer {
-            replicated: ReplicatedParams {
-                params: self.block_replicated_params(shape.tp),
-                group: self.kv_replicas(shape.tp) as u32,
-            },
+            replicated,
             ..make(
                 "block".to_string(),
                 "block",
-                self.block_nodes(shape),
-                self.block_params(shape.tp),
-                self.block_activation_bytes(shape),
+                self.block_nodes(shape, false),
+                self.block_params(shape.tp, false),
+                self.block_activation_bytes(shape, false),
                 hidden_bytes,
             )
         };
+        let expert_block = self.moe.map(|m| Layer {
+            replicated,
+            expert_params: self.expert_params(shape.tp),
+            all_to_all_bytes: mul(&[m.routed_tokens(shape.tokens()), self.hidden, shape.e()]),
+            ..make(
+                "block".to_string(),
+                "moe-block",
+                self.block_nodes(shape, true),
+                self.block_params(shape.tp, true),
+                self.block_activation_bytes(shape, true),
+                hidden_bytes,
+            )
+        });
         for i in 0..self.layers {
+            let prototype = match (&expert_block, self.moe) {
+                (Some(expert_block), Some(m)) if m.has_experts(i) => expert_block,
+                _ => &block,
+            };
             layers.push(Layer {
                 name: format!("block{i}"),
-                ..block.clone()
+                ..prototype.clone()
             });
         }
         // The head's output is the fp32 loss of each sample.
