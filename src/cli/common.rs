@@ -4,10 +4,11 @@ use super::plan::Recompute;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 use tandem::arch::SearchSpace;
+use tandem::model::{recompute_name, Evaluation};
 use tandem::placement::{Plan, RecomputeMode};
 use tandem::report::{self, bytes, seconds, table};
 use tandem::schedule::SolverOptions;
-use tandem::search::{first_repeated, recompute_name, Evaluation};
+use tandem::search::first_repeated;
 use tandem::workload::Workload;
 
 /// The chip and the cluster it is deployed in.

@@ -7,11 +7,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tandem::arch::load_chip;
+use tandem::model::{evaluate, recompute_name, EvaluateError, PlanOptions};
 use tandem::placement::{simulate_plan, Fixed, PipelineSchedule, Plan, RecomputeMode, Simulation};
 use tandem::schedule::ScheduleCache;
-use tandem::search::{
-    append_rows, evaluate, recompute_name, DesignRow, EvaluateError, PlanOptions,
-};
+use tandem::search::{append_rows, DesignRow};
 use tandem::workload::Workload;
 
 /// Exit status when no plan fits (bad input exits with 1, a command-line usage error with 2).
@@ -254,7 +253,7 @@ fn print_simulation(plan: &Plan, sim: &Simulation) {
 }
 
 /// The plan as JSON: the documented top-level fields first, then the whole evaluation.
-pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
+pub fn plan_json(e: &tandem::model::Evaluation) -> serde_json::Value {
     let p = &e.plan;
     let (fewest, most) = p.replica_range();
     json!({

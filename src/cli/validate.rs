@@ -10,10 +10,10 @@ use tandem::calibrate::{
     composite_latency, kernel_errors, load_measurements, summarise, summarise_errors,
     validate_runs, ErrorSummary, KernelError, RunError, RunPlans,
 };
+use tandem::model::recompute_name;
 use tandem::output::write_atomic;
 use tandem::report::{seconds, table};
 use tandem::schedule::{ScheduleCache, SolverOptions};
-use tandem::search::recompute_name;
 
 /// Compare the model with measurements: kernel by kernel (GEMMs, vector ops, collectives,
 /// whole blocks) and end to end (published training runs with their plans held fixed), as

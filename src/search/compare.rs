@@ -3,12 +3,12 @@
 //! first for one layer on one device, then planned) and the joint search, in one table.
 
 use super::{
-    evaluate, finish, layer_costs, run_sweep, EvaluateError, Evaluation, Objective, Phase,
-    PlanOptions, RunOptions, Shard, Sweep, SweepError, SweepRecord,
+    finish, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepError, SweepRecord,
 };
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::CostModel;
 use crate::error::{parse_toml, read_input, InputError};
+use crate::model::{evaluate, layer_costs, recompute_name, EvaluateError, Evaluation, PlanOptions};
 use crate::output::{write_atomic, DirLock};
 use crate::placement::{Fixed, RecomputeMode};
 use crate::report;
@@ -142,7 +142,7 @@ impl CompareRow {
                 self.dp = Some(e.plan.dp);
                 self.replicas = Some(e.plan.replica_range());
                 self.micro_batch = Some(e.plan.micro_batch);
-                self.recompute = Some(super::recompute_name(e.recompute).to_string());
+                self.recompute = Some(recompute_name(e.recompute).to_string());
                 self.time_per_batch_s = Some(e.plan.time_per_batch_s);
                 self.throughput_samples_per_s = Some(e.plan.throughput_samples_per_s);
                 self.mfu = Some(e.mfu);

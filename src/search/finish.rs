@@ -4,9 +4,8 @@
 //! best hardware for the set) and `pareto.svg`; and the merge of shard directories.
 
 use super::sweep::{io_error, read_points, read_shard, rows_csv, POINTS_CSV, RUN_TOML, SHARD_TOML};
-use super::{
-    evaluate, DesignRow, Evaluation, Objective, PlanOptions, Status, Sweep, SweepError, SweepRecord,
-};
+use super::{DesignRow, Objective, Status, Sweep, SweepError, SweepRecord};
+use crate::model::{evaluate, recompute_from_name, Evaluation, PlanOptions};
 use crate::output::{same_file, write_atomic, DirLock};
 use crate::report;
 use crate::schedule::ScheduleCache;
@@ -179,7 +178,7 @@ fn reevaluate(
     let recompute = row
         .recompute
         .as_deref()
-        .and_then(super::recompute_from_name)
+        .and_then(recompute_from_name)
         .ok_or_else(|| missing("recompute"))?;
     let options = PlanOptions {
         hbm_bytes: Some(row.hbm_bytes),

@@ -1,8 +1,8 @@
 //! The CSV row of one design point (docs/design.md §9), shared by `tandem plan --csv` and
 //! sweeps. Evaluation times are printed, not stored, so that equal inputs give equal files.
 
-use super::{recompute_name, EvaluateError, Evaluation};
 use crate::arch::{area_breakdown, ArchConfig};
+use crate::model::{recompute_name, EvaluateError, Evaluation};
 use crate::placement::RecomputeMode;
 use serde::{Deserialize, Serialize};
 use std::fs::OpenOptions;

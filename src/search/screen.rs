@@ -39,9 +39,9 @@
 //! exactly as one run does.
 
 use super::sweep::{progress_bar, Sweep, SweepError};
-use super::{evaluate_faster_than, throughput_bound, LayerWork, PlanBound, PlanOptions};
 use crate::arch::area_breakdown;
 use crate::cost::CostModel;
+use crate::model::{evaluate_faster_than, throughput_bound, LayerWork, PlanBound, PlanOptions};
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;

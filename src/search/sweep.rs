@@ -29,12 +29,13 @@
 
 use super::screen::Screen;
 use super::status::StatusFile;
-use super::{
-    evaluate_faster_than, evaluate_on, tensor_widths, throughput_bound, DesignRow, Evaluation,
-    LayerWork, PlanBound, PlanOptions, Status, BOUND_SLACK,
-};
+use super::{DesignRow, Status};
 use crate::arch::{ArchConfig, SearchSpace};
 use crate::cost::CostModel;
+use crate::model::{
+    evaluate_faster_than, evaluate_on, recompute_name, tensor_widths, throughput_bound, Evaluation,
+    LayerWork, PlanBound, PlanOptions, BOUND_SLACK,
+};
 use crate::output::{same_file, DirLock, LockError};
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
@@ -497,7 +498,7 @@ impl Sweep {
         if let Some(r) = first_repeated(&self.recompute) {
             return bad(&format!(
                 "--recompute: {} is given twice",
-                super::recompute_name(*r)
+                recompute_name(*r)
             ));
         }
         if self.space.is_empty() {
@@ -789,7 +790,7 @@ impl Sweep {
                 && row.workload == workload.name
                 && row.hbm_bytes == self.hbm_bytes[h]
                 && row.micro_batch == Some(self.micro_batches[m])
-                && row.recompute.as_deref() == Some(super::recompute_name(self.recompute[r]));
+                && row.recompute.as_deref() == Some(recompute_name(self.recompute[r]));
             if !describes_point {
                 return Err(bad(format!(
                     "the row does not describe point {id} (configuration {config}, workload \
@@ -797,7 +798,7 @@ impl Sweep {
                     workload.name,
                     self.hbm_bytes[h],
                     self.micro_batches[m],
-                    super::recompute_name(self.recompute[r])
+                    recompute_name(self.recompute[r])
                 )));
             }
             if row.status != Status::Ok {
