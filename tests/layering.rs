@@ -472,6 +472,31 @@ fn every_module_keeps_the_code_map_layering() {
     );
 }
 
+/// Command-line parsing is the binary's: no library file names `clap` (a library enum the CLI
+/// offers as values is mirrored by a `ValueEnum` in `src/cli/`).
+#[test]
+fn the_library_does_not_use_clap() {
+    let src = root().join("src");
+    let mut uses = Vec::new();
+    for file in rust_files(&src) {
+        let relative = file.strip_prefix(&src).expect("under src").to_path_buf();
+        if module_of(&relative).is_some_and(|(module, _)| module == "cli") {
+            continue;
+        }
+        let text = fs::read_to_string(&file).expect("read source");
+        for (token, line) in tokens(&code_only(&text)) {
+            if token == "clap" {
+                uses.push(format!("src/{}:{line}", relative.display()));
+            }
+        }
+    }
+    assert!(
+        uses.is_empty(),
+        "clap outside src/cli/ and src/main.rs:\n{}",
+        uses.join("\n")
+    );
+}
+
 /// The table here is the code map's: each row's "may not depend on" cell names (in backticks)
 /// exactly the modules [`FORBIDDEN`] and [`ONLY_ITEMS`] give it.
 #[test]

@@ -30,8 +30,8 @@ pub struct Args {
     #[command(flatten)]
     axes: SweepAxes,
     /// What the best point maximises.
-    #[arg(long, value_enum, default_value_t = Objective::Throughput)]
-    objective: Objective,
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::Throughput)]
+    objective: ObjectiveArg,
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
@@ -74,6 +74,27 @@ enum PhaseArg {
     Exact,
 }
 
+/// The library's [`Objective`] as `--objective` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ObjectiveArg {
+    /// Samples per second.
+    Throughput,
+    /// Samples per second per mm² of die.
+    ThroughputPerArea,
+    /// Fewest joules per sample (no pruning: the throughput bound says nothing about energy).
+    Energy,
+}
+
+impl From<ObjectiveArg> for Objective {
+    fn from(objective: ObjectiveArg) -> Self {
+        match objective {
+            ObjectiveArg::Throughput => Objective::Throughput,
+            ObjectiveArg::ThroughputPerArea => Objective::ThroughputPerArea,
+            ObjectiveArg::Energy => Objective::Energy,
+        }
+    }
+}
+
 pub fn run(args: &Args) -> Result<ExitCode> {
     if let Some(threads) = args.threads {
         if threads == 0 {
@@ -98,7 +119,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         micro_batches: args.axes.micro_batches()?,
         recompute: args.axes.recompute()?,
         hbm_bytes,
-        objective: args.objective,
+        objective: args.objective.into(),
         prune: !args.no_prune,
         ilp_time_limit_s: args.solver.limits.ilp_time_limit_s,
         ilp_node_limit: args.solver.limits.ilp_node_limit,

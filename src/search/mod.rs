@@ -10,9 +10,11 @@
 //!   in order of falling bound that prices points with `throughput_bound` (schedule lower
 //!   bounds) and list-schedule plans only while they might beat the per-workload staircase of
 //!   achievable throughput at their area.
-//! - `finish.rs`: `pareto.csv`, `best.json`, `pareto.svg` from `points.csv` alone, and `merge`.
+//! - `finish.rs`: `pareto.csv`, `best.json`, `pareto.svg` from `points.csv` alone (drawn by
+//!   `report::svg`), and `merge`.
 //! - `compare.rs`: the baseline / decoupled / co-design table (`Comparison`, `BaselinePlans`
-//!   from `workloads/plans/phaze.toml`) and its CSV, Markdown and SVG.
+//!   from `workloads/plans/phaze.toml`) and its files: cells and bars built here, written by
+//!   `report` (CSV, Markdown, SVG).
 
 mod compare;
 mod finish;

@@ -4,9 +4,8 @@
 use crate::arch::{area_breakdown, ArchConfig};
 use crate::model::{recompute_name, EvaluateError, Evaluation};
 use crate::placement::RecomputeMode;
+use crate::report;
 use serde::{Deserialize, Serialize};
-use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
 /// Outcome of a design point.
@@ -149,41 +148,13 @@ impl DesignRow {
     }
 }
 
-/// Appends `rows` to the CSV file at `path`, writing the header first when the file is new or
-/// empty, and flushes so that a killed process loses no finished row. A non-empty file must
-/// start with the same header: rows are never appended under another table's columns.
+/// Appends `rows` to the CSV file at `path` (the header first when the file is new or empty)
+/// and flushes; a non-empty file must start with the same header.
 pub fn append_rows(path: &Path, rows: &[DesignRow]) -> std::io::Result<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut writer = csv::WriterBuilder::new()
-        .has_headers(true)
-        .from_writer(Vec::new());
-    for row in rows {
-        writer.serialize(row).map_err(std::io::Error::other)?;
-    }
-    let bytes = writer.into_inner().map_err(|e| e.into_error())?;
-    let header_len = bytes.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let mut file = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(path)?;
-    let body = if file.metadata()?.len() > 0 {
-        let mut first = String::new();
-        BufReader::new(&file).read_line(&mut first)?;
-        let header = String::from_utf8_lossy(&bytes[..header_len]);
-        if first.trim_end() != header.trim_end() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "the file's first line is not tandem's design-point header; append to a file \
-                 `--csv` wrote before, or give a new file",
-            ));
-        }
-        &bytes[header_len..]
-    } else {
-        &bytes[..]
-    };
-    file.write_all(body)?;
-    file.flush()
+    report::csv::append(
+        path,
+        rows,
+        "the file's first line is not tandem's design-point header; append to a file \
+         `--csv` wrote before, or give a new file",
+    )
 }

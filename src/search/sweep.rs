@@ -38,6 +38,7 @@ use crate::model::{
 };
 use crate::output::{same_file, DirLock, LockError};
 use crate::placement::RecomputeMode;
+use crate::report;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
@@ -51,7 +52,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What the sweep's best point maximises (several workloads: the mean over workloads).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Objective {
     /// Samples per second.
@@ -1279,11 +1280,7 @@ pub const SEED_CSV: &str = "seed.csv";
 /// Writes a screen's rows (by point id) as CSV to `path`, whole.
 fn write_screen_rows(path: &Path, mut rows: Vec<ScreenRow>) -> Result<(), SweepError> {
     rows.sort_by_key(|r| r.point);
-    let mut writer = csv::Writer::from_writer(Vec::new());
-    for row in &rows {
-        writer.serialize(row).map_err(|e| io_error(path, e))?;
-    }
-    let bytes = writer.into_inner().map_err(|e| io_error(path, e.error()))?;
+    let bytes = report::csv::to_bytes(&rows, true).map_err(|e| io_error(path, e))?;
     crate::output::write_atomic(path, &bytes).map_err(|e| io_error(path, e))
 }
 
@@ -1478,13 +1475,7 @@ pub(crate) fn rows_csv(
     rows: &[DesignRow],
     header: bool,
 ) -> Result<Vec<u8>, SweepError> {
-    let mut writer = csv::WriterBuilder::new()
-        .has_headers(header)
-        .from_writer(Vec::new());
-    for row in rows {
-        writer.serialize(row).map_err(|e| io_error(path, e))?;
-    }
-    writer.into_inner().map_err(|e| io_error(path, e.error()))
+    report::csv::to_bytes(rows, header).map_err(|e| io_error(path, e))
 }
 
 /// Appends `rows` (and the header first when asked) in one write, then flushes.
