@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tandem::arch::load_chip;
-use tandem::model::{evaluate, recompute_name, EvaluateError, PlanOptions};
+use tandem::model::{evaluate, EvaluateError, PlanOptions};
 use tandem::placement::{simulate_plan, Fixed, PipelineSchedule, Plan, RecomputeMode, Simulation};
 use tandem::schedule::ScheduleCache;
 use tandem::search::{append_rows, DesignRow};
@@ -275,7 +275,7 @@ pub fn plan_json(e: &tandem::model::Evaluation) -> serde_json::Value {
         "replicas_per_stage": [fewest, most],
         "micro_batch": p.micro_batch,
         "micro_batches_per_pipeline": p.micro_batches_per_pipeline,
-        "recompute": recompute_name(e.recompute),
+        "recompute": e.recompute,
         "sequence_parallel": e.sequence_parallel,
         "hbm_bytes": e.hbm_bytes,
         "devices_used": p.devices_used,

@@ -10,7 +10,6 @@ use tandem::calibrate::{
     composite_latency, kernel_errors, load_measurements, summarise, summarise_errors,
     validate_runs, ErrorSummary, KernelError, RunError, RunPlans,
 };
-use tandem::model::recompute_name;
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
 use tandem::schedule::{ScheduleCache, SolverOptions};
@@ -141,7 +140,7 @@ fn run_row(r: &RunError) -> Vec<String> {
         r.tp.to_string(),
         r.pp.to_string(),
         r.dp.to_string(),
-        recompute_name(r.recompute).to_string(),
+        r.recompute.to_string(),
         format!(
             "{}{}",
             r.micro_batch,

@@ -220,10 +220,7 @@ fn search_plans(
                 }
                 Ok(None) => {}
                 Err(why) => infeasible.push((
-                    format!(
-                        "micro-batch {micro_batch}, recompute {}",
-                        recompute_name(recompute)
-                    ),
+                    format!("micro-batch {micro_batch}, recompute {recompute}"),
                     why,
                 )),
             }
@@ -309,26 +306,6 @@ fn summarise(
         recompute,
         sequence_parallel,
         hbm_bytes,
-    }
-}
-
-/// The mode a [`recompute_name`] names.
-pub fn recompute_from_name(name: &str) -> Option<RecomputeMode> {
-    [
-        RecomputeMode::None,
-        RecomputeMode::Selective,
-        RecomputeMode::Full,
-    ]
-    .into_iter()
-    .find(|&m| recompute_name(m) == name)
-}
-
-/// The lowercase name used on the command line and in CSV.
-pub fn recompute_name(mode: RecomputeMode) -> &'static str {
-    match mode {
-        RecomputeMode::None => "none",
-        RecomputeMode::Selective => "selective",
-        RecomputeMode::Full => "full",
     }
 }
 

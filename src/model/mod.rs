@@ -19,7 +19,7 @@ mod layers;
 
 pub use bound::{throughput_bound, LayerWork, PlanBound, BOUND_SLACK};
 pub use evaluate::{
-    evaluate, evaluate_faster_than, evaluate_on, recompute_from_name, recompute_name,
-    tensor_widths, EvaluateError, Evaluation, PlanOptions,
+    evaluate, evaluate_faster_than, evaluate_on, tensor_widths, EvaluateError, Evaluation,
+    PlanOptions,
 };
 pub use layers::{layer_costs, LayerCosts, LayerEnergy, UniqueLayerSchedule};

@@ -8,7 +8,7 @@ use super::{
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::CostModel;
 use crate::error::{parse_toml, read_input, InputError};
-use crate::model::{evaluate, layer_costs, recompute_name, EvaluateError, Evaluation, PlanOptions};
+use crate::model::{evaluate, layer_costs, EvaluateError, Evaluation, PlanOptions};
 use crate::output::{write_atomic, DirLock};
 use crate::placement::{Fixed, RecomputeMode};
 use crate::report;
@@ -89,7 +89,7 @@ pub struct CompareRow {
     #[serde(skip)]
     pub replicas: Option<(u32, u32)>,
     pub micro_batch: Option<u32>,
-    pub recompute: Option<String>,
+    pub recompute: Option<RecomputeMode>,
     pub time_per_batch_s: Option<f64>,
     pub throughput_samples_per_s: Option<f64>,
     pub mfu: Option<f64>,
@@ -144,7 +144,7 @@ impl CompareRow {
                 self.dp = Some(e.plan.dp);
                 self.replicas = Some(e.plan.replica_range());
                 self.micro_batch = Some(e.plan.micro_batch);
-                self.recompute = Some(recompute_name(e.recompute).to_string());
+                self.recompute = Some(e.recompute);
                 self.time_per_batch_s = Some(e.plan.time_per_batch_s);
                 self.throughput_samples_per_s = Some(e.plan.throughput_samples_per_s);
                 self.mfu = Some(e.mfu);
@@ -419,7 +419,7 @@ pub fn markdown_table(rows: &[CompareRow]) -> String {
                 format!("{:.0}", report::gib(r.hbm_bytes)),
                 plan_cell(r),
                 opt(r.micro_batch),
-                r.recompute.as_deref().unwrap_or("-").to_string(),
+                r.recompute.map_or("-".into(), |m| m.to_string()),
                 r.time_per_batch_s.map_or("-".into(), |v| format!("{v:.4}")),
                 r.throughput_samples_per_s
                     .map_or("-".into(), |v| format!("{v:.2}")),

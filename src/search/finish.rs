@@ -4,8 +4,8 @@
 //! best hardware for the set) and `pareto.svg`; and the merge of shard directories.
 
 use super::sweep::{io_error, read_points, read_shard, rows_csv, POINTS_CSV, RUN_TOML, SHARD_TOML};
-use super::{DesignRow, Objective, Status, Sweep, SweepError, SweepRecord};
-use crate::model::{evaluate, recompute_from_name, Evaluation, PlanOptions};
+use super::{DesignRow, Objective, Sweep, SweepError, SweepRecord};
+use crate::model::{evaluate, Evaluation, PlanOptions};
 use crate::output::{same_file, write_atomic, DirLock};
 use crate::report::svg::{self, ParetoFront};
 use crate::schedule::ScheduleCache;
@@ -64,11 +64,8 @@ fn by_objective(objective: Objective) -> impl Fn(&&DesignRow, &&DesignRow) -> st
 /// The `ok` rows not dominated in (smaller area, higher samples/s), by area then throughput.
 /// Equal points are all kept.
 pub fn pareto_front(rows: &[DesignRow]) -> Vec<DesignRow> {
-    let mut ok: Vec<&DesignRow> = rows
-        .iter()
-        .filter(|r| r.status == Status::Ok && r.throughput_samples_per_s.is_some())
-        .collect();
-    let thr = |r: &DesignRow| r.throughput_samples_per_s.unwrap_or(0.0);
+    let mut ok: Vec<&DesignRow> = rows.iter().filter(|r| r.plan().is_some()).collect();
+    let thr = |r: &DesignRow| r.plan().map_or(0.0, |p| p.throughput_samples_per_s);
     ok.sort_by(|a, b| {
         a.area_mm2
             .total_cmp(&b.area_mm2)
@@ -173,11 +170,7 @@ fn reevaluate(
         .iter()
         .find(|w| w.name == row.workload)
         .ok_or_else(|| missing("a workload of the sweep"))?;
-    let recompute = row
-        .recompute
-        .as_deref()
-        .and_then(recompute_from_name)
-        .ok_or_else(|| missing("recompute"))?;
+    let recompute = row.recompute.ok_or_else(|| missing("recompute"))?;
     let options = PlanOptions {
         hbm_bytes: Some(row.hbm_bytes),
         micro_batches: vec![row.micro_batch.ok_or_else(|| missing("micro_batch"))?],
@@ -237,8 +230,9 @@ fn render_pareto(
     fronts: &[(String, Vec<DesignRow>, Vec<DesignRow>)],
     path: &Path,
 ) -> Result<(), SweepError> {
-    let ok = |r: &&DesignRow| r.status == Status::Ok && r.throughput_samples_per_s.is_some();
-    let area_and_throughput = |r: &DesignRow| Some((r.area_mm2, r.throughput_samples_per_s?));
+    let ok = |r: &&DesignRow| r.plan().is_some();
+    let area_and_throughput =
+        |r: &DesignRow| Some((r.area_mm2, r.plan()?.throughput_samples_per_s));
     let points: Vec<(f64, f64)> = fronts
         .iter()
         .flat_map(|(_, rows, _)| rows.iter().filter(ok))

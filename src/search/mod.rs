@@ -3,7 +3,9 @@
 //! baselines against co-design.
 //!
 //! Files:
-//! - `row.rs`: `DesignRow`, the CSV row of docs/design.md §9.
+//! - `row.rs`: `DesignRow`, one design point with its `Outcome` (ok with a plan summary,
+//!   infeasible with a reason, pruned with the point that beats its bound), and `PointRecord`,
+//!   the flat CSV row of docs/design.md §9 it is written and read as.
 //! - `sweep.rs`: `Sweep` (from a `SweepRecord` = `run.toml`), point ids, exact evaluation of
 //!   the undominated points in parallel batches streamed to `points.csv`, resume, `Shard`.
 //! - `screen.rs`: pass 1 — the work bound of every point (`LayerWork`), then a branch and bound
@@ -28,7 +30,9 @@ pub use compare::{
     COMPARE_CSV, COMPARE_MD, COMPARE_SVG,
 };
 pub use finish::{finish, merge, pareto_front, BestPoints};
-pub use row::{append_rows, DesignRow, Status};
+pub use row::{
+    append_rows, DesignRow, Outcome, PlanSummary, PointRecord, Pruning, Reached, Status,
+};
 pub use screen::screen_blocks;
 pub use status::{host_name, read_status, DirStatus, RunState, SweepStatus, STATUS_JSON};
 pub use sweep::{
