@@ -453,4 +453,52 @@ mod tests {
             None
         );
     }
+
+    #[test]
+    fn a_record_contradicting_its_status_is_refused() {
+        let record = PointRecord {
+            workload: "w".into(),
+            arch: "a".into(),
+            tensor_cores: 1,
+            tensor_rows: 1,
+            tensor_cols: 1,
+            vector_cores: 1,
+            vector_lanes: 1,
+            glb_bytes: 1,
+            area_mm2: 1.0,
+            micro_batch: Some(1),
+            recompute: Some(RecomputeMode::None),
+            hbm_bytes: 1,
+            tp: None,
+            dp: None,
+            pp: None,
+            devices_used: None,
+            time_per_batch_s: None,
+            throughput_samples_per_s: None,
+            throughput_tokens_per_s: None,
+            mfu: None,
+            peak_memory_bytes: None,
+            energy_per_sample_j: None,
+            status: Status::Infeasible,
+            reason: "no plan fits".into(),
+            point: None,
+            config: None,
+            bound_samples_per_s: None,
+        };
+        let row = DesignRow::try_from(record.clone()).expect("consistent");
+        assert_eq!(PointRecord::from(row), record);
+        let with = |f: fn(&mut PointRecord)| {
+            let mut r = record.clone();
+            f(&mut r);
+            DesignRow::try_from(r).expect_err("contradiction")
+        };
+        assert_eq!(with(|r| r.tp = Some(1)), "a row without a plan has a tp");
+        assert_eq!(with(|r| r.status = Status::Ok), "an ok row without its tp");
+        assert!(with(|r| r.status = Status::Pruned).contains("bound_samples_per_s"));
+        assert!(with(|r| {
+            r.status = Status::Pruned;
+            r.bound_samples_per_s = Some(1.0);
+        })
+        .contains("does not state its bound"));
+    }
 }
