@@ -18,12 +18,12 @@ use std::hint::black_box;
 use std::path::Path;
 use tandem::arch::{load_chip, ArchConfig, Tier};
 use tandem::cost::CostModel;
+use tandem::model::{evaluate, layer_costs, PlanOptions};
 use tandem::placement::{
     place, place_exhaustive, BytesPerParam, Fixed, PipelineSchedule, PlacementProblem,
     RecomputeMode, ZeroStage,
 };
 use tandem::schedule::{ScheduleCache, SolverOptions};
-use tandem::search::{evaluate, layer_costs, PlanOptions};
 use tandem::workload::Workload;
 
 fn chip(name: &str) -> ArchConfig {

@@ -10,9 +10,9 @@ use tandem::calibrate::{
     BlockShape, OverlapPart, OverlapShape, RunPlans, StepShape, Target,
 };
 use tandem::cost::{collective_cost, CostModel};
+use tandem::model::{evaluate, layer_costs, PlanOptions};
 use tandem::placement::{PipelineSchedule, RecomputeMode, Stage, ZeroStage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
-use tandem::search::{evaluate, layer_costs, PlanOptions};
 use tandem::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
 
 const CHIPS: [&str; 3] = ["tpuv4", "a100", "h100"];
@@ -1180,7 +1180,7 @@ fn one_stage_a100_plan(
     dp: u32,
     zero: ZeroStage,
     cache: &ScheduleCache,
-) -> tandem::search::Evaluation {
+) -> tandem::model::Evaluation {
     let options = PlanOptions {
         micro_batches: vec![16],
         recompute: vec![RecomputeMode::Full],
@@ -1276,7 +1276,7 @@ fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
         (extra_s - 32.0 * per_iteration_s).abs() <= 1e-9 * extra_s,
         "{extra_s} s vs 32 x {per_iteration_s} s"
     );
-    let simulated = |e: &tandem::search::Evaluation| {
+    let simulated = |e: &tandem::model::Evaluation| {
         tandem::placement::simulate_plan(&e.plan)
             .expect("a 1F1B plan")
             .makespan_s

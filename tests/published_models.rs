@@ -9,8 +9,8 @@ use std::process::Command;
 
 use tandem::arch::load_chip;
 use tandem::cost::{collective_cost, CostModel};
+use tandem::model::layer_costs;
 use tandem::schedule::{ScheduleCache, SolverOptions};
-use tandem::search::layer_costs;
 use tandem::workload::{CollectiveKind, LayerGraph, OpKind, Workload};
 
 fn load(name: &str) -> Workload {

@@ -8,7 +8,7 @@ use std::process::Command;
 use tandem::placement::RecomputeMode;
 use tandem::schedule::SolverOptions;
 use tandem::search::{
-    finish, merge, run_sweep, DesignRow, Objective, Phase, RunOptions, Shard, Status, Sweep,
+    finish, merge, run_sweep, DesignRow, Objective, Outcome, Phase, RunOptions, Shard, Sweep,
     SweepRecord, POINTS_CSV, SCREEN_CSV,
 };
 
@@ -276,9 +276,12 @@ fn resume_after_interruption_gives_the_same_files() {
     let mut rows: Vec<DesignRow> = reader.deserialize().map(|r| r.expect("row")).collect();
     let first_ok = rows
         .iter_mut()
-        .find(|r| r.status == Status::Ok)
+        .find_map(|r| match &mut r.outcome {
+            Outcome::Ok(plan) => Some(plan),
+            _ => None,
+        })
         .expect("an evaluated row");
-    first_ok.energy_per_sample_j = first_ok.energy_per_sample_j.map(|j| j * 0.99);
+    first_ok.energy_per_sample_j *= 0.99;
     let mut writer = csv::Writer::from_path(killed.join(POINTS_CSV)).expect("points");
     rows.iter().for_each(|r| writer.serialize(r).expect("row"));
     writer.flush().expect("flush");
@@ -318,7 +321,7 @@ fn list_only_sweep_is_never_faster_than_the_exact_one() {
         tandem::search::read_points(&dir.join(name).join(POINTS_CSV))
             .expect("points.csv")
             .into_iter()
-            .map(|r| (r.point, r.time_per_batch_s))
+            .map(|r| (r.point, r.plan().map(|p| p.time_per_batch_s)))
             .collect()
     };
     let (exact_times, list_times) = (times("exact"), times("list"));
@@ -363,20 +366,22 @@ fn shards_merged_equal_one_run() {
     assert_same_files(&whole, &merged);
     let err = merge(&shards[..2], &dir.join("partial")).expect_err("shard 2/3 missing");
     assert!(err.to_string().contains("2/3"), "{err}");
-    // Every point appears once, ok rows carry a plan, pruned rows a reason and a bound.
+    // Every point appears once, ok rows carry a plan, pruned rows a bound and the point of
+    // their workload, with a plan, that beats it.
     let rows = tandem::search::read_points(&merged.join(POINTS_CSV)).expect("rows");
     let ids: Vec<u64> = rows.iter().filter_map(|r| r.point).collect();
     assert_eq!(ids, (0..ids.len() as u64).collect::<Vec<_>>());
     for r in &rows {
-        match r.status {
-            Status::Ok => assert!(r.tp.is_some() && r.time_per_batch_s.is_some()),
-            Status::Pruned => {
-                assert!(r.reason.starts_with("pruned:") && r.bound_samples_per_s.is_some())
+        match &r.outcome {
+            Outcome::Ok(plan) => assert!(plan.tp > 0 && plan.time_per_batch_s > 0.0),
+            Outcome::Pruned(pruning) => {
+                let by = &rows[pruning.beaten_by.by as usize];
+                assert!(by.plan().is_some() && by.workload == r.workload, "{r:?}");
             }
-            Status::Infeasible => assert!(!r.reason.is_empty()),
+            Outcome::Infeasible { reason } => assert!(!reason.is_empty()),
         }
         let bound = r.bound_samples_per_s.expect("bound");
-        if let Some(thr) = r.throughput_samples_per_s {
+        if let Some(thr) = r.plan().map(|p| p.throughput_samples_per_s) {
             assert!(
                 thr <= bound * (1.0 + 1e-9),
                 "throughput {thr} above its bound {bound}"

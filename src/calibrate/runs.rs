@@ -6,9 +6,9 @@ use super::{in_row, BlockShape, Measurement, StepShape, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
+use crate::model::{evaluate, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{ScheduleCache, ScheduleProblem};
-use crate::search::{evaluate, recompute_from_name, EvaluateError, PlanOptions};
 use crate::workload::{GptSizes, OpGraph, Precision, Workload};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -199,7 +199,7 @@ impl RunPlans {
 }
 
 fn recompute_mode(file: &Path, row: usize, text: &str) -> Result<RecomputeMode, InputError> {
-    recompute_from_name(text).ok_or_else(|| {
+    text.parse().map_err(|_| {
         InputError::invalid(
             file,
             format!("row {row}, recompute"),

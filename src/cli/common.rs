@@ -4,10 +4,11 @@ use super::plan::Recompute;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 use tandem::arch::SearchSpace;
+use tandem::model::Evaluation;
 use tandem::placement::{Plan, RecomputeMode, ZeroStage};
 use tandem::report::{self, bytes, seconds, table};
 use tandem::schedule::SolverOptions;
-use tandem::search::{first_repeated, recompute_name, Evaluation};
+use tandem::search::first_repeated;
 use tandem::workload::Workload;
 
 /// The chip and the cluster it is deployed in.
@@ -88,7 +89,7 @@ impl SweepAxes {
     pub fn recompute(&self) -> Result<Vec<RecomputeMode>> {
         let modes: Vec<RecomputeMode> = self.recompute.iter().map(|&r| r.into()).collect();
         if let Some(r) = first_repeated(&modes) {
-            bail!("--recompute: {} is given twice", recompute_name(*r));
+            bail!("--recompute: {r} is given twice");
         }
         Ok(modes)
     }
@@ -306,7 +307,7 @@ pub fn print_plan(e: &Evaluation, workload: &Workload) {
         plan_shape(p),
         p.micro_batch,
         p.micro_batches_per_pipeline,
-        recompute_name(e.recompute),
+        e.recompute,
         if e.sequence_parallel {
             ", sequence parallel"
         } else {

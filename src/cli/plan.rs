@@ -7,13 +7,12 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tandem::arch::load_chip;
+use tandem::model::{evaluate, EvaluateError, PlanOptions};
 use tandem::placement::{
     simulate_plan, Fixed, PipelineSchedule, Plan, RecomputeMode, Simulation, ZeroStage,
 };
 use tandem::schedule::ScheduleCache;
-use tandem::search::{
-    append_rows, evaluate, recompute_name, DesignRow, EvaluateError, PlanOptions,
-};
+use tandem::search::{append_rows, DesignRow};
 use tandem::workload::Workload;
 
 /// Exit status when no plan fits (bad input exits with 1, a command-line usage error with 2).
@@ -262,7 +261,7 @@ fn print_simulation(plan: &Plan, sim: &Simulation) {
 }
 
 /// The plan as JSON: the documented top-level fields first, then the whole evaluation.
-pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
+pub fn plan_json(e: &tandem::model::Evaluation) -> serde_json::Value {
     let p = &e.plan;
     let (fewest, most) = p.replica_range();
     json!({
@@ -286,7 +285,7 @@ pub fn plan_json(e: &tandem::search::Evaluation) -> serde_json::Value {
         "replicas_per_stage": [fewest, most],
         "micro_batch": p.micro_batch,
         "micro_batches_per_pipeline": p.micro_batches_per_pipeline,
-        "recompute": recompute_name(e.recompute),
+        "recompute": e.recompute,
         "sequence_parallel": e.sequence_parallel,
         "hbm_bytes": e.hbm_bytes,
         "devices_used": p.devices_used,

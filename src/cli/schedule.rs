@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::cost::CostModel;
+use tandem::model::{layer_costs, UniqueLayerSchedule};
 use tandem::report::{percent, seconds, table};
 use tandem::schedule::{render_gantt, Assignment, Schedule, ScheduleCache, ScheduleProblem};
-use tandem::search::{layer_costs, UniqueLayerSchedule};
 use tandem::workload::Workload;
 
 /// Schedule each unique layer's forward and backward operator graph on the chip's tensor

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::report::{self, table};
 use tandem::search::{
-    finish, run_sweep, BestPoints, DesignRow, Objective, Phase, RunOptions, Shard, Sweep,
+    finish, run_sweep, BestPoints, Objective, Phase, PlanSummary, RunOptions, Shard, Sweep,
     SweepRecord,
 };
 
@@ -30,8 +30,8 @@ pub struct Args {
     #[command(flatten)]
     axes: SweepAxes,
     /// What the best point maximises.
-    #[arg(long, value_enum, default_value_t = Objective::Throughput)]
-    objective: Objective,
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::Throughput)]
+    objective: ObjectiveArg,
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
@@ -74,6 +74,27 @@ enum PhaseArg {
     Exact,
 }
 
+/// The library's [`Objective`] as `--objective` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ObjectiveArg {
+    /// Samples per second.
+    Throughput,
+    /// Samples per second per mm² of die.
+    ThroughputPerArea,
+    /// Fewest joules per sample (no pruning: the throughput bound says nothing about energy).
+    Energy,
+}
+
+impl From<ObjectiveArg> for Objective {
+    fn from(objective: ObjectiveArg) -> Self {
+        match objective {
+            ObjectiveArg::Throughput => Objective::Throughput,
+            ObjectiveArg::ThroughputPerArea => Objective::ThroughputPerArea,
+            ObjectiveArg::Energy => Objective::Energy,
+        }
+    }
+}
+
 pub fn run(args: &Args) -> Result<ExitCode> {
     if let Some(threads) = args.threads {
         if threads == 0 {
@@ -98,7 +119,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         micro_batches: args.axes.micro_batches()?,
         recompute: args.axes.recompute()?,
         hbm_bytes,
-        objective: args.objective,
+        objective: args.objective.into(),
         prune: !args.no_prune,
         ilp_time_limit_s: args.solver.limits.ilp_time_limit_s,
         ilp_node_limit: args.solver.limits.ilp_node_limit,
@@ -204,19 +225,18 @@ pub fn print_top(best: &BestPoints) {
         .iter()
         .map(|r| {
             let opt = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+            let plan = r.plan();
             vec![
                 r.workload.clone(),
                 r.arch.clone(),
                 format!("{:.1}", r.area_mm2),
                 format!("{:.0}", report::gib(r.hbm_bytes)),
                 opt(r.micro_batch),
-                r.recompute.clone().unwrap_or_default(),
-                row_plan(r),
-                r.throughput_samples_per_s
-                    .map_or("-".into(), |v| format!("{v:.2}")),
-                r.mfu.map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
-                r.energy_per_sample_j
-                    .map_or("-".into(), |v| format!("{v:.3}")),
+                r.recompute.map_or(String::new(), |m| m.to_string()),
+                r.plan().map_or("-".into(), row_plan),
+                plan.map_or("-".into(), |p| format!("{:.2}", p.throughput_samples_per_s)),
+                plan.map_or("-".into(), |p| format!("{:.1} %", p.mfu * 100.0)),
+                plan.map_or("-".into(), |p| format!("{:.3}", p.energy_per_sample_j)),
             ]
         })
         .collect();
@@ -262,12 +282,8 @@ pub fn print_top(best: &BestPoints) {
 
 /// A row's plan in one line. The row keeps the plan's devices, not each stage's replicas, so
 /// the replicas per stage are their mean (devices / (t · pipelines · stages)).
-fn row_plan(r: &DesignRow) -> String {
-    let (Some(tp), Some(pipelines), Some(stages), Some(devices)) =
-        (r.tp, r.dp, r.pp, r.devices_used)
-    else {
-        return "-".to_string();
-    };
+fn row_plan(plan: &PlanSummary) -> String {
+    let (tp, pipelines, stages, devices) = (plan.tp, plan.dp, plan.pp, plan.devices_used);
     let groups = tp * pipelines * stages;
     if devices == groups {
         return report::plan_line(tp, pipelines, stages, "1");

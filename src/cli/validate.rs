@@ -11,9 +11,8 @@ use tandem::calibrate::{
     validate_runs, ErrorSummary, KernelError, RunError, RunPlans,
 };
 use tandem::output::write_atomic;
-use tandem::report::{seconds, table};
+use tandem::report::{self, seconds, table};
 use tandem::schedule::{ScheduleCache, SolverOptions};
-use tandem::search::recompute_name;
 
 /// Compare the model with measurements: kernel by kernel (GEMMs, vector ops, collectives,
 /// whole blocks) and end to end (published training runs with their plans held fixed), as
@@ -141,7 +140,7 @@ fn run_row(r: &RunError) -> Vec<String> {
         r.tp.to_string(),
         r.pp.to_string(),
         r.dp.to_string(),
-        recompute_name(r.recompute).to_string(),
+        r.recompute.to_string(),
         format!(
             "{}{}",
             r.micro_batch,
@@ -168,19 +167,11 @@ fn run_row(r: &RunError) -> Vec<String> {
 }
 
 fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for row in rows {
-        w.serialize(row)?;
-    }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    let bytes = report::csv::to_bytes(rows, true)?;
     write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
 }
 
+/// A Markdown table and the blank line after it.
 fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut s = format!("| {} |\n", header.join(" | "));
-    s += &format!("|{}\n", "---|".repeat(header.len()));
-    for row in rows {
-        s += &format!("| {} |\n", row.join(" | "));
-    }
-    s + "\n"
+    report::markdown::table(header, rows) + "\n"
 }

@@ -89,6 +89,23 @@ pub enum RecomputeMode {
     Full,
 }
 
+/// The name used on the command line, in CSV and in JSON (`none`, `selective`, `full`):
+/// serde's.
+impl fmt::Display for RecomputeMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.serialize(f)
+    }
+}
+
+/// The mode a name (see `Display`) names.
+impl std::str::FromStr for RecomputeMode {
+    type Err = serde::de::value::Error;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::deserialize(serde::de::IntoDeserializer::into_deserializer(name))
+    }
+}
+
 /// Pipeline schedule: the order in which each replica runs its forwards and backwards, which
 /// decides the time per batch and how many micro-batches a stage holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

@@ -1,5 +1,11 @@
-//! Presentation: aligned text tables, human-readable quantities, CSV and JSON writers.
-//! Nothing here computes a model quantity; it only formats what other stages return.
+//! Presentation: aligned text tables and human-readable quantities (here), CSV files
+//! (`csv.rs`), Markdown tables (`markdown.rs`) and SVG charts (`svg/`: one palette and page
+//! setup; Gantt charts, Pareto fronts, speed-up bars). Nothing here computes a model quantity:
+//! it formats what other stages return, as plain data.
+
+pub mod csv;
+pub mod markdown;
+pub mod svg;
 
 use comfy_table::{presets::UTF8_BORDERS_ONLY, CellAlignment, Table};
 

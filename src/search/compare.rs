@@ -3,15 +3,17 @@
 //! first for one layer on one device, then planned) and the joint search, in one table.
 
 use super::{
-    evaluate, finish, layer_costs, run_sweep, EvaluateError, Evaluation, Objective, Phase,
-    PlanOptions, RunOptions, Shard, Sweep, SweepError, SweepRecord,
+    finish, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepError, SweepRecord,
 };
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::CostModel;
 use crate::error::{parse_toml, read_input, InputError};
+use crate::model::{evaluate, layer_costs, EvaluateError, Evaluation, PlanOptions};
 use crate::output::{write_atomic, DirLock};
 use crate::placement::{Fixed, RecomputeMode};
 use crate::report;
+use crate::report::markdown::{self, cell};
+use crate::report::svg::{self, BarGroup};
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
@@ -87,7 +89,7 @@ pub struct CompareRow {
     #[serde(skip)]
     pub replicas: Option<(u32, u32)>,
     pub micro_batch: Option<u32>,
-    pub recompute: Option<String>,
+    pub recompute: Option<RecomputeMode>,
     pub time_per_batch_s: Option<f64>,
     pub throughput_samples_per_s: Option<f64>,
     pub mfu: Option<f64>,
@@ -142,7 +144,7 @@ impl CompareRow {
                 self.dp = Some(e.plan.dp);
                 self.replicas = Some(e.plan.replica_range());
                 self.micro_batch = Some(e.plan.micro_batch);
-                self.recompute = Some(super::recompute_name(e.recompute).to_string());
+                self.recompute = Some(e.recompute);
                 self.time_per_batch_s = Some(e.plan.time_per_batch_s);
                 self.throughput_samples_per_s = Some(e.plan.throughput_samples_per_s);
                 self.mfu = Some(e.mfu);
@@ -381,11 +383,6 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or("-".to_string(), |v| v.to_string())
 }
 
-/// Text for a Markdown table cell: `|` escaped, line breaks as spaces.
-fn cell(text: &str) -> String {
-    text.replace('|', "\\|").replace(['\n', '\r'], " ")
-}
-
 /// A row's plan in one line (`-` without one).
 fn plan_cell(r: &CompareRow) -> String {
     match (r.tp, r.dp, r.pp, r.replicas) {
@@ -398,31 +395,44 @@ fn plan_cell(r: &CompareRow) -> String {
 
 /// One workload's rows as a Markdown table (also what the CLI prints).
 pub fn markdown_table(rows: &[CompareRow]) -> String {
-    let mut s = String::from(
-        "| row | chip | mm² | HBM GiB | plan | b | recompute | s/batch | samples/s | MFU | J/sample | speed-up | note |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for r in rows {
-        s += &format!(
-            "| {} | {} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            cell(&r.row),
-            cell(&r.chip),
-            r.area_mm2,
-            report::gib(r.hbm_bytes),
-            plan_cell(r),
-            opt(r.micro_batch),
-            r.recompute.as_deref().unwrap_or("-"),
-            r.time_per_batch_s.map_or("-".into(), |v| format!("{v:.4}")),
-            r.throughput_samples_per_s
-                .map_or("-".into(), |v| format!("{v:.2}")),
-            r.mfu.map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
-            r.energy_per_sample_j
-                .map_or("-".into(), |v| format!("{v:.3}")),
-            r.speedup.map_or("-".into(), |v| format!("{v:.2}×")),
-            cell(&r.note),
-        );
-    }
-    s
+    const HEADER: [&str; 13] = [
+        "row",
+        "chip",
+        "mm²",
+        "HBM GiB",
+        "plan",
+        "b",
+        "recompute",
+        "s/batch",
+        "samples/s",
+        "MFU",
+        "J/sample",
+        "speed-up",
+        "note",
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                cell(&r.row),
+                cell(&r.chip),
+                format!("{:.1}", r.area_mm2),
+                format!("{:.0}", report::gib(r.hbm_bytes)),
+                plan_cell(r),
+                opt(r.micro_batch),
+                r.recompute.map_or("-".into(), |m| m.to_string()),
+                r.time_per_batch_s.map_or("-".into(), |v| format!("{v:.4}")),
+                r.throughput_samples_per_s
+                    .map_or("-".into(), |v| format!("{v:.2}")),
+                r.mfu.map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
+                r.energy_per_sample_j
+                    .map_or("-".into(), |v| format!("{v:.3}")),
+                r.speedup.map_or("-".into(), |v| format!("{v:.2}×")),
+                cell(&r.note),
+            ]
+        })
+        .collect();
+    markdown::table(&HEADER, &cells)
 }
 
 /// Writes `compare.csv` (all rows), `compare.md` (one table per workload) and `compare.svg`
@@ -431,13 +441,7 @@ pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepErro
     use super::sweep::io_error;
     let _lock = DirLock::acquire(out)?;
     let csv_path = out.join(COMPARE_CSV);
-    let mut writer = csv::Writer::from_writer(Vec::new());
-    for row in rows {
-        writer.serialize(row).map_err(|e| io_error(&csv_path, e))?;
-    }
-    let bytes = writer
-        .into_inner()
-        .map_err(|e| io_error(&csv_path, e.error()))?;
+    let bytes = report::csv::to_bytes(rows, true).map_err(|e| io_error(&csv_path, e))?;
     write_atomic(&csv_path, &bytes).map_err(|e| io_error(&csv_path, e))?;
 
     let mut by_workload: Vec<(&str, Vec<CompareRow>)> = Vec::new();
@@ -454,107 +458,13 @@ pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepErro
     let md_path = out.join(COMPARE_MD);
     write_atomic(&md_path, md.as_bytes()).map_err(|e| io_error(&md_path, e))?;
     let svg_path = out.join(COMPARE_SVG);
-    let mut svg = String::new();
-    render_bars(&by_workload, &mut svg).map_err(|e| io_error(&svg_path, e))?;
-    write_atomic(&svg_path, svg.as_bytes()).map_err(|e| io_error(&svg_path, e))
-}
-
-fn render_bars(groups: &[(&str, Vec<CompareRow>)], svg: &mut String) -> Result<(), String> {
-    use plotters::prelude::*;
-    use plotters::style::text_anchor::{HPos, Pos, VPos};
-    let fail = |e: String| e;
-    let kinds: Vec<String> = groups
-        .first()
-        .map(|(_, rows)| rows.iter().map(|r| r.row.clone()).collect())
-        .unwrap_or_default();
-    let top = groups
+    let groups: Vec<BarGroup> = by_workload
         .iter()
-        .flat_map(|(_, rows)| rows.iter().filter_map(|r| r.speedup))
-        .fold(1.0, f64::max)
-        * 1.15;
-    let root = SVGBackend::with_string(svg, (1100, 650)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "speed-up over each workload's first row",
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..groups.len().max(1) as f64, 0.0..top)
-        .map_err(|e| fail(e.to_string()))?;
-    let names: Vec<String> = groups.iter().map(|(w, _)| w.to_string()).collect();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(groups.len().max(1) * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 1e-6 && i < names.len() {
-                names[i].clone()
-            } else {
-                String::new()
-            }
+        .map(|(workload, list)| BarGroup {
+            name: workload.to_string(),
+            bars: list.iter().map(|r| (r.row.clone(), r.speedup)).collect(),
         })
-        .y_label_formatter(&|v| format!("{}×", report::tick(*v)))
-        .y_desc("speed-up (×)")
-        .draw()
-        .map_err(|e| fail(e.to_string()))?;
-    const PALETTE: [RGBColor; 6] = [
-        RGBColor(158, 158, 158),
-        RGBColor(66, 133, 244),
-        RGBColor(251, 188, 5),
-        RGBColor(155, 81, 224),
-        RGBColor(234, 67, 53),
-        RGBColor(52, 168, 83),
-    ];
-    let width = 0.8 / kinds.len().max(1) as f64;
-    for (k, kind) in kinds.iter().enumerate() {
-        let colour = PALETTE[k % PALETTE.len()];
-        let x0 = |g: usize| g as f64 + 0.1 + k as f64 * width;
-        let speedups: Vec<Option<f64>> = groups
-            .iter()
-            .map(|(_, rows)| rows.iter().find(|r| &r.row == kind).and_then(|r| r.speedup))
-            .collect();
-        let bars: Vec<Rectangle<(f64, f64)>> = speedups
-            .iter()
-            .enumerate()
-            .filter_map(|(g, speedup)| {
-                Some(Rectangle::new(
-                    [(x0(g), 0.0), (x0(g) + width * 0.9, (*speedup)?)],
-                    colour.filled(),
-                ))
-            })
-            .collect();
-        // A row without a plan (infeasible, or no fixed plan for the model) says so.
-        let missing = speedups
-            .iter()
-            .enumerate()
-            .filter(|(_, speedup)| speedup.is_none())
-            .map(|(g, _)| {
-                Text::new(
-                    "n/a",
-                    (x0(g) + width * 0.45, top * 0.01),
-                    TextStyle::from(("sans-serif", 11).into_font())
-                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
-                )
-            });
-        chart
-            .draw_series(missing)
-            .map_err(|e| fail(e.to_string()))?;
-        chart
-            .draw_series(bars)
-            .map_err(|e| fail(e.to_string()))?
-            .label(kind.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| fail(e.to_string()))?;
-    root.present().map_err(|e| fail(e.to_string()))
+        .collect();
+    let svg = svg::speedup_bars(&groups).map_err(|e| io_error(&svg_path, e))?;
+    write_atomic(&svg_path, svg.as_bytes()).map_err(|e| io_error(&svg_path, e))
 }

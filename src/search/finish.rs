@@ -4,14 +4,11 @@
 //! best hardware for the set) and `pareto.svg`; and the merge of shard directories.
 
 use super::sweep::{io_error, read_points, read_shard, rows_csv, POINTS_CSV, RUN_TOML, SHARD_TOML};
-use super::{
-    evaluate, DesignRow, Evaluation, Objective, PlanOptions, Status, Sweep, SweepError, SweepRecord,
-};
+use super::{DesignRow, Objective, Sweep, SweepError, SweepRecord};
+use crate::model::{evaluate, Evaluation, PlanOptions};
 use crate::output::{same_file, write_atomic, DirLock};
-use crate::report;
+use crate::report::svg::{self, ParetoFront};
 use crate::schedule::ScheduleCache;
-use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -67,11 +64,8 @@ fn by_objective(objective: Objective) -> impl Fn(&&DesignRow, &&DesignRow) -> st
 /// The `ok` rows not dominated in (smaller area, higher samples/s), by area then throughput.
 /// Equal points are all kept.
 pub fn pareto_front(rows: &[DesignRow]) -> Vec<DesignRow> {
-    let mut ok: Vec<&DesignRow> = rows
-        .iter()
-        .filter(|r| r.status == Status::Ok && r.throughput_samples_per_s.is_some())
-        .collect();
-    let thr = |r: &DesignRow| r.throughput_samples_per_s.unwrap_or(0.0);
+    let mut ok: Vec<&DesignRow> = rows.iter().filter(|r| r.plan().is_some()).collect();
+    let thr = |r: &DesignRow| r.plan().map_or(0.0, |p| p.throughput_samples_per_s);
     ok.sort_by(|a, b| {
         a.area_mm2
             .total_cmp(&b.area_mm2)
@@ -176,11 +170,7 @@ fn reevaluate(
         .iter()
         .find(|w| w.name == row.workload)
         .ok_or_else(|| missing("a workload of the sweep"))?;
-    let recompute = row
-        .recompute
-        .as_deref()
-        .and_then(super::recompute_from_name)
-        .ok_or_else(|| missing("recompute"))?;
+    let recompute = row.recompute.ok_or_else(|| missing("recompute"))?;
     let options = PlanOptions {
         hbm_bytes: Some(row.hbm_bytes),
         micro_batches: vec![row.micro_batch.ok_or_else(|| missing("micro_batch"))?],
@@ -235,174 +225,28 @@ fn best_for_set(sweep: &Sweep, rows: &[DesignRow]) -> Option<BestForSet> {
     best
 }
 
-const PALETTE: [RGBColor; 7] = [
-    RGBColor(66, 133, 244),
-    RGBColor(234, 67, 53),
-    RGBColor(52, 168, 83),
-    RGBColor(251, 188, 5),
-    RGBColor(155, 81, 224),
-    RGBColor(0, 172, 193),
-    RGBColor(255, 112, 67),
-];
-
-/// Throughput against area: every evaluated point faint, each workload's front as a staircase
-/// (the best throughput any area up to `x` buys); throughput on a log scale so workloads of
-/// different sizes share the chart. The legend stands right of the plot.
+/// `pareto.svg`: every evaluated point and each workload's front (`report::svg::pareto`).
 fn render_pareto(
     fronts: &[(String, Vec<DesignRow>, Vec<DesignRow>)],
     path: &Path,
 ) -> Result<(), SweepError> {
-    let fail = |e: String| io_error(path, e);
-    let ok = |r: &&DesignRow| r.status == Status::Ok && r.throughput_samples_per_s.is_some();
+    let ok = |r: &&DesignRow| r.plan().is_some();
+    let area_and_throughput =
+        |r: &DesignRow| Some((r.area_mm2, r.plan()?.throughput_samples_per_s));
     let points: Vec<(f64, f64)> = fronts
         .iter()
         .flat_map(|(_, rows, _)| rows.iter().filter(ok))
-        .filter_map(|r| Some((r.area_mm2, r.throughput_samples_per_s?)))
+        .filter_map(area_and_throughput)
         .collect();
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (1200, 700)).into_drawing_area();
-        draw_pareto(&root, fronts, &points).map_err(fail)?;
-    }
+    let fronts: Vec<ParetoFront> = fronts
+        .iter()
+        .map(|(name, _, front)| ParetoFront {
+            name: name.clone(),
+            corners: front.iter().filter_map(area_and_throughput).collect(),
+        })
+        .collect();
+    let svg = svg::pareto(&points, &fronts).map_err(|e| io_error(path, e))?;
     write_atomic(path, svg.as_bytes()).map_err(|e| io_error(path, e))
-}
-
-/// Grey of the points off every front.
-const ALL_POINTS: RGBColor = RGBColor(170, 170, 170);
-
-fn draw_pareto(
-    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
-    fronts: &[(String, Vec<DesignRow>, Vec<DesignRow>)],
-    points: &[(f64, f64)],
-) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    if points.is_empty() {
-        root.draw(&Text::new(
-            "no feasible design point",
-            (500, 340),
-            ("sans-serif", 20),
-        ))
-        .map_err(|e| e.to_string())?;
-        return root.present().map_err(|e| e.to_string());
-    }
-    let (plot_area, legend_area) = root.split_horizontally(960);
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in points {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
-    }
-    let pad = |lo: f64, hi: f64| {
-        if hi > lo {
-            (hi - lo) * 0.05
-        } else {
-            lo.abs().max(1.0) * 0.05
-        }
-    };
-    let px = pad(x0, x1);
-    let (x_lo, x_hi) = ((x0 - px).max(0.0), x1 + px);
-    let (y_lo, y_hi) = (y0 / 1.2, y1 * 1.2);
-    let mut chart = ChartBuilder::on(&plot_area)
-        .caption(
-            "throughput against area (Pareto fronts highlighted)",
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d(x_lo..x_hi, (y_lo..y_hi).log_scale())
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(0)
-        .y_label_formatter(&|_| String::new())
-        .x_label_formatter(&|x| report::tick(*x))
-        .x_desc("area (mm²)")
-        .y_desc("samples/s (log scale)")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    // The log axis's ticks and grid: several round values, not only the powers of ten.
-    let label_font =
-        TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
-    for tick in report::log_ticks(y_lo, y_hi) {
-        chart
-            .draw_series(LineSeries::new(
-                [(x_lo, tick), (x_hi, tick)],
-                RGBColor(215, 215, 215),
-            ))
-            .map_err(|e| e.to_string())?;
-        let (x, y) = chart.backend_coord(&(x_lo, tick));
-        plot_area
-            .draw(&PathElement::new([(x - 5, y), (x, y)], BLACK))
-            .map_err(|e| e.to_string())?;
-        plot_area
-            .draw(&Text::new(
-                report::tick(tick),
-                (x - 8, y),
-                label_font.clone(),
-            ))
-            .map_err(|e| e.to_string())?;
-    }
-    chart
-        .draw_series(
-            points
-                .iter()
-                .map(|&p| Circle::new(p, 2, ALL_POINTS.filled())),
-        )
-        .map_err(|e| e.to_string())?;
-    let mut legend: Vec<(String, RGBColor)> = Vec::new();
-    for (i, (name, _, front)) in fronts.iter().enumerate() {
-        let colour = PALETTE[i % PALETTE.len()];
-        let mut corners: Vec<(f64, f64)> = front
-            .iter()
-            .filter_map(|r| Some((r.area_mm2, r.throughput_samples_per_s?)))
-            .collect();
-        corners.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-        // Each corner's throughput holds until the next corner's area.
-        let mut steps = Vec::with_capacity(2 * corners.len());
-        for (j, &(x, y)) in corners.iter().enumerate() {
-            if j > 0 {
-                steps.push((x, corners[j - 1].1));
-            }
-            steps.push((x, y));
-        }
-        chart
-            .draw_series(LineSeries::new(steps, colour.stroke_width(2)))
-            .map_err(|e| e.to_string())?;
-        chart
-            .draw_series(
-                corners
-                    .into_iter()
-                    .map(|p| Circle::new(p, 4, colour.filled())),
-            )
-            .map_err(|e| e.to_string())?;
-        legend.push((format!("{name} (front)"), colour));
-    }
-    legend.push(("all evaluated points".to_string(), ALL_POINTS));
-    let font =
-        TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
-    for (i, (label, colour)) in legend.iter().enumerate() {
-        let y = 80 + 26 * i as i32;
-        let last = i + 1 == legend.len();
-        if !last {
-            legend_area
-                .draw(&PathElement::new([(5, y), (35, y)], colour.stroke_width(2)))
-                .map_err(|e| e.to_string())?;
-        }
-        legend_area
-            .draw(&Circle::new(
-                (20, y),
-                if last { 2 } else { 4 },
-                colour.filled(),
-            ))
-            .map_err(|e| e.to_string())?;
-        legend_area
-            .draw(&Text::new(label.clone(), (45, y), font.clone()))
-            .map_err(|e| e.to_string())?;
-    }
-    root.present().map_err(|e| e.to_string())
 }
 
 /// Joins shard directories into `out`: their `run.toml` must agree, their shards cover `0..n`

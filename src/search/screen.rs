@@ -38,10 +38,11 @@
 //! alone, a sweep split into shards (each screening its own blocks, `--phase screen`) prunes
 //! exactly as one run does.
 
+use super::row::Reached;
 use super::sweep::{progress_bar, Sweep, SweepError};
-use super::{evaluate_faster_than, throughput_bound, LayerWork, PlanBound, PlanOptions};
 use crate::arch::area_breakdown;
 use crate::cost::CostModel;
+use crate::model::{evaluate_faster_than, throughput_bound, LayerWork, PlanBound, PlanOptions};
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;
@@ -544,27 +545,33 @@ impl Screen {
         }
     }
 
-    /// Why point `id` of workload `w` is dominated, or `None` if it might matter.
-    pub(super) fn point_beaten(&self, sweep: &Sweep, w: usize, id: u64) -> Option<String> {
+    /// The point of workload `w` that beats point `id`'s bound at no larger area, or `None`
+    /// if the point might matter.
+    pub(super) fn point_beaten(&self, w: usize, id: u64) -> Option<Reached> {
         let p = self.points.get(&id)?;
         let bound = p.bound.unwrap_or(0.0);
-        let (area, thr, by) = self.per_workload[w].best_up_to(p.area_mm2)?;
-        (thr > bound).then(|| {
-            format!(
-                "{}: at most {bound:.4e} samples/s < {thr:.4e} reachable by point {by} at {area:.1} mm²",
-                sweep.workloads[w].name
-            )
+        let (area_mm2, samples_per_s, by) = self.per_workload[w].best_up_to(p.area_mm2)?;
+        (samples_per_s > bound).then_some(Reached {
+            by,
+            samples_per_s,
+            area_mm2,
         })
     }
 
-    /// With several workloads: why hardware (`config`, HBM index `h`) is not the best for the
-    /// set (an empty string with one workload), or `None` if it might be.
-    pub(super) fn hardware_beaten(&self, sweep: &Sweep, config: usize, h: usize) -> Option<String> {
+    /// Whether hardware (`config`, HBM index `h`) cannot be the best for the set: with one
+    /// workload `Some(None)`; with several, `Some` of its mean bound over workloads and the
+    /// configuration that beats it. `None` if it might be the best.
+    pub(super) fn hardware_beaten(
+        &self,
+        sweep: &Sweep,
+        config: usize,
+        h: usize,
+    ) -> Option<Option<(f64, Reached)>> {
         if self.points.is_empty() {
             return None;
         }
         if sweep.workloads.len() == 1 {
-            return Some(String::new());
+            return Some(None);
         }
         let per_hbm = sweep.points_per_hardware();
         let mut bounds = Vec::with_capacity(sweep.workloads.len());
@@ -578,12 +585,15 @@ impl Screen {
             bounds.push(points.iter().filter_map(|p| p.bound).fold(0.0, f64::max));
         }
         let mean_bound = bounds.iter().sum::<f64>() / bounds.len() as f64;
-        let (area, mean, by) = self.per_hardware.best_up_to(area_mm2)?;
-        (mean > mean_bound).then(|| {
-            format!(
-                "; mean over workloads at most {mean_bound:.4e} < {mean:.4e} reachable by configuration {by} at {area:.1} mm²"
-            )
-        })
+        let (area_mm2, mean, by) = self.per_hardware.best_up_to(area_mm2)?;
+        (mean > mean_bound).then_some(Some((
+            mean_bound,
+            Reached {
+                by,
+                samples_per_s: mean,
+                area_mm2,
+            },
+        )))
     }
 }
 

@@ -27,16 +27,19 @@
 //! search). The screen depends on the inputs alone, so shards and resumed runs prune exactly
 //! as one run does.
 
+use super::row::{Outcome, PlanSummary, Pruning};
 use super::screen::Screen;
 use super::status::StatusFile;
-use super::{
-    evaluate_faster_than, evaluate_on, tensor_widths, throughput_bound, DesignRow, Evaluation,
-    LayerWork, PlanBound, PlanOptions, Status, BOUND_SLACK,
-};
+use super::DesignRow;
 use crate::arch::{ArchConfig, SearchSpace};
 use crate::cost::CostModel;
+use crate::model::{
+    evaluate_faster_than, evaluate_on, tensor_widths, throughput_bound, Evaluation, LayerWork,
+    PlanBound, PlanOptions, BOUND_SLACK,
+};
 use crate::output::{same_file, DirLock, LockError};
 use crate::placement::RecomputeMode;
+use crate::report;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
@@ -50,7 +53,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What the sweep's best point maximises (several workloads: the mean over workloads).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Objective {
     /// Samples per second.
@@ -64,22 +67,20 @@ pub enum Objective {
 impl Objective {
     /// The value to maximise for an evaluated row.
     pub fn score(self, row: &DesignRow) -> Option<f64> {
-        let thr = row.throughput_samples_per_s?;
-        match self {
-            Objective::Throughput => Some(thr),
-            Objective::ThroughputPerArea => Some(thr / row.area_mm2),
-            Objective::Energy => row.energy_per_sample_j.map(|e| -e),
-        }
+        let plan = row.plan()?;
+        let thr = plan.throughput_samples_per_s;
+        Some(match self {
+            Objective::Throughput => thr,
+            Objective::ThroughputPerArea => thr / row.area_mm2,
+            Objective::Energy => -plan.energy_per_sample_j,
+        })
     }
 }
 
+/// The name of `run.toml` and `best.json` (serde's).
 impl fmt::Display for Objective {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Objective::Throughput => "throughput",
-            Objective::ThroughputPerArea => "throughput-per-area",
-            Objective::Energy => "energy",
-        })
+        self.serialize(f)
     }
 }
 
@@ -495,10 +496,7 @@ impl Sweep {
             ));
         }
         if let Some(r) = first_repeated(&self.recompute) {
-            return bad(&format!(
-                "--recompute: {} is given twice",
-                super::recompute_name(*r)
-            ));
+            return bad(&format!("--recompute: {r} is given twice"));
         }
         if self.space.is_empty() {
             return bad("--space: no configuration lies inside the space's area window");
@@ -544,20 +542,27 @@ impl Sweep {
                         }
                         let screened = screen.points.get(&id);
                         let bound = screened.map(|p| p.bound);
-                        let pruned_by = hardware_beaten
-                            .as_ref()
-                            .and_then(|set| screen.point_beaten(self, w, id).map(|p| (p, set)));
-                        let mut row = match (pruned_by, bound) {
-                            // The screen proved that no plan fits: skip the near-miss hunt.
-                            (None, Some(None)) => DesignRow::point(
+                        let pruned_by = hardware_beaten.and_then(|set| {
+                            screen
+                                .point_beaten(w, id)
+                                .map(|beaten_by| Pruning { beaten_by, set })
+                        });
+                        let decided = |outcome| {
+                            DesignRow::new(
                                 &workload.name,
                                 arch,
                                 Some(micro_batch),
                                 Some(recompute),
                                 hbm,
-                                Status::Infeasible,
-                                NO_PLAN_FITS_SCREENED.to_string(),
-                            ),
+                                outcome,
+                            )
+                        };
+                        let infeasible = |reason: &str| Outcome::Infeasible {
+                            reason: reason.to_string(),
+                        };
+                        let mut row = match (pruned_by, bound) {
+                            // The screen proved that no plan fits: skip the near-miss hunt.
+                            (None, Some(None)) => decided(infeasible(NO_PLAN_FITS_SCREENED)),
                             (None, _) => {
                                 rows.push(PendingRow::Exact(ExactPoint {
                                     id,
@@ -570,21 +575,10 @@ impl Sweep {
                                 }));
                                 continue;
                             }
-                            (Some((reason, set)), bound) => {
-                                let (status, reason) = match bound.flatten() {
-                                    Some(_) => (Status::Pruned, format!("pruned: {reason}{set}")),
-                                    None => (Status::Infeasible, NO_PLAN_FITS.to_string()),
-                                };
-                                DesignRow::point(
-                                    &workload.name,
-                                    arch,
-                                    Some(micro_batch),
-                                    Some(recompute),
-                                    hbm,
-                                    status,
-                                    reason,
-                                )
-                            }
+                            (Some(pruning), bound) => decided(match bound.flatten() {
+                                Some(_) => Outcome::Pruned(pruning),
+                                None => infeasible(NO_PLAN_FITS),
+                            }),
                         };
                         row.point = Some(id);
                         row.config = Some(config as u64);
@@ -696,18 +690,15 @@ impl Sweep {
         path: &Path,
         rows: &[DesignRow],
     ) -> Result<(), SweepError> {
-        let ok: Vec<(&DesignRow, u64)> = rows
+        let ok: Vec<(&PlanSummary, u64, &DesignRow)> = rows
             .iter()
-            .filter_map(|r| match r.point {
-                Some(id) if r.status == Status::Ok => Some((r, id)),
-                _ => None,
-            })
+            .filter_map(|r| Some((r.plan()?, r.point?, r)))
             .collect();
         let sample: BTreeSet<usize> = [0, ok.len() / 2, ok.len().saturating_sub(1)]
             .into_iter()
             .filter(|&i| i < ok.len())
             .collect();
-        for (was, id) in sample.into_iter().map(|i| ok[i]) {
+        for (was, id, row) in sample.into_iter().map(|i| ok[i]) {
             let (config, w, ..) = self.point_parts(id as usize);
             let arch = self.config(config)?;
             let cache = ScheduleCache::new(self.solver)?;
@@ -718,7 +709,9 @@ impl Sweep {
                 &cache,
             );
             let difference = match &now {
-                Ok(e) => plan_difference(was, &DesignRow::evaluated(&arch, e)),
+                Ok(e) => DesignRow::evaluated(&arch, e)
+                    .plan()
+                    .and_then(|now| plan_difference(was, now)),
                 Err(_) => Some("a plan, and it has none now".to_string()),
             };
             if let Some(difference) = difference {
@@ -728,8 +721,8 @@ impl Sweep {
                      run.toml does not pin, or an edited file); start the sweep afresh in an \
                      empty directory",
                     path.display(),
-                    was.workload,
-                    was.arch,
+                    row.workload,
+                    row.arch,
                 )));
             }
         }
@@ -789,27 +782,18 @@ impl Sweep {
                 && row.workload == workload.name
                 && row.hbm_bytes == self.hbm_bytes[h]
                 && row.micro_batch == Some(self.micro_batches[m])
-                && row.recompute.as_deref() == Some(super::recompute_name(self.recompute[r]));
+                && row.recompute == Some(self.recompute[r]);
             if !describes_point {
                 return Err(bad(format!(
                     "the row does not describe point {id} (configuration {config}, workload \
                      `{}`, HBM {} B, micro-batch {}, recompute {})",
-                    workload.name,
-                    self.hbm_bytes[h],
-                    self.micro_batches[m],
-                    super::recompute_name(self.recompute[r])
+                    workload.name, self.hbm_bytes[h], self.micro_batches[m], self.recompute[r]
                 )));
             }
-            if row.status != Status::Ok {
+            let Some(plan) = row.plan() else {
                 continue;
-            }
-            let (Some(time_s), Some(samples_per_s)) =
-                (row.time_per_batch_s, row.throughput_samples_per_s)
-            else {
-                return Err(bad(
-                    "an ok row without its time per batch or samples/s".into()
-                ));
             };
+            let (time_s, samples_per_s) = (plan.time_per_batch_s, plan.throughput_samples_per_s);
             let batch = workload.global_batch as f64;
             if !(time_s > 0.0 && (samples_per_s * time_s - batch).abs() <= 1e-6 * batch) {
                 return Err(bad(format!(
@@ -824,19 +808,19 @@ impl Sweep {
                     )));
                 }
             }
-            if let Some(mfu) = row.mfu.filter(|m| !(0.0..=1.0).contains(m)) {
-                return Err(bad(format!("MFU {mfu} is outside [0, 1]")));
+            if !(0.0..=1.0).contains(&plan.mfu) {
+                return Err(bad(format!("MFU {} is outside [0, 1]", plan.mfu)));
             }
-            if let Some(peak) = row.peak_memory_bytes.filter(|&b| b > row.hbm_bytes) {
+            if plan.peak_memory_bytes > row.hbm_bytes {
                 return Err(bad(format!(
-                    "peak memory {peak} B exceeds the HBM of {} B",
-                    row.hbm_bytes
+                    "peak memory {} B exceeds the HBM of {} B",
+                    plan.peak_memory_bytes, row.hbm_bytes
                 )));
             }
-            if let Some(used) = row.devices_used.filter(|&d| d > self.devices) {
+            if plan.devices_used > self.devices {
                 return Err(bad(format!(
-                    "{used} devices used of a {}-device cluster",
-                    self.devices
+                    "{} devices used of a {}-device cluster",
+                    plan.devices_used, self.devices
                 )));
             }
         }
@@ -857,11 +841,11 @@ impl Sweep {
 
 /// The first plan column of `now` that differs from `was` (times and energies to 1e-9
 /// relative), as "<column> <was>, and <now> now".
-fn plan_difference(was: &DesignRow, now: &DesignRow) -> Option<String> {
+fn plan_difference(was: &PlanSummary, now: &PlanSummary) -> Option<String> {
     let counts = [
-        ("tp", was.tp.map(u64::from), now.tp.map(u64::from)),
-        ("dp", was.dp.map(u64::from), now.dp.map(u64::from)),
-        ("pp", was.pp.map(u64::from), now.pp.map(u64::from)),
+        ("tp", u64::from(was.tp), u64::from(now.tp)),
+        ("dp", u64::from(was.dp), u64::from(now.dp)),
+        ("pp", u64::from(was.pp), u64::from(now.pp)),
         (
             "peak_memory_bytes",
             was.peak_memory_bytes,
@@ -880,27 +864,17 @@ fn plan_difference(was: &DesignRow, now: &DesignRow) -> Option<String> {
             now.energy_per_sample_j,
         ),
     ];
-    let show = |v: Option<String>| v.unwrap_or_else(|| "empty".to_string());
     counts
         .into_iter()
         .find(|(_, a, b)| a != b)
-        .map(|(column, a, b)| (column, a.map(|v| v.to_string()), b.map(|v| v.to_string())))
+        .map(|(column, a, b)| (column, a.to_string(), b.to_string()))
         .or_else(|| {
             reals
                 .into_iter()
-                .find(|(_, a, b)| match (a, b) {
-                    (Some(a), Some(b)) => (a - b).abs() > 1e-9 * a.abs().max(b.abs()),
-                    _ => a != b,
-                })
-                .map(|(column, a, b)| {
-                    (
-                        column,
-                        a.map(|v| format!("{v:.6e}")),
-                        b.map(|v| format!("{v:.6e}")),
-                    )
-                })
+                .find(|(_, a, b)| (a - b).abs() > 1e-9 * a.abs().max(b.abs()))
+                .map(|(column, a, b)| (column, format!("{a:.6e}"), format!("{b:.6e}")))
         })
-        .map(|(column, a, b)| format!("{column} {}, and {} now", show(a), show(b)))
+        .map(|(column, a, b)| format!("{column} {a}, and {b} now"))
 }
 
 /// One configuration's rows between the screen and the exact evaluation; the exact points of
@@ -1175,13 +1149,16 @@ fn run_locked(
         }
         let rows = evaluate_pending(sweep, std::mem::take(&mut pending));
         for row in &rows {
-            match row.status {
-                Status::Ok => stats.ok += 1,
-                Status::Infeasible => stats.infeasible += 1,
-                Status::Pruned => stats.pruned += 1,
+            match row.outcome {
+                Outcome::Ok(_) => stats.ok += 1,
+                Outcome::Infeasible { .. } => stats.infeasible += 1,
+                Outcome::Pruned(_) => stats.pruned += 1,
             }
         }
-        stats.evaluated += rows.iter().filter(|r| r.status != Status::Pruned).count() as u64;
+        stats.evaluated += rows
+            .iter()
+            .filter(|r| !matches!(r.outcome, Outcome::Pruned(_)))
+            .count() as u64;
         write_rows(&mut file, &points_path, &rows, !header_written)?;
         header_written |= !rows.is_empty();
         bar.inc(pending_configs as u64);
@@ -1278,11 +1255,7 @@ pub const SEED_CSV: &str = "seed.csv";
 /// Writes a screen's rows (by point id) as CSV to `path`, whole.
 fn write_screen_rows(path: &Path, mut rows: Vec<ScreenRow>) -> Result<(), SweepError> {
     rows.sort_by_key(|r| r.point);
-    let mut writer = csv::Writer::from_writer(Vec::new());
-    for row in &rows {
-        writer.serialize(row).map_err(|e| io_error(path, e))?;
-    }
-    let bytes = writer.into_inner().map_err(|e| io_error(path, e.error()))?;
+    let bytes = report::csv::to_bytes(&rows, true).map_err(|e| io_error(path, e))?;
     crate::output::write_atomic(path, &bytes).map_err(|e| io_error(path, e))
 }
 
@@ -1477,13 +1450,7 @@ pub(crate) fn rows_csv(
     rows: &[DesignRow],
     header: bool,
 ) -> Result<Vec<u8>, SweepError> {
-    let mut writer = csv::WriterBuilder::new()
-        .has_headers(header)
-        .from_writer(Vec::new());
-    for row in rows {
-        writer.serialize(row).map_err(|e| io_error(path, e))?;
-    }
-    writer.into_inner().map_err(|e| io_error(path, e.error()))
+    report::csv::to_bytes(rows, header).map_err(|e| io_error(path, e))
 }
 
 /// Appends `rows` (and the header first when asked) in one write, then flushes.

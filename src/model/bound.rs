@@ -1,0 +1,216 @@
+//! Upper bounds on a design point's throughput without the ILP: the same plan search on
+//! per-layer schedule lower bounds with free communication (`throughput_bound`), and the work
+//! bound of a workload's unique layers (`LayerWork`).
+
+use super::evaluate::{placement_problem, tensor_widths};
+use super::layers::{attention_core, grad_accumulation, optimizer_step};
+use super::{EvaluateError, PlanOptions};
+use crate::arch::Tier;
+use crate::cost::CostModel;
+use crate::error::InputError;
+use crate::placement::{place_faster_than, LayerCost, LayerCostGraph};
+use crate::schedule::{lower_bound, ScheduleError, ScheduleProblem};
+use crate::workload::{Layer, Workload};
+use std::collections::BTreeMap;
+
+/// Forward, backward and selective-recompute lower bounds of one layer on `cost`'s chip.
+fn layer_bounds(layer: &Layer, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
+    let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
+    let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
+    Ok([
+        lower_bound(&fwd_problem)?,
+        lower_bound(&bwd_problem)?,
+        attention_core(&layer.fwd, &fwd_problem).0,
+    ])
+}
+
+/// The layer costs of `workload` at width `tp` with each unique layer's forward and backward
+/// latency replaced by its schedule lower bound (no list scheduling, no ILP): cheap, and no
+/// schedule is faster.
+fn lower_bound_graph(
+    workload: &Workload,
+    cost: &CostModel,
+    tp: u32,
+    micro_batch: u32,
+    sequence_parallel: bool,
+) -> Result<LayerCostGraph, EvaluateError> {
+    let graph = workload.layer_graph(tp, micro_batch, sequence_parallel)?;
+    let mut bounds: BTreeMap<&str, [f64; 5]> = BTreeMap::new();
+    let mut layers = Vec::with_capacity(graph.layers.len());
+    for layer in &graph.layers {
+        let [fwd_s, bwd_s, selective_recompute_s, optimizer_step_s, grad_accumulation_s] =
+            match bounds.get(layer.signature.as_str()) {
+                Some(&b) => b,
+                None => {
+                    let [f, b, s] = layer_bounds(layer, cost)?;
+                    let b = [
+                        f,
+                        b,
+                        s,
+                        optimizer_step(workload, cost, layer.params).0,
+                        grad_accumulation(workload, cost, layer.params).0,
+                    ];
+                    bounds.insert(&layer.signature, b);
+                    b
+                }
+            };
+        layers.push(LayerCost {
+            name: layer.name.clone(),
+            fwd_s,
+            bwd_s,
+            selective_recompute_s,
+            params: layer.params,
+            activation_bytes: layer.activation_bytes,
+            output_bytes: layer.output_bytes,
+            optimizer_step_s,
+            grad_accumulation_s,
+            // Communication is free in the bound.
+            replica_grad_sync_s: 0.0,
+            expert_params: layer.expert_params,
+            all_to_all_bytes: layer.all_to_all_bytes,
+        });
+    }
+    Ok(LayerCostGraph {
+        tp,
+        layers,
+        edges: graph.edges.clone(),
+        replicated_edges: graph.replicated_edges(),
+        repeated_layers: graph.repeated_layers(),
+    })
+}
+
+/// The unique layers of a workload at one (tensor width, micro-batch), each with the number of
+/// layers sharing it: what [`LayerWork::busy_s`] prices on each chip of a sweep, built once.
+#[derive(Debug, Clone)]
+pub struct LayerWork {
+    pub tp: u32,
+    pub micro_batch: u32,
+    unique: Vec<(usize, Layer)>,
+}
+
+impl LayerWork {
+    /// Groups the layers of `workload` at width `tp` and `micro_batch` by signature.
+    pub fn new(workload: &Workload, tp: u32, micro_batch: u32) -> Result<LayerWork, InputError> {
+        let graph = workload.layer_graph(tp, micro_batch, false)?;
+        let mut unique: Vec<(usize, Layer)> = Vec::new();
+        for layer in graph.layers {
+            match unique
+                .iter_mut()
+                .find(|(_, u)| u.signature == layer.signature)
+            {
+                Some((count, _)) => *count += 1,
+                None => unique.push((1, layer)),
+            }
+        }
+        Ok(LayerWork {
+            tp,
+            micro_batch,
+            unique,
+        })
+    }
+
+    /// Device-seconds one micro-batch keeps its tensor group busy under each recompute mode
+    /// (in [`RecomputeMode`] order: none, selective, full): `t` devices times the summed
+    /// schedule lower bounds of every layer's forward, backward and recomputation.
+    pub fn busy_s(&self, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
+        let (mut fwd_bwd, mut fwd, mut selective) = (0.0, 0.0, 0.0);
+        for (count, layer) in &self.unique {
+            let [f, b, s] = layer_bounds(layer, cost)?;
+            let n = *count as f64;
+            fwd_bwd += n * (f + b);
+            if layer.activation_bytes.recomputed_under_full() {
+                fwd += n * f;
+            }
+            selective += n * s;
+        }
+        let t = f64::from(self.tp);
+        Ok([t * fwd_bwd, t * (fwd_bwd + selective), t * (fwd_bwd + fwd)])
+    }
+}
+
+/// What [`throughput_bound`] proves about the plans of a design point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PlanBound {
+    /// No plan fits in memory.
+    NoPlanFits,
+    /// No plan reaches the threshold asked about: every one runs at most this many samples/s,
+    /// which is strictly below it.
+    Below(f64),
+    /// The bound itself: no plan runs more samples/s.
+    AtMost(f64),
+}
+
+/// Relative slack on the plan-time bounds that [`throughput_bound`] and sweeps pass to the
+/// placement search, so that "no plan faster than the bound" proves a *strict* inequality.
+pub const BOUND_SLACK: f64 = 1e-9;
+
+/// An upper bound on the samples/s [`evaluate`] can find under `options`: the same plan search
+/// on per-layer schedule lower bounds, with communication between devices free (pipeline
+/// sends and the gradient all-reduce cost nothing; tensor-parallel collectives stay inside the
+/// layers' bounds). Time per batch never falls when a latency or a transfer shrinks to its
+/// bound, so no plan beats it. Memory does not depend on latencies, so when no plan fits,
+/// `evaluate` finds none either.
+///
+/// With `threshold_samples_per_s > 0` only plans reaching it are searched for (much faster
+/// when few do); [`PlanBound::Below`] says none does.
+pub fn throughput_bound(
+    workload: &Workload,
+    cost: &CostModel,
+    options: &PlanOptions,
+    threshold_samples_per_s: f64,
+) -> Result<PlanBound, EvaluateError> {
+    let arch = cost.arch();
+    let free_links: Vec<Tier> = arch
+        .interconnect
+        .iter()
+        .map(|t| Tier {
+            bandwidth_bytes_per_s: f64::MAX,
+            latency_s: 0.0,
+            ..t.clone()
+        })
+        .collect();
+    let batch = workload.global_batch as f64;
+    // A finite bound also skips the hunt for near misses when no plan fits.
+    let threshold_s = if threshold_samples_per_s > 0.0 {
+        batch / threshold_samples_per_s * (1.0 + BOUND_SLACK)
+    } else {
+        f64::MAX
+    };
+    let mut best_s = threshold_s;
+    let mut found = false;
+    for &micro_batch in &options.micro_batches {
+        let graphs = tensor_widths(workload, options)
+            .into_iter()
+            .map(|t| lower_bound_graph(workload, cost, t, micro_batch, options.sequence_parallel))
+            .collect::<Result<Vec<_>, _>>()?;
+        for &recompute in &options.recompute {
+            for &zero in &options.zero {
+                let mut problem = placement_problem(
+                    workload,
+                    arch,
+                    options,
+                    graphs.clone(),
+                    micro_batch,
+                    recompute,
+                );
+                problem.zero = zero;
+                problem.tiers = free_links.clone();
+                // Free links leave a vanishing all-reduce; hiding it behind the backward pass
+                // makes it exactly zero, so the search compares loads alone (see
+                // `dp::walkable`).
+                problem.dp_overlap = true;
+                if let Ok(Some(plan)) = place_faster_than(&problem, best_s) {
+                    best_s = plan.time_per_batch_s;
+                    found = true;
+                }
+            }
+        }
+    }
+    Ok(if found {
+        PlanBound::AtMost(batch / best_s)
+    } else if threshold_samples_per_s > 0.0 {
+        PlanBound::Below(batch / threshold_s)
+    } else {
+        PlanBound::NoPlanFits
+    })
+}
