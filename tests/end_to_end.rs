@@ -105,8 +105,8 @@ fn every_layer_on_every_chip_lies_between_its_bounds() {
             }
         }
     }
-    // 19 workloads × 3 chips × 3 unique layers × 2 directions.
-    assert_eq!(checked, 19 * 3 * 3 * 2);
+    // 20 workloads × 3 chips × 3 unique layers × 2 directions.
+    assert_eq!(checked, 20 * 3 * 3 * 2);
 }
 
 fn assert_plan_invariants(stages: &[Stage], layers: usize, hbm_bytes: u64, devices: u32) {
