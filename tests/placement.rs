@@ -802,6 +802,103 @@ fn dp_equals_brute_force_on_random_graphs() {
     assert!(coverage.iter().all(|&c| c >= 3), "coverage {coverage:?}");
 }
 
+/// Mixture-of-experts layers add expert parallelism as a fourth axis: `random_problem` with
+/// every other layer holding experts (three quarters of its parameters) and dispatching
+/// tokens. The search over (t, d, e, stages) equals brute force over the same axes, and plans
+/// that divide the experts over several pipelines occur.
+#[test]
+fn expert_parallel_plans_equal_brute_force() {
+    let mut divided = 0;
+    let mut feasible = 0;
+    for seed in 1..400u64 {
+        let mut problem = random_problem(seed * 104_729);
+        for graph in &mut problem.graphs {
+            for (i, layer) in graph.layers.iter_mut().enumerate() {
+                if i % 2 == 1 {
+                    layer.expert_params = layer.params / 4 * 3;
+                    layer.all_to_all_bytes = (1 + seed % 7) << 22;
+                }
+            }
+        }
+        if seed % 5 == 0 {
+            problem.constraints.ep = Some(2);
+        }
+        let (dp, brute) = (place(&problem), brute_force(&problem));
+        match (&dp, &brute) {
+            (Ok(a), Ok(b)) => {
+                assert!(
+                    (a.time_per_batch_s - b.time_per_batch_s).abs() <= 1e-9 * b.time_per_batch_s,
+                    "seed {seed}: dp {} (ep {}) vs brute {} (ep {})",
+                    a.time_per_batch_s,
+                    a.ep,
+                    b.time_per_batch_s,
+                    b.ep
+                );
+                check_invariants(&problem, a);
+                assert_eq!(a.dp % a.ep, 0);
+                if let Some(ep) = problem.constraints.ep {
+                    assert_eq!(a.ep, ep);
+                }
+                feasible += 1;
+                divided += usize::from(a.ep > 1);
+            }
+            (Err(_), Err(_)) => {}
+            _ => panic!("seed {seed}: dp {dp:?} vs brute {brute:?}"),
+        }
+    }
+    assert!(feasible >= 100, "only {feasible} feasible cases");
+    assert!(divided >= 10, "only {divided} plans divide the experts");
+}
+
+/// Expert parallelism on 4 uniform layers whose layer 1 and 3 hold experts (3 of their 4 M
+/// parameters... here 750 k of 1 M each) and dispatch 4 MiB per micro-batch: 4 pipelines of
+/// one stage, experts over 2 (t = 1, devices 0–3 on one 4-device NVLink-like node).
+/// Per device: dense 2.5 M parameters plus half the 1.5 M expert ones; each all-to-all moves
+/// half its 4 MiB × 2 layers over the pair's link plus one latency; four per micro-batch.
+/// Dense gradients are all-reduced over the 4 copies, expert ones over their 2.
+#[test]
+fn expert_parallelism_divides_expert_state_and_pays_all_to_all() {
+    let mut problem = uniform_problem(4, 8);
+    for l in [1, 3] {
+        let layer = &mut problem.graphs[0].layers[l];
+        layer.expert_params = 3 * P / 4;
+        layer.all_to_all_bytes = 4 << 20;
+    }
+    problem.constraints.ep = Some(2);
+    let fixed = FixedPlan {
+        tp: 1,
+        dp: 4,
+        stages: vec![FixedStage {
+            layers: vec![0, 1, 2, 3],
+            devices: 1,
+        }],
+    };
+    let plan = evaluate_fixed(&problem, &fixed).unwrap();
+    assert_eq!(plan.ep, 2);
+    let dense = 4 * P - 3 * P / 2;
+    let held = dense + 3 * P / 4;
+    let mem = plan.stages[0].memory;
+    assert_eq!(mem.weights, 2 * held);
+    assert_eq!(mem.optimizer, 12 * held);
+    let all_to_all = 0.5 * (8 << 20) as f64 / NVLINK_BW + NVLINK_LAT;
+    assert!(close(plan.stages[0].dp_group_forward_s, 2.0 * all_to_all));
+    assert!(close(plan.stages[0].dp_group_backward_s, 2.0 * all_to_all));
+    let ring = |params: u64, n: f64| {
+        2.0 * ((n - 1.0) / n * (2 * params) as f64 / NVLINK_BW + (n - 1.0) * NVLINK_LAT)
+    };
+    assert!(close(
+        plan.stages[0].dp_sync_s,
+        ring(dense, 4.0) + ring(3 * P / 4, 2.0)
+    ));
+    // m = 2 micro-batches per pipeline, one stage: compute, four all-to-alls each, the sync.
+    let expected = 2.0 * (4.0 * 3e-3 + 4.0 * all_to_all) + plan.stages[0].dp_sync_s;
+    assert!(close(plan.time_per_batch_s, expected));
+    // Expert parallelism must divide the pipelines.
+    problem.constraints.ep = Some(3);
+    let err = evaluate_fixed(&problem, &fixed).expect_err("3 does not divide 4");
+    assert!(err.to_string().contains("does not divide"), "{err}");
+}
+
 #[test]
 fn fixed_widths_are_respected_and_match_brute_force() {
     let mut found = [0; 2];

@@ -345,7 +345,8 @@ fn tandem_bin() -> Command {
 
 /// `tandem plan` accepts the published models on the chips they ran on: PaLM 540B on 6144
 /// TPU v4 chips (1.5 pods, the data-centre network joining them), Llama 3 70B on 1024 H100s at
-/// t = 16 (two devices per key/value head), GPT-J on 256 TPU v4 chips.
+/// t = 16 (two devices per key/value head), GPT-J on 256 TPU v4 chips, Mixtral on 64 H100s
+/// (experts divided over pipelines where that is faster).
 #[test]
 fn plan_accepts_published_models_on_their_chips() {
     for args in [
@@ -372,6 +373,15 @@ fn plan_accepts_published_models_on_their_chips() {
             "full",
         ],
         vec!["gptj-6b", "tpuv4", "256", "--micro-batch", "1,2"],
+        vec![
+            "mixtral-8x7b",
+            "h100",
+            "64",
+            "--micro-batch",
+            "1",
+            "--recompute",
+            "full",
+        ],
     ] {
         let out = tandem_bin()
             .args([
@@ -394,5 +404,141 @@ fn plan_accepts_published_models_on_their_chips() {
         let used = plan["devices_used"].as_u64().expect("devices used");
         assert!(used <= args[2].parse::<u64>().unwrap(), "{args:?}: {used}");
         assert!(plan["time_per_batch_s"].as_f64().unwrap() > 0.0);
+    }
+}
+
+/// Mixtral 8x7B (Jiang et al. 2024): 32 blocks of attention (32 × 128 queries, 8 key/value
+/// heads) and 8 SwiGLU experts of 14336 with a router of 8 × 4096, RMSNorm, untied 32000-row
+/// embedding and head. 46.7 B parameters in all (the checkpoint's 46,702,792,704); a token
+/// runs 2 experts, so the matrix multiplies of 12.9 B "active" parameters: training FLOPs per
+/// token 6 × (active matmul weights) + 12·L·a·q·s.
+#[test]
+fn mixtral_parameters_and_active_flops_match_the_paper() {
+    let w = load("mixtral-8x7b");
+    let (layers, h, q, vocab) = (32u64, 4096u64, 128u64, 32000u64);
+    let attention = h * (32 * q + 2 * 8 * q) + 32 * q * h;
+    let expert = 3 * h * 14336;
+    let router = 8 * h;
+    let norms = 2 * h;
+    let total = layers * (attention + 8 * expert + router + norms) + 2 * vocab * h + h;
+    assert_eq!(w.total_params(), total);
+    assert_eq!(total, 46_702_792_704);
+    let active = layers * (attention + 2 * expert + router + norms) + 2 * vocab * h + h;
+    assert_eq!((active as f64 / 1e8).round(), 129.0, "{active}");
+    let matmul = layers * (attention + router + 2 * expert) + vocab * h;
+    let want = 6.0 * matmul as f64 + 12.0 * (layers * 32 * q * w.seq_len) as f64;
+    let got = flops_per_token(&w);
+    assert!((got - want).abs() <= 1e-12 * want, "{got} vs {want}");
+}
+
+/// A Mixtral block at t = 1, b = 1, s = 4096 in bf16: the router GEMM (4096 tokens × 8
+/// experts × 4096), its softmax, the experts over the 2 × 4096 token slots top-2 routing
+/// dispatches (capacity factor 1), the weighted combination; 8 × 3 × 4096 × 14336 expert
+/// parameters, 2 × 4096 × 4096 × 2 B dispatched per micro-batch. Activations: outside two norm
+/// and two GEMM inputs (2 × s·h × 4 B); attention inside Q and K, V, the projection input
+/// (s × 2 B × 10240); the experts' dispatched input, their SwiGLU's three inputs over 8192
+/// slots, and the router's fp32 probabilities; the 32 heads' s² scores.
+#[test]
+fn moe_block_graph_memory_and_dispatch_are_hand_derived() {
+    let w = load("mixtral-8x7b");
+    let graph = w.layer_graph(1, 1, false).expect("t = 1");
+    let b = block(&graph);
+    assert!(b.signature.contains("moe-block"), "{}", b.signature);
+    let gemm = |name: &str| {
+        let op = b
+            .fwd
+            .ops
+            .iter()
+            .find(|o| o.name == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        match op.kind {
+            OpKind::Gemm { batch, m, n, k } => [batch, m, n, k],
+            _ => panic!("{name} is not a GEMM"),
+        }
+    };
+    let (s, h, f) = (4096u64, 4096u64, 14336u64);
+    assert_eq!(gemm("router"), [1, s, 8, h]);
+    assert_eq!(gemm("expert_gate"), [1, 2 * s, f, h]);
+    assert_eq!(gemm("expert_down"), [1, 2 * s, h, f]);
+    for name in [
+        "router_softmax",
+        "moe_combine",
+        "expert_silu",
+        "expert_swiglu_mul",
+    ] {
+        assert!(b.fwd.ops.iter().any(|o| o.name == name), "no {name}");
+    }
+    assert_eq!(b.expert_params, 8 * 3 * h * f);
+    assert_eq!(b.all_to_all_bytes, 2 * s * h * 2);
+    let outside = 2 * s * h * 4;
+    let attention = s * 2 * 10240;
+    let experts = 2 * s * h * 2 + 2 * s * 2 * 3 * f + s * 8 * 4;
+    assert_eq!(b.activation_bytes.selective, outside + attention + experts);
+    assert_eq!(
+        b.activation_bytes.none,
+        outside + attention + experts + 32 * s * s * 2
+    );
+    // Embedding and head carry no experts.
+    assert_eq!(graph.layers[0].expert_params, 0);
+    assert_eq!(graph.layers.last().unwrap().all_to_all_bytes, 0);
+}
+
+/// Experts every other block (GLaM, Switch) alternate dense and expert blocks; a bad `[moe]`
+/// table names its field.
+#[test]
+fn moe_every_other_block_and_bad_tables() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = "name = \"tiny-moe\"\nfamily = \"gpt\"\nlayers = 4\nhidden = 64\nheads = 4\n\
+                vocab = 100\nseq_len = 16\nglobal_batch = 8\n";
+    let write = |name: &str, moe: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{base}[moe]\n{moe}")).expect("write");
+        path
+    };
+    let w =
+        Workload::load(&write("every.toml", "experts = 4\ntop_k = 1\nevery = 2\n")).expect("valid");
+    let graph = w.layer_graph(1, 1, false).unwrap();
+    let kinds: Vec<bool> = graph.layers[1..5]
+        .iter()
+        .map(|l| l.expert_params > 0)
+        .collect();
+    assert_eq!(kinds, [false, true, false, true]);
+    // Dense blocks: 12h² + 13h; expert blocks: attention 4h² + 4h (QKV and projection
+    // biases), 2 LayerNorms 4h, the router 4h, and 4 experts of 8h² + 4h + h.
+    let dense = 12 * 64 * 64 + 13 * 64;
+    let moe = 4 * 64 * 64 + 4 * 64 + 4 * 64 + 4 * 64 + 4 * (8 * 64 * 64 + 5 * 64);
+    let ends = 100 * 64 + 16 * 64 + 2 * 64;
+    assert_eq!(w.total_params(), 2 * dense + 2 * moe + ends);
+    for (file, moe, field, reason) in [
+        (
+            "k.toml",
+            "experts = 4\ntop_k = 5\n",
+            "moe.top_k",
+            "exceeds the 4 experts",
+        ),
+        (
+            "c.toml",
+            "experts = 4\ntop_k = 2\ncapacity_factor = 3.0\n",
+            "moe.capacity_factor",
+            "at most experts / top_k = 2",
+        ),
+        ("e.toml", "experts = 0\ntop_k = 1\n", "moe.experts", "got 0"),
+        (
+            "every.toml",
+            "experts = 4\ntop_k = 1\nevery = 5\n",
+            "moe.every",
+            "none of the 4 blocks",
+        ),
+        (
+            "u.toml",
+            "experts = 4\ntop_k = 1\nexpert = 2\n",
+            "expert",
+            "unknown field",
+        ),
+    ] {
+        let err = Workload::load(&write(file, moe)).unwrap_err().to_string();
+        for part in [file, field, reason] {
+            assert!(err.contains(part), "`{err}` lacks `{part}`");
+        }
     }
 }

@@ -754,7 +754,10 @@ pub(crate) fn has_experts(problem: &PlacementProblem) -> bool {
 /// (only 1 without experts).
 fn expert_widths(problem: &PlacementProblem, d: u32) -> Vec<u32> {
     if !has_experts(problem) {
-        return vec![1];
+        return match problem.constraints.ep {
+            Some(e) if e > 1 => Vec::new(),
+            _ => vec![1],
+        };
     }
     (1..=d)
         .filter(|e| d.is_multiple_of(*e))
@@ -810,6 +813,15 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
                 not_divisible.join(", "),
                 problem.global_batch,
                 problem.micro_batch
+            ));
+        }
+    }
+    if let Some(e) = fixed.ep.filter(|&e| e > 1) {
+        if !has_experts(problem) {
+            rejected.push(format!("ep={e}: the model has no expert layers to divide"));
+        } else if !ok.iter().any(|c| c.e == e) {
+            rejected.push(format!(
+                "ep={e}: no data-parallel width d that it divides is possible"
             ));
         }
     }
@@ -1058,6 +1070,11 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
         )));
     };
     let e = problem.constraints.ep.unwrap_or(1);
+    if e > 1 && !has_experts(problem) {
+        return Err(Infeasible::reason(format!(
+            "expert-parallel width {e}: the model has no expert layers to divide"
+        )));
+    }
     if !d.is_multiple_of(e) {
         return Err(Infeasible::reason(format!(
             "expert-parallel width {e} does not divide the {d} data-parallel pipelines"
