@@ -9,7 +9,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::path::PathBuf;
-use tandem::placement::RecomputeMode;
+use tandem::placement::{RecomputeMode, ZeroStage};
 use tandem::schedule::SolverOptions;
 use tandem::search::{finish, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepRecord};
 
@@ -23,6 +23,7 @@ fn record() -> SweepRecord {
         micro_batches: vec![1, 4],
         recompute: vec![RecomputeMode::None, RecomputeMode::Full],
         hbm_bytes: vec![32 << 30],
+        zero: vec![ZeroStage::Replicated],
         objective: Objective::Throughput,
         prune: true,
         ilp_time_limit_s: solver.time_limit_s,

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tandem::arch::{load_chip, SearchSpace};
-use tandem::placement::RecomputeMode;
+use tandem::placement::{RecomputeMode, ZeroStage};
 use tandem::schedule::SolverOptions;
 use tandem::search::{BaselinePlans, CompareRow, Comparison, COMPARE_CSV, COMPARE_MD, COMPARE_SVG};
 
@@ -80,6 +80,7 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
         micro_batches: vec![1, 2],
         recompute: vec![RecomputeMode::None, RecomputeMode::Full],
         hbm_bytes: vec![inside.hbm.capacity_bytes],
+        zero: vec![ZeroStage::Replicated],
         solver: SolverOptions::default(),
     };
     let w = tandem::workload::Workload::load(&workload).expect("workload");

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tandem::placement::RecomputeMode;
+use tandem::placement::{RecomputeMode, ZeroStage};
 use tandem::schedule::SolverOptions;
 use tandem::search::{
     finish, merge, run_sweep, DesignRow, Objective, Outcome, Phase, RunOptions, Shard, Sweep,
@@ -102,6 +102,7 @@ fn record(
         micro_batches: vec![1],
         recompute: vec![RecomputeMode::None, RecomputeMode::Full],
         hbm_bytes: vec![16 << 30],
+        zero: vec![ZeroStage::Replicated],
         objective,
         prune,
         ilp_time_limit_s: SolverOptions::default().time_limit_s,

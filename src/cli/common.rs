@@ -73,9 +73,20 @@ pub struct SweepAxes {
         allow_negative_numbers = true
     )]
     pub hbm_gib: Vec<f64>,
+    /// ZeRO stages each design point's plan search chooses from, comma-separated (0 none,
+    /// 1 optimizer state, 2 and gradients, 3 and weights).
+    #[arg(long, value_delimiter = ',', default_values_t = ZeroStage::ALL.map(|z| z.number()), value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub zero: Vec<u8>,
 }
 
 impl SweepAxes {
+    pub fn zero(&self) -> Result<Vec<ZeroStage>> {
+        if let Some(z) = first_repeated(&self.zero) {
+            bail!("--zero: {z} is given twice");
+        }
+        Ok(super::plan::zero_stages(&self.zero))
+    }
+
     pub fn micro_batches(&self) -> Result<Vec<u32>> {
         if self.micro_batch.is_empty() || self.micro_batch.contains(&0) {
             bail!("--micro-batch: give positive micro-batch sizes");

@@ -67,6 +67,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         micro_batches: args.axes.micro_batches()?,
         recompute: args.axes.recompute()?,
         hbm_bytes,
+        zero: args.axes.zero()?,
         solver: SolverOptions::default(),
     };
     let mut rows = Vec::new();

@@ -119,6 +119,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         micro_batches: args.axes.micro_batches()?,
         recompute: args.axes.recompute()?,
         hbm_bytes,
+        zero: args.axes.zero()?,
         objective: args.objective.into(),
         prune: !args.no_prune,
         ilp_time_limit_s: args.solver.limits.ilp_time_limit_s,

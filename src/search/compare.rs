@@ -10,7 +10,7 @@ use crate::cost::CostModel;
 use crate::error::{parse_toml, read_input, InputError};
 use crate::model::{evaluate, layer_costs, EvaluateError, Evaluation, PlanOptions};
 use crate::output::{write_atomic, DirLock};
-use crate::placement::{Fixed, RecomputeMode};
+use crate::placement::{Fixed, RecomputeMode, ZeroStage};
 use crate::report;
 use crate::report::markdown::{self, cell};
 use crate::report::svg::{self, BarGroup};
@@ -171,6 +171,9 @@ pub struct Comparison {
     pub recompute: Vec<RecomputeMode>,
     /// HBM sizes of the co-design sweep and the decoupled chip.
     pub hbm_bytes: Vec<u64>,
+    /// ZeRO stages the searched plans choose from (the fixed plan holds ZeRO-0, as
+    /// Megatron-LM runs without its distributed optimizer).
+    pub zero: Vec<ZeroStage>,
     pub solver: SolverOptions,
 }
 
@@ -180,6 +183,7 @@ impl Comparison {
             hbm_bytes,
             micro_batches: self.micro_batches.clone(),
             recompute: self.recompute.clone(),
+            zero: self.zero.clone(),
             ..PlanOptions::searching(self.devices)
         }
     }
@@ -198,6 +202,7 @@ impl Comparison {
             },
             max_tp: fixed.tp,
             allow_idle_devices: used < u64::from(self.devices),
+            zero: vec![ZeroStage::Replicated],
             ..self.options(None)
         }
     }
@@ -312,6 +317,7 @@ impl Comparison {
             micro_batches: self.micro_batches.clone(),
             recompute: self.recompute.clone(),
             hbm_bytes: self.hbm_bytes.clone(),
+            zero: self.zero.clone(),
             objective: Objective::Throughput,
             prune: true,
             ilp_time_limit_s: self.solver.time_limit_s,

@@ -175,6 +175,7 @@ fn reevaluate(
         hbm_bytes: Some(row.hbm_bytes),
         micro_batches: vec![row.micro_batch.ok_or_else(|| missing("micro_batch"))?],
         recompute: vec![recompute],
+        zero: sweep.zero.clone(),
         ..PlanOptions::searching(sweep.devices)
     };
     evaluate(workload, &arch, &options, cache).map_err(|e| SweepError::Input(e.to_string()))

@@ -5,7 +5,7 @@
 
 use crate::arch::{area_breakdown, ArchConfig};
 use crate::model::{EvaluateError, Evaluation};
-use crate::placement::RecomputeMode;
+use crate::placement::{RecomputeMode, ZeroStage};
 use crate::report;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -54,6 +54,10 @@ pub struct PlanSummary {
     pub tp: u32,
     pub dp: u32,
     pub pp: u32,
+    /// The ZeRO stage the plan shards its training state with.
+    pub zero: ZeroStage,
+    /// Expert-parallel width (1 without experts).
+    pub ep: u32,
     pub devices_used: u32,
     pub time_per_batch_s: f64,
     pub throughput_samples_per_s: f64,
@@ -181,6 +185,8 @@ impl DesignRow {
                 tp: p.tp,
                 dp: p.dp,
                 pp: p.pp,
+                zero: p.zero,
+                ep: p.ep,
                 devices_used: p.devices_used,
                 time_per_batch_s: p.time_per_batch_s,
                 throughput_samples_per_s: p.throughput_samples_per_s,
@@ -254,6 +260,8 @@ pub struct PointRecord {
     pub tp: Option<u32>,
     pub dp: Option<u32>,
     pub pp: Option<u32>,
+    pub zero: Option<ZeroStage>,
+    pub ep: Option<u32>,
     pub devices_used: Option<u32>,
     pub time_per_batch_s: Option<f64>,
     pub throughput_samples_per_s: Option<f64>,
@@ -283,6 +291,8 @@ impl From<DesignRow> for PointRecord {
             tp: plan.map(|p| p.tp),
             dp: plan.map(|p| p.dp),
             pp: plan.map(|p| p.pp),
+            zero: plan.map(|p| p.zero),
+            ep: plan.map(|p| p.ep),
             devices_used: plan.map(|p| p.devices_used),
             time_per_batch_s: plan.map(|p| p.time_per_batch_s),
             throughput_samples_per_s: plan.map(|p| p.throughput_samples_per_s),
@@ -321,6 +331,8 @@ impl TryFrom<PointRecord> for DesignRow {
             ("tp", r.tp.is_some()),
             ("dp", r.dp.is_some()),
             ("pp", r.pp.is_some()),
+            ("zero", r.zero.is_some()),
+            ("ep", r.ep.is_some()),
             ("devices_used", r.devices_used.is_some()),
             ("time_per_batch_s", r.time_per_batch_s.is_some()),
             (
@@ -347,6 +359,8 @@ impl TryFrom<PointRecord> for DesignRow {
                     tp: r.tp.unwrap_or_default(),
                     dp: r.dp.unwrap_or_default(),
                     pp: r.pp.unwrap_or_default(),
+                    zero: r.zero.unwrap_or_default(),
+                    ep: r.ep.unwrap_or(1),
                     devices_used: r.devices_used.unwrap_or_default(),
                     time_per_batch_s: r.time_per_batch_s.unwrap_or_default(),
                     throughput_samples_per_s: r.throughput_samples_per_s.unwrap_or_default(),
@@ -472,6 +486,8 @@ mod tests {
             tp: None,
             dp: None,
             pp: None,
+            zero: None,
+            ep: None,
             devices_used: None,
             time_per_batch_s: None,
             throughput_samples_per_s: None,

@@ -38,7 +38,7 @@ use crate::model::{
     PlanBound, PlanOptions, BOUND_SLACK,
 };
 use crate::output::{same_file, DirLock, LockError};
-use crate::placement::RecomputeMode;
+use crate::placement::{RecomputeMode, ZeroStage};
 use crate::report;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
@@ -127,6 +127,8 @@ pub struct Sweep {
     pub micro_batches: Vec<u32>,
     pub recompute: Vec<RecomputeMode>,
     pub hbm_bytes: Vec<u64>,
+    /// ZeRO stages each point's plan search chooses from.
+    pub zero: Vec<ZeroStage>,
     pub objective: Objective,
     pub prune: bool,
     pub solver: SolverOptions,
@@ -149,6 +151,10 @@ pub struct SweepRecord {
     pub micro_batches: Vec<u32>,
     pub recompute: Vec<RecomputeMode>,
     pub hbm_bytes: Vec<u64>,
+    /// ZeRO stages each plan search chooses from; absent from sweeps recorded before they
+    /// existed: those held ZeRO-0.
+    #[serde(default = "replicated_only")]
+    pub zero: Vec<ZeroStage>,
     pub objective: Objective,
     pub prune: bool,
     pub ilp_time_limit_s: f64,
@@ -166,6 +172,10 @@ pub struct SweepRecord {
     /// [`run_sweep`]; absent from sweeps recorded before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs_sha256: Vec<String>,
+}
+
+fn replicated_only() -> Vec<ZeroStage> {
+    vec![ZeroStage::Replicated]
 }
 
 impl SweepRecord {
@@ -233,7 +243,7 @@ impl SweepRecord {
                 &now[..now.len().min(12)]
             ));
         }
-        let settings: [(&str, String, String); 12] = [
+        let settings: [(&str, String, String); 13] = [
             (
                 "tandem version",
                 previous.tandem_version.clone(),
@@ -258,6 +268,11 @@ impl SweepRecord {
                 "--hbm-gib (bytes)",
                 format!("{:?}", previous.hbm_bytes),
                 format!("{:?}", self.hbm_bytes),
+            ),
+            (
+                "--zero",
+                format!("{:?}", previous.zero),
+                format!("{:?}", self.zero),
             ),
             (
                 "--objective",
@@ -401,6 +416,7 @@ impl Sweep {
             micro_batches: record.micro_batches.clone(),
             recompute: record.recompute.clone(),
             hbm_bytes: record.hbm_bytes.clone(),
+            zero: record.zero.clone(),
             objective: record.objective,
             prune: record.prune,
             solver,
@@ -482,6 +498,12 @@ impl Sweep {
                     w.source.display()
                 ));
             }
+        }
+        if self.zero.is_empty() {
+            return bad("--zero: give at least one ZeRO stage");
+        }
+        if let Some(z) = first_repeated(&self.zero) {
+            return bad(&format!("--zero: {} is given twice", z.number()));
         }
         if self.recompute.is_empty() {
             return bad("--recompute: give at least one mode");
@@ -607,6 +629,7 @@ impl Sweep {
             hbm_bytes: Some(hbm),
             micro_batches: vec![micro_batch],
             recompute: vec![recompute],
+            zero: self.zero.clone(),
             ..PlanOptions::searching(self.devices)
         }
     }
