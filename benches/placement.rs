@@ -10,6 +10,9 @@
 //!   8}, 16,384 and 65,536 devices.
 //! * `a100 plan <model>`: `tandem plan` with everything searched (micro-batch 1–8, every
 //!   recompute mode, t ≤ 8) on 1,024 A100s: layer schedules (a fresh cache) and placements.
+//! * `plan mixtral-8x7b` / `plan palm-540b`: micro-batch 1–2, selective and full recompute,
+//!   ZeRO 0–3 and (Mixtral) expert parallelism searched, schedules cached: the placement
+//!   searches of a mixture-of-experts model on 64 H100s and of PaLM on 6144 TPU v4 chips.
 //!
 //! `cargo bench --bench placement`
 
@@ -164,6 +167,29 @@ fn placement(c: &mut Criterion) {
                     black_box(evaluate(&workload, &a100, &options, &cache).is_ok())
                 })
             },
+        );
+    }
+
+    // Expert parallelism (a fourth axis) and all four ZeRO stages: Mixtral on 64 H100s, and
+    // PaLM 540B on 6144 TPU v4 chips in two pods, everything else searched as `plan` does.
+    let h100 = chip("h100.calibrated");
+    for (model, arch, devices) in [("mixtral-8x7b", &h100, 64), ("palm-540b", &tpu, 6144)] {
+        let workload = Workload::load(Path::new(&format!("workloads/{model}.toml")))
+            .expect("bundled workload");
+        let options = PlanOptions {
+            micro_batches: vec![1, 2],
+            recompute: vec![RecomputeMode::Selective, RecomputeMode::Full],
+            zero: ZeroStage::ALL.to_vec(),
+            ..PlanOptions::searching(devices)
+        };
+        let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+        assert!(evaluate(&workload, arch, &options, &cache).is_ok());
+        group.bench_function(
+            format!(
+                "{} plan {model}, {devices} devices, ZeRO 0-3 searched (schedules cached)",
+                arch.name
+            ),
+            |b| b.iter(|| black_box(evaluate(&workload, arch, &options, &cache).is_ok())),
         );
     }
     group.finish();
