@@ -97,6 +97,22 @@ const INPUTS: &[Input] = &[
         file_name: None,
     },
     Input {
+        path: "workloads/mixtral-8x7b.toml",
+        format: Format::Toml,
+        commands: &[&["inspect", "--workload", "{}"]],
+        thin: 1,
+        sample: whole,
+        file_name: None,
+    },
+    Input {
+        path: "workloads/palm-540b.toml",
+        format: Format::Toml,
+        commands: &[&["inspect", "--workload", "{}"]],
+        thin: 1,
+        sample: whole,
+        file_name: None,
+    },
+    Input {
         path: "examples/dag-workload.json",
         format: Format::Json,
         commands: &[

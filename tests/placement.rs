@@ -382,6 +382,46 @@ fn data_parallel_copies_spanning_pods_use_the_outer_tier() {
         "{}",
         plan.stages[0].dp_sync_s
     );
+
+    // Three tiers (NVLink nodes of 2, rail groups of 4, a spine): 4 copies stay on the rails
+    // (2 per node, so 2 rails: min(2 × 10 GB/s, 100 GB/s)), 6 reach the spine (2 in the
+    // sparsest rail group: min(2 × 1 GB/s, 10 GB/s)).
+    problem.tiers = vec![
+        Tier {
+            name: "nvlink".into(),
+            devices: 2,
+            bandwidth_bytes_per_s: 100e9,
+            latency_s: 5e-6,
+        },
+        Tier {
+            name: "rail".into(),
+            devices: 4,
+            bandwidth_bytes_per_s: 10e9,
+            latency_s: 10e-6,
+        },
+        Tier {
+            name: "spine".into(),
+            devices: 1024,
+            bandwidth_bytes_per_s: 1e9,
+            latency_s: 50e-6,
+        },
+    ];
+    let plan = evaluate_fixed(&problem, &fixed(4)).unwrap();
+    let rails = 2.0 * 3.0 / 4.0 * grads / 20e9 + 2.0 * 3.0 * 10e-6;
+    assert!(
+        close(plan.stages[0].dp_sync_s, rails),
+        "{}",
+        plan.stages[0].dp_sync_s
+    );
+    problem.devices = 6;
+    problem.global_batch = 6;
+    let plan = evaluate_fixed(&problem, &fixed(6)).unwrap();
+    let spine = 2.0 * 5.0 / 6.0 * grads / 2e9 + 2.0 * 5.0 * 50e-6;
+    assert!(
+        close(plan.stages[0].dp_sync_s, spine),
+        "{}",
+        plan.stages[0].dp_sync_s
+    );
 }
 
 #[test]
