@@ -70,6 +70,7 @@ fn problem(
             optimizer: bytes.optimizer,
         },
         zero: ZeroStage::Replicated,
+        layout: Default::default(),
         schedule: PipelineSchedule::OneFOneB,
         tiers: chip.interconnect.clone(),
         dp_overlap: true,

@@ -312,6 +312,7 @@ fn transformer_problem(
         recompute: RecomputeMode::Selective,
         bytes_per_param: BytesPerParam::ADAM_MIXED,
         zero: ZeroStage::Replicated,
+        layout: Default::default(),
         schedule,
         tiers: vec![
             Tier {

@@ -7,8 +7,8 @@ use std::path::Path;
 use tandem::arch::Tier;
 use tandem::placement::{
     brute_force, evaluate_fixed, load_costs_file, parse_costs, place, place_exhaustive,
-    place_faster_than, BytesPerParam, FixedPlan, FixedStage, LayerCost, LayerCostGraph,
-    PipelineSchedule, PlacementProblem, Plan, RecomputeMode, ZeroStage,
+    place_faster_than, BytesPerParam, DeviceLayout, FixedPlan, FixedStage, LayerCost,
+    LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode, ZeroStage,
 };
 use tandem::workload::ActivationBytes;
 
@@ -82,6 +82,7 @@ fn uniform_problem(devices: u32, global_batch: u64) -> PlacementProblem {
         recompute: RecomputeMode::None,
         bytes_per_param: BytesPerParam::ADAM_MIXED,
         zero: ZeroStage::Replicated,
+        layout: Default::default(),
         schedule: PipelineSchedule::OneFOneB,
         tiers: tiers(),
         dp_overlap: false,
@@ -424,6 +425,58 @@ fn data_parallel_copies_spanning_pods_use_the_outer_tier() {
     );
 }
 
+/// The device layout decides which tier a group spans. 8 devices in nodes of 4, 4 pipelines
+/// of 2 stages (t = 1): pipeline-major puts each pipeline's two stages side by side, so a
+/// stage's 4 copies are 2 devices apart across both nodes (2 per node: two rails of the 10 GB/s
+/// tier) and its sends stay in the node; stage-major (Megatron-LM's rank order) puts a stage's
+/// copies on one node and sends its activations to the other.
+#[test]
+fn device_layout_moves_rings_and_sends_between_tiers() {
+    let mut problem = uniform_problem(8, 8);
+    problem.tiers = vec![
+        Tier {
+            name: "node".into(),
+            devices: 4,
+            bandwidth_bytes_per_s: 100e9,
+            latency_s: 5e-6,
+        },
+        Tier {
+            name: "cluster".into(),
+            devices: 1024,
+            bandwidth_bytes_per_s: 10e9,
+            latency_s: 20e-6,
+        },
+    ];
+    let fixed = FixedPlan {
+        tp: 1,
+        dp: 4,
+        stages: vec![
+            FixedStage {
+                layers: vec![0, 1],
+                devices: 1,
+            },
+            FixedStage {
+                layers: vec![2, 3],
+                devices: 1,
+            },
+        ],
+    };
+    let grads = (2 * 2 * P) as f64;
+    let ring = |bandwidth: f64, latency: f64| 2.0 * (0.75 * grads / bandwidth + 3.0 * latency);
+    let send = |bandwidth: f64, latency: f64| EDGE as f64 / bandwidth + latency;
+    let pipeline_major = evaluate_fixed(&problem, &fixed).unwrap();
+    assert_eq!(pipeline_major.layout, DeviceLayout::PipelineMajor);
+    let s = &pipeline_major.stages[0];
+    assert!(close(s.dp_sync_s, ring(20e9, 20e-6)), "{}", s.dp_sync_s);
+    assert!(close(s.send_forward_s, send(100e9, 5e-6)));
+    problem.layout = DeviceLayout::StageMajor;
+    let stage_major = evaluate_fixed(&problem, &fixed).unwrap();
+    assert_eq!(stage_major.layout, DeviceLayout::StageMajor);
+    let s = &stage_major.stages[0];
+    assert!(close(s.dp_sync_s, ring(100e9, 5e-6)), "{}", s.dp_sync_s);
+    assert!(close(s.send_forward_s, send(10e9, 20e-6)));
+}
+
 #[test]
 fn zero_1_divides_optimizer_state_by_d() {
     let mut problem = uniform_problem(4, 8);
@@ -711,7 +764,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
             repeated_layers: None,
         })
         .collect();
-    PlacementProblem {
+    let mut problem = PlacementProblem {
         graphs,
         devices: 1 + r.below(16) as u32,
         hbm_bytes: (4 + r.below(40)) * GIB,
@@ -724,6 +777,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
         ][r.below(3) as usize],
         bytes_per_param: BytesPerParam::ADAM_MIXED,
         zero: ZeroStage::ALL[r.below(4) as usize],
+        layout: Default::default(),
         schedule: if r.below(3) == 0 {
             PipelineSchedule::GPipe
         } else {
@@ -749,7 +803,14 @@ fn random_problem(seed: u64) -> PlacementProblem {
         // Drawn last, so the other fields are those of the seeds before it existed.
         overlap_efficiency: [1.0, 0.5, 0.0][r.below(3) as usize],
         allow_uneven_batch: false,
-    }
+    };
+    // Drawn after everything else, for the same reason.
+    problem.layout = if r.below(2) == 0 {
+        DeviceLayout::StageMajor
+    } else {
+        DeviceLayout::PipelineMajor
+    };
+    problem
 }
 
 /// What every returned plan must satisfy.
@@ -1213,6 +1274,7 @@ fn random_large_chain(seed: u64) -> PlacementProblem {
         ][r.below(3) as usize],
         bytes_per_param: BytesPerParam::ADAM_MIXED,
         zero: ZeroStage::ALL[r.below(4) as usize],
+        layout: Default::default(),
         schedule: if r.below(4) == 0 {
             PipelineSchedule::GPipe
         } else {

@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use std::path::PathBuf;
 use tandem::arch::SearchSpace;
 use tandem::model::Evaluation;
-use tandem::placement::{Plan, RecomputeMode, ZeroStage};
+use tandem::placement::{DeviceLayout, Plan, RecomputeMode, ZeroStage};
 use tandem::report::{self, bytes, seconds, table};
 use tandem::schedule::SolverOptions;
 use tandem::search::first_repeated;
@@ -216,6 +216,9 @@ pub fn plan_shape(p: &Plan) -> String {
     };
     if p.ep > 1 {
         zero.push_str(&format!(", experts over {} pipelines", p.ep));
+    }
+    if p.layout != DeviceLayout::PipelineMajor {
+        zero.push_str(&format!(", {} layout", p.layout.name()));
     }
     format!(
         "{} ({groups} tensor group{} per pipeline), {schedule}{zero}",

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::model::{evaluate, EvaluateError, PlanOptions};
 use tandem::placement::{
-    simulate_plan, Fixed, PipelineSchedule, Plan, RecomputeMode, Simulation, ZeroStage,
+    simulate_plan, DeviceLayout, Fixed, PipelineSchedule, Plan, RecomputeMode, Simulation,
+    ZeroStage,
 };
 use tandem::schedule::ScheduleCache;
 use tandem::search::{append_rows, DesignRow};
@@ -60,6 +61,11 @@ pub struct Args {
     /// pipelines each expert layer's experts are divided over (searched otherwise).
     #[arg(long)]
     ep: Option<u32>,
+    /// How devices are numbered: each pipeline on consecutive devices, or each stage's
+    /// data-parallel copies on consecutive devices (Megatron-LM's rank order), which decides
+    /// the tier data-parallel rings, expert all-to-alls and pipeline sends run on.
+    #[arg(long, value_enum, default_value_t = Layout::PipelineMajor)]
+    layout: Layout,
     /// ZeRO stages to search, comma-separated: how far data-parallel copies shard the training
     /// state (0 none, 1 optimizer state, 2 and gradients, 3 and weights: FSDP full shard).
     #[arg(long, value_delimiter = ',', default_values_t = ZeroStage::ALL.map(|z| z.number()), value_parser = clap::value_parser!(u8).range(0..=3))]
@@ -125,6 +131,21 @@ impl From<Schedule> for PipelineSchedule {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    PipelineMajor,
+    StageMajor,
+}
+
+impl From<Layout> for DeviceLayout {
+    fn from(l: Layout) -> Self {
+        match l {
+            Layout::PipelineMajor => DeviceLayout::PipelineMajor,
+            Layout::StageMajor => DeviceLayout::StageMajor,
+        }
+    }
+}
+
 pub fn run(args: &Args) -> Result<ExitCode> {
     let workload = Workload::load(&args.workload)?;
     let arch = load_chip(&args.chip.arch)?;
@@ -145,6 +166,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         max_tp: args.max_tp.max(1),
         only_widths: None,
         zero: zero_stages(&args.zero),
+        layout: args.layout.into(),
         dp_overlap: !args.no_dp_overlap,
         allow_idle_devices: args.allow_idle_devices,
         allow_uneven_batch: args.allow_uneven_batch,
@@ -281,6 +303,7 @@ pub fn plan_json(e: &tandem::model::Evaluation) -> serde_json::Value {
         "virtual_stages": p.virtual_stages,
         "zero": p.zero.number(),
         "ep": p.ep,
+        "layout": p.layout.name(),
         "groups_per_pipeline": p.groups_per_pipeline(),
         "replicas_per_stage": [fewest, most],
         "micro_batch": p.micro_batch,

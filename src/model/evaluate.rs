@@ -6,7 +6,7 @@ use crate::arch::{ArchConfig, Tier};
 use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::placement::{
-    place_faster_than, Alternative, BytesPerParam, Fixed, Infeasible, LayerCostGraph,
+    place_faster_than, Alternative, BytesPerParam, DeviceLayout, Fixed, Infeasible, LayerCostGraph,
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode, ZeroStage,
 };
 use crate::schedule::{ScheduleCache, ScheduleError};
@@ -32,6 +32,8 @@ pub struct PlanOptions {
     pub only_widths: Option<Vec<u32>>,
     /// ZeRO stages the search chooses from.
     pub zero: Vec<ZeroStage>,
+    /// How the plan's devices are numbered.
+    pub layout: DeviceLayout,
     pub dp_overlap: bool,
     pub allow_idle_devices: bool,
     /// Allow `d × micro-batch` not dividing the global batch (PHAZE's `⌈B / d⌉` micro-batches).
@@ -58,6 +60,7 @@ impl PlanOptions {
             max_tp: 8,
             only_widths: None,
             zero: vec![ZeroStage::Replicated],
+            layout: DeviceLayout::PipelineMajor,
             dp_overlap: true,
             allow_idle_devices: false,
             allow_uneven_batch: false,
@@ -272,6 +275,7 @@ pub(super) fn placement_problem(
             optimizer: bytes.optimizer,
         },
         zero: options.zero.first().copied().unwrap_or_default(),
+        layout: options.layout,
         schedule: options.schedule,
         tiers: achieved_tiers(arch),
         dp_overlap: options.dp_overlap,

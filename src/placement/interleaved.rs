@@ -201,6 +201,7 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
         schedule: PipelineSchedule::Interleaved,
         zero: ctx.problem.zero,
         ep: ctx.e,
+        layout: ctx.problem.layout,
         virtual_stages: v as u32,
         micro_batch: ctx.problem.micro_batch,
         micro_batches_per_pipeline: m,

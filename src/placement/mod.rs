@@ -133,6 +133,35 @@ impl PipelineSchedule {
     }
 }
 
+/// How a plan's devices are numbered, which decides the interconnect tier each group spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceLayout {
+    /// Each pipeline on consecutive devices, its stages one after another: pipeline sends
+    /// stay close, a stage's data-parallel copies are a pipeline apart.
+    #[default]
+    PipelineMajor,
+    /// Each stage's data-parallel copies on consecutive devices, consecutive pipelines next to
+    /// each other (Megatron-LM's rank order: tensor, then data with experts inside it, then
+    /// pipeline): the copies' rings and expert groups stay close, pipeline sends cross the
+    /// stage's copies.
+    StageMajor,
+}
+
+impl DeviceLayout {
+    /// The name used on the command line, in `costs.json` and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceLayout::PipelineMajor => "pipeline-major",
+            DeviceLayout::StageMajor => "stage-major",
+        }
+    }
+}
+
+fn is_pipeline_major(layout: &DeviceLayout) -> bool {
+    *layout == DeviceLayout::PipelineMajor
+}
+
 /// How far data-parallel copies shard the training state (Rajbhandari et al. 2020, ZeRO;
 /// stage 3 is PyTorch FSDP's full shard). In a file and on the command line, the number.
 #[derive(
@@ -329,6 +358,9 @@ pub struct PlacementProblem {
     /// How far the data-parallel copies of a stage shard the training state.
     #[serde(default)]
     pub zero: ZeroStage,
+    /// How devices are numbered (which tier each group spans).
+    #[serde(default)]
+    pub layout: DeviceLayout,
     #[serde(default)]
     pub schedule: PipelineSchedule,
     /// Interconnect tiers, fastest first; the last spans the cluster.
@@ -488,6 +520,9 @@ pub struct Plan {
     /// Expert-parallel width: pipelines dividing each expert layer's experts among them.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub ep: u32,
+    /// How the plan's devices are numbered.
+    #[serde(default, skip_serializing_if = "is_pipeline_major")]
+    pub layout: DeviceLayout,
     /// Model chunks per stage (1 unless interleaved).
     pub virtual_stages: u32,
     pub micro_batch: u32,

@@ -3,7 +3,7 @@
 //! optimizer step) and the time per batch of the 1F1B and GPipe schedules.
 
 use super::{
-    Alternative, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
+    Alternative, DeviceLayout, FixedPlan, Infeasible, LayerCost, LayerCostGraph, MemoryBreakdown,
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode, Stage, TimeSplit, ZeroStage,
 };
 use crate::arch::{fewest_in_domain, group_link, tier_order_error, GroupLink};
@@ -260,11 +260,23 @@ impl Ctx<'_> {
     /// (fewer in the last), `k` replicas each. When a block spans domains, where the stage sits
     /// in it is not fixed and its replicas may straddle a boundary: one, the safe count.
     fn fewest_copies_in(&self, k: u32, domain: u32) -> u32 {
+        if self.problem.layout == DeviceLayout::StageMajor {
+            // The d·k copies sit on consecutive tensor groups.
+            return fewest_in_domain(self.d * k, self.t, domain);
+        }
         let block = self.units * self.t;
         if block < domain && domain.is_multiple_of(block) {
             k * fewest_in_domain(self.d, block, domain)
         } else {
             1
+        }
+    }
+
+    /// Devices spanned by the `d·k` copies of a stage with `k` replicas.
+    fn copies_span(&self, k: u32) -> u32 {
+        match self.problem.layout {
+            DeviceLayout::PipelineMajor => (self.d - 1) * self.units * self.t + k * self.t,
+            DeviceLayout::StageMajor => self.d * k * self.t,
         }
     }
 
@@ -284,8 +296,13 @@ impl Ctx<'_> {
         if sm.out_bytes == 0 && sm.in_bytes == 0 {
             return [0.0; 2];
         }
-        // Each device sends over its own link.
-        let link = self.link((k + 1) * self.t, |_| 1);
+        // Each device sends over its own link, to a neighbouring stage: the next tensor groups
+        // (pipeline-major), or past this stage's copies (stage-major).
+        let span = match self.problem.layout {
+            DeviceLayout::PipelineMajor => (k + 1) * self.t,
+            DeviceLayout::StageMajor => (self.d * k + 1) * self.t,
+        };
+        let link = self.link(span, |_| 1);
         // Or, where every device of the group holds the whole tensor, a t-th each and an
         // all-gather on the receiving group, if that is faster.
         let group = (self.t > 1 && self.problem.graphs[self.graph_index].replicated_edges)
@@ -351,7 +368,10 @@ impl Ctx<'_> {
         if self.e <= 1 || sm.all_to_all_bytes == 0 {
             return 0.0;
         }
-        let span = (self.e - 1) * self.units * self.t + self.t;
+        let span = match self.problem.layout {
+            DeviceLayout::PipelineMajor => (self.e - 1) * self.units * self.t + self.t,
+            DeviceLayout::StageMajor => self.e * self.t,
+        };
         let link = self.link(span, |_| 1);
         let e = f64::from(self.e);
         (e - 1.0) / e * sm.all_to_all_bytes as f64 / link.bandwidth_bytes_per_s
@@ -390,8 +410,9 @@ impl Ctx<'_> {
         if n <= 1 || bytes == 0 {
             return 0.0;
         }
-        let span = (self.d - 1) * self.units * self.t + k * self.t;
-        let link = self.link(span, |domain| self.fewest_copies_in(k, domain));
+        let link = self.link(self.copies_span(k), |domain| {
+            self.fewest_copies_in(k, domain)
+        });
         let n = f64::from(n);
         (n - 1.0) / n * bytes as f64 / link.bandwidth_bytes_per_s + (n - 1.0) * link.tier.latency_s
     }
@@ -927,6 +948,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
         schedule: ctx.problem.schedule,
         zero: ctx.problem.zero,
         ep: ctx.e,
+        layout: ctx.problem.layout,
         virtual_stages: 1,
         micro_batch: ctx.problem.micro_batch,
         micro_batches_per_pipeline: ctx.m,
@@ -1172,6 +1194,7 @@ mod tests {
             recompute: mode,
             bytes_per_param: BytesPerParam::ADAM_MIXED,
             zero: ZeroStage::Replicated,
+            layout: Default::default(),
             schedule: PipelineSchedule::OneFOneB,
             tiers: vec![Tier {
                 name: "all".into(),
