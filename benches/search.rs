@@ -24,6 +24,7 @@ fn record() -> SweepRecord {
         recompute: vec![RecomputeMode::None, RecomputeMode::Full],
         hbm_bytes: vec![32 << 30],
         zero: vec![ZeroStage::Replicated],
+        fixed: Default::default(),
         objective: Objective::Throughput,
         prune: true,
         ilp_time_limit_s: solver.time_limit_s,

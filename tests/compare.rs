@@ -96,10 +96,20 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
             "a100 fixed plan",
             "a100 searched plan",
             "decoupled",
-            "co-design"
+            "hardware-first",
+            "co-design",
+            "fixed-plan co-design"
         ]
     );
-    let co = rows.last().expect("co-design row");
+    let co = &rows[6];
+    // Held to the baseline's fixed plan, the sweep still finds the baseline chip's point (it
+    // is in the space): no slower than the baseline with that plan, no faster than co-design.
+    let fixed_co = &rows[7];
+    assert_eq!(
+        (fixed_co.tp, fixed_co.pp, fixed_co.dp),
+        (Some(1), Some(2), Some(4))
+    );
+    assert!(thr(fixed_co) >= thr(&rows[0]) * (1.0 - 1e-12), "{fixed_co:?}");
     assert!(co.throughput_samples_per_s.is_some(), "{co:?}");
     for r in &rows {
         if r.in_space {
@@ -160,7 +170,7 @@ fn fixed_plan_row_equals_tandem_plan_and_the_cli_writes_the_report() {
         .deserialize()
         .collect::<Result<_, _>>()
         .expect("rows");
-    assert_eq!(rows.len(), 4);
+    assert_eq!(rows.len(), 6);
     let o = run(&[
         "plan",
         "--workload",

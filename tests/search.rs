@@ -103,6 +103,7 @@ fn record(
         recompute: vec![RecomputeMode::None, RecomputeMode::Full],
         hbm_bytes: vec![16 << 30],
         zero: vec![ZeroStage::Replicated],
+        fixed: Default::default(),
         objective,
         prune,
         ilp_time_limit_s: SolverOptions::default().time_limit_s,

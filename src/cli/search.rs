@@ -120,6 +120,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         recompute: args.axes.recompute()?,
         hbm_bytes,
         zero: args.axes.zero()?,
+        fixed: Default::default(),
         objective: args.objective.into(),
         prune: !args.no_prune,
         ilp_time_limit_s: args.solver.limits.ilp_time_limit_s,

@@ -241,6 +241,134 @@ impl Comparison {
         })
     }
 
+    /// Spotlight's hardware-first baseline (Sakhuja et al., HPCA 2023: hardware tuned for
+    /// per-layer latency at a fixed software mapping): the configuration with the lowest
+    /// forward + backward latency of one micro-batch through every layer of the model, each
+    /// layer at the workload's fixed-plan tensor width (t = 1 without one) on one tensor group
+    /// (micro-batch 1; list schedules), ties to the lowest index. The plan is searched after.
+    fn hardware_first_choice(&self, workload: &Workload) -> Result<ArchConfig, EvaluateError> {
+        let heuristic = SolverOptions {
+            use_ilp: false,
+            ..self.solver
+        };
+        let tp = self
+            .plans
+            .plans
+            .get(&workload.name)
+            .map_or(1, |widths| widths.tp);
+        let latencies: Vec<(f64, usize)> = (0..self.space.len())
+            .into_par_iter()
+            .map(|i| {
+                let arch = self.space.get(i).ok_or_else(|| {
+                    InputError::invalid(&self.space_path, "configurations", "index out of range")
+                })?;
+                let cache = ScheduleCache::new(heuristic)?;
+                let costs = layer_costs(workload, &CostModel::new(&arch), &cache, tp, 1, false)?;
+                let model_s: f64 = costs.graph.layers.iter().map(|l| l.fwd_s + l.bwd_s).sum();
+                Ok((model_s, i))
+            })
+            .collect::<Result<_, EvaluateError>>()?;
+        let best = latencies
+            .into_iter()
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+            .map(|(_, i)| i)
+            .unwrap_or(0);
+        self.space.get(best).ok_or_else(|| {
+            InputError::invalid(&self.space_path, "configurations", "the space is empty").into()
+        })
+    }
+
+    /// The row of `chip` with its plan searched at each of the comparison's HBM sizes: the
+    /// fastest (ties to the smaller HBM).
+    fn best_over_hbm(
+        &self,
+        workload: &Workload,
+        name: &str,
+        chip: &ArchConfig,
+        cache: &ScheduleCache,
+    ) -> CompareRow {
+        let best = self
+            .hbm_bytes
+            .iter()
+            .map(|&hbm| (hbm, evaluate(workload, chip, &self.options(Some(hbm)), cache)))
+            .max_by(|a, b| {
+                let thr = |r: &Result<Evaluation, EvaluateError>| {
+                    r.as_ref()
+                        .map_or(f64::NEG_INFINITY, |e| e.plan.throughput_samples_per_s)
+                };
+                thr(&a.1).total_cmp(&thr(&b.1)).then(b.0.cmp(&a.0))
+            });
+        match best {
+            Some((hbm, outcome)) => {
+                CompareRow::new(&workload.name, name.into(), chip, hbm, true).with_outcome(outcome)
+            }
+            None => CompareRow::new(&workload.name, name.into(), chip, 0, true),
+        }
+    }
+
+    /// A co-design sweep of the space into `dir` (resumed where it has run before), with the
+    /// plan widths `fixed` held, and its best point as a row named `name`.
+    fn codesign_row(
+        &self,
+        workload: &Workload,
+        workload_path: &Path,
+        dir: &Path,
+        name: &str,
+        fixed: Fixed,
+        fallback_chip: &ArchConfig,
+    ) -> Result<CompareRow, SweepError> {
+        let record = SweepRecord {
+            tandem_version: env!("CARGO_PKG_VERSION").to_string(),
+            workloads: vec![workload_path.to_path_buf()],
+            space: self.space_path.clone(),
+            devices: self.devices,
+            micro_batches: self.micro_batches.clone(),
+            recompute: self.recompute.clone(),
+            hbm_bytes: self.hbm_bytes.clone(),
+            zero: if fixed == Fixed::default() {
+                self.zero.clone()
+            } else {
+                vec![ZeroStage::Replicated]
+            },
+            fixed,
+            objective: Objective::Throughput,
+            prune: true,
+            ilp_time_limit_s: self.solver.time_limit_s,
+            ilp_node_limit: self.solver.node_limit,
+            ilp_relative_gap: self.solver.relative_gap,
+            search_node_limit: self.solver.search_node_limit,
+            use_ilp: self.solver.use_ilp,
+            inputs_sha256: Vec::new(),
+        };
+        let sweep = Sweep::from_record(&record)?;
+        let resume = dir.join(super::RUN_TOML).exists();
+        let options = RunOptions {
+            out_dir: dir.to_path_buf(),
+            shard: Shard::WHOLE,
+            resume,
+            progress: false,
+            phase: Phase::Whole,
+        };
+        run_sweep(&sweep, &record, &options)?;
+        let best = finish(&sweep, dir)?;
+        Ok(match best.workloads.into_iter().next() {
+            Some(b) => {
+                let config = b.row.config.unwrap_or(0) as usize;
+                let arch = sweep
+                    .space
+                    .get(config)
+                    .unwrap_or_else(|| fallback_chip.clone());
+                CompareRow::new(&workload.name, name.into(), &arch, b.row.hbm_bytes, true)
+                    .with_outcome(Ok(b.evaluation))
+            }
+            None => {
+                let mut row = CompareRow::new(&workload.name, name.into(), fallback_chip, 0, true);
+                row.note = "no design point of the space fits".into();
+                row
+            }
+        })
+    }
+
     /// The table of one workload; the co-design sweep runs into `sweep_dir`.
     pub fn compare_workload(
         &self,
@@ -286,77 +414,48 @@ impl Comparison {
         let decoupled = self
             .decoupled_choice(workload)
             .map_err(|e| SweepError::Input(e.to_string()))?;
-        let best = self
-            .hbm_bytes
-            .iter()
-            .map(|&hbm| {
-                (
-                    hbm,
-                    evaluate(workload, &decoupled, &self.options(Some(hbm)), &cache),
-                )
-            })
-            .max_by(|a, b| {
-                let thr = |r: &Result<Evaluation, EvaluateError>| {
-                    r.as_ref()
-                        .map_or(f64::NEG_INFINITY, |e| e.plan.throughput_samples_per_s)
-                };
-                thr(&a.1).total_cmp(&thr(&b.1)).then(b.0.cmp(&a.0))
-            });
-        if let Some((hbm, outcome)) = best {
-            rows.push(
-                CompareRow::new(&workload.name, "decoupled".into(), &decoupled, hbm, true)
-                    .with_outcome(outcome),
-            );
-        }
+        rows.push(self.best_over_hbm(workload, "decoupled", &decoupled, &cache));
 
-        let record = SweepRecord {
-            tandem_version: env!("CARGO_PKG_VERSION").to_string(),
-            workloads: vec![workload_path.to_path_buf()],
-            space: self.space_path.clone(),
-            devices: self.devices,
-            micro_batches: self.micro_batches.clone(),
-            recompute: self.recompute.clone(),
-            hbm_bytes: self.hbm_bytes.clone(),
-            zero: self.zero.clone(),
-            objective: Objective::Throughput,
-            prune: true,
-            ilp_time_limit_s: self.solver.time_limit_s,
-            ilp_node_limit: self.solver.node_limit,
-            ilp_relative_gap: self.solver.relative_gap,
-            search_node_limit: self.solver.search_node_limit,
-            use_ilp: self.solver.use_ilp,
-            inputs_sha256: Vec::new(),
-        };
-        let sweep = Sweep::from_record(&record)?;
-        let resume = sweep_dir.join(super::RUN_TOML).exists();
-        let options = RunOptions {
-            out_dir: sweep_dir.to_path_buf(),
-            shard: Shard::WHOLE,
-            resume,
-            progress: false,
-            phase: Phase::Whole,
-        };
-        run_sweep(&sweep, &record, &options)?;
-        let best = finish(&sweep, sweep_dir)?;
-        match best.workloads.into_iter().next() {
-            Some(b) => {
-                let config = b.row.config.unwrap_or(0) as usize;
-                let arch = sweep.space.get(config).unwrap_or(decoupled);
-                rows.push(
-                    CompareRow::new(
-                        &workload.name,
-                        "co-design".into(),
-                        &arch,
-                        b.row.hbm_bytes,
-                        true,
-                    )
-                    .with_outcome(Ok(b.evaluation)),
-                );
+        let hardware_first = self
+            .hardware_first_choice(workload)
+            .map_err(|e| SweepError::Input(e.to_string()))?;
+        rows.push(self.best_over_hbm(workload, "hardware-first", &hardware_first, &cache));
+
+        rows.push(self.codesign_row(
+            workload,
+            workload_path,
+            sweep_dir,
+            "co-design",
+            Fixed::default(),
+            &decoupled,
+        )?);
+        match self.plans.plans.get(&workload.name) {
+            Some(&widths) => {
+                let dir = sweep_dir.with_file_name(format!("{}.fixed-plan", workload.name));
+                rows.push(self.codesign_row(
+                    workload,
+                    workload_path,
+                    &dir,
+                    "fixed-plan co-design",
+                    Fixed {
+                        tp: Some(widths.tp),
+                        pp: Some(widths.pp),
+                        dp: Some(widths.dp),
+                        virtual_stages: None,
+                        ep: None,
+                    },
+                    &decoupled,
+                )?);
             }
             None => {
-                let mut row =
-                    CompareRow::new(&workload.name, "co-design".into(), &decoupled, 0, true);
-                row.note = "no design point of the space fits".into();
+                let mut row = CompareRow::new(
+                    &workload.name,
+                    "fixed-plan co-design".into(),
+                    &decoupled,
+                    0,
+                    true,
+                );
+                row.note = format!("no fixed plan for `{}` in the plans file", workload.name);
                 rows.push(row);
             }
         }

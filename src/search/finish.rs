@@ -176,6 +176,7 @@ fn reevaluate(
         micro_batches: vec![row.micro_batch.ok_or_else(|| missing("micro_batch"))?],
         recompute: vec![recompute],
         zero: sweep.zero.clone(),
+        fixed: sweep.fixed,
         ..PlanOptions::searching(sweep.devices)
     };
     evaluate(workload, &arch, &options, cache).map_err(|e| SweepError::Input(e.to_string()))

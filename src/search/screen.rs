@@ -161,8 +161,12 @@ pub(super) fn layer_work(sweep: &Sweep) -> Vec<Vec<Vec<LayerWork>>> {
         .workloads
         .iter()
         .map(|workload| {
-            let widths = workload.valid_tp(PlanOptions::searching(sweep.devices).max_tp);
-            let widths: Vec<u32> = widths.into_iter().filter(|&t| t <= sweep.devices).collect();
+            let most = PlanOptions::searching(sweep.devices).max_tp;
+            let widths = workload.valid_tp(sweep.fixed.tp.map_or(most, |held| held.max(most)));
+            let widths: Vec<u32> = widths
+                .into_iter()
+                .filter(|&t| t <= sweep.devices && sweep.fixed.tp.is_none_or(|held| held == t))
+                .collect();
             sweep
                 .micro_batches
                 .iter()

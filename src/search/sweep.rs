@@ -38,7 +38,7 @@ use crate::model::{
     PlanBound, PlanOptions, BOUND_SLACK,
 };
 use crate::output::{same_file, DirLock, LockError};
-use crate::placement::{RecomputeMode, ZeroStage};
+use crate::placement::{Fixed, RecomputeMode, ZeroStage};
 use crate::report;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::Workload;
@@ -129,6 +129,8 @@ pub struct Sweep {
     pub hbm_bytes: Vec<u64>,
     /// ZeRO stages each point's plan search chooses from.
     pub zero: Vec<ZeroStage>,
+    /// Parallel widths every point's plan holds (none: all searched).
+    pub fixed: Fixed,
     pub objective: Objective,
     pub prune: bool,
     pub solver: SolverOptions,
@@ -155,6 +157,9 @@ pub struct SweepRecord {
     /// existed: those held ZeRO-0.
     #[serde(default = "replicated_only")]
     pub zero: Vec<ZeroStage>,
+    /// Parallel widths every plan holds (absent: all searched).
+    #[serde(default, skip_serializing_if = "all_searched")]
+    pub fixed: Fixed,
     pub objective: Objective,
     pub prune: bool,
     pub ilp_time_limit_s: f64,
@@ -172,6 +177,10 @@ pub struct SweepRecord {
     /// [`run_sweep`]; absent from sweeps recorded before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs_sha256: Vec<String>,
+}
+
+fn all_searched(fixed: &Fixed) -> bool {
+    *fixed == Fixed::default()
 }
 
 fn replicated_only() -> Vec<ZeroStage> {
@@ -243,7 +252,7 @@ impl SweepRecord {
                 &now[..now.len().min(12)]
             ));
         }
-        let settings: [(&str, String, String); 13] = [
+        let settings: [(&str, String, String); 14] = [
             (
                 "tandem version",
                 previous.tandem_version.clone(),
@@ -273,6 +282,11 @@ impl SweepRecord {
                 "--zero",
                 format!("{:?}", previous.zero),
                 format!("{:?}", self.zero),
+            ),
+            (
+                "held plan widths",
+                format!("{:?}", previous.fixed),
+                format!("{:?}", self.fixed),
             ),
             (
                 "--objective",
@@ -417,6 +431,7 @@ impl Sweep {
             recompute: record.recompute.clone(),
             hbm_bytes: record.hbm_bytes.clone(),
             zero: record.zero.clone(),
+            fixed: record.fixed,
             objective: record.objective,
             prune: record.prune,
             solver,
@@ -630,6 +645,7 @@ impl Sweep {
             micro_batches: vec![micro_batch],
             recompute: vec![recompute],
             zero: self.zero.clone(),
+            fixed: self.fixed,
             ..PlanOptions::searching(self.devices)
         }
     }
