@@ -82,6 +82,8 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
         hbm_bytes: vec![inside.hbm.capacity_bytes],
         zero: vec![ZeroStage::Replicated],
         solver: SolverOptions::default(),
+        resume: false,
+        progress: false,
     };
     let w = tandem::workload::Workload::load(&workload).expect("workload");
     let rows = comparison
@@ -165,6 +167,30 @@ fn fixed_plan_row_equals_tandem_plan_and_the_cli_writes_the_report() {
     for f in [COMPARE_CSV, COMPARE_MD, COMPARE_SVG] {
         assert!(out.join(f).exists(), "{f} missing");
     }
+    let compare_args = [
+        "compare",
+        "--workload",
+        workload.to_str().expect("utf-8"),
+        "--space",
+        space.to_str().expect("utf-8"),
+        "--baseline",
+        chip.to_str().expect("utf-8"),
+        "--plans",
+        plans.to_str().expect("utf-8"),
+        "--micro-batch",
+        "1,2",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ];
+    let first = std::fs::read(out.join(COMPARE_CSV)).expect("compare.csv");
+    // A second run finds the sweeps: continuing them takes --resume, and gives the same table.
+    let again = run(&compare_args);
+    assert_eq!(again.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&again.stderr);
+    assert!(message.contains("--resume") && message.contains("sweeps"), "{message}");
+    let resumed = run(&[&compare_args[..], &["--resume"]].concat());
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert_eq!(std::fs::read(out.join(COMPARE_CSV)).expect("compare.csv"), first);
     let mut reader = csv::Reader::from_path(out.join(COMPARE_CSV)).expect("compare.csv");
     let rows: Vec<CompareRow> = reader
         .deserialize()

@@ -3,6 +3,7 @@
 
 use super::common::SweepAxes;
 use anyhow::{Context, Result};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tandem::arch::{load_chip, SearchSpace};
@@ -36,6 +37,10 @@ pub struct Args {
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
+    /// Continue the co-design sweeps an earlier run left in OUT/sweeps/ (without it, finding
+    /// one is an error).
+    #[arg(long)]
+    resume: bool,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
@@ -69,6 +74,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         hbm_bytes,
         zero: args.axes.zero()?,
         solver: SolverOptions::default(),
+        resume: args.resume,
+        progress: std::io::stderr().is_terminal(),
     };
     let mut rows = Vec::new();
     for path in &args.workload {

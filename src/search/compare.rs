@@ -175,6 +175,10 @@ pub struct Comparison {
     /// Megatron-LM runs without its distributed optimizer).
     pub zero: Vec<ZeroStage>,
     pub solver: SolverOptions,
+    /// Continue the co-design sweeps found in their directories (refused otherwise).
+    pub resume: bool,
+    /// Show each sweep's progress on stderr.
+    pub progress: bool,
 }
 
 impl Comparison {
@@ -342,11 +346,18 @@ impl Comparison {
         };
         let sweep = Sweep::from_record(&record)?;
         let resume = dir.join(super::RUN_TOML).exists();
+        if resume && !self.resume {
+            return Err(SweepError::Input(format!(
+                "{} holds a sweep from an earlier comparison: pass --resume to continue it, or \
+                 remove it to start afresh",
+                dir.display()
+            )));
+        }
         let options = RunOptions {
             out_dir: dir.to_path_buf(),
             shard: Shard::WHOLE,
             resume,
-            progress: false,
+            progress: self.progress,
             phase: Phase::Whole,
         };
         run_sweep(&sweep, &record, &options)?;
