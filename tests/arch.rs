@@ -80,8 +80,8 @@ fn assert_mentions(message: &str, parts: &[&str]) {
 }
 
 #[test]
-fn tpuv4_area_is_the_phaze_closed_form() {
-    let tpu = load_chip(&spec("tpuv4.toml")).unwrap();
+fn phaze_tpuv4_template_area_is_the_phaze_closed_form() {
+    let tpu = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
     let area = area_breakdown(&tpu);
     assert_close(area.tensor_mm2, 8.0 * 128.0 * 128.0 * MAC_UM2 * 1e-6, 1e-12);
     assert_close(area.tensor_local_mm2, 8.0 * L2_256KIB * 1e-6, 1e-12);
@@ -125,7 +125,7 @@ fn chip_peaks_match_published_numbers() {
     assert_close(a100.peak_tensor_flops(), 312e12, 1e-3);
     let h100 = load_chip(&spec("h100.toml")).unwrap();
     assert_close(h100.peak_tensor_flops(), 989e12, 1e-3);
-    let tpu = load_chip(&spec("tpuv4.toml")).unwrap();
+    let tpu = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
     assert_close(tpu.peak_tensor_flops(), 275.3e12, 1e-3);
     assert_eq!(a100.interconnect.len(), 2);
     assert_eq!(tpu.interconnect[0].devices, 4096);
@@ -262,12 +262,12 @@ fn hand_checked_points() {
     let expected_um2 = 4096.0 * (64.0 * MAC_UM2 + L2_1KIB + 2.0 * LANE_UM2 + L2_1KIB) + GLB_8MIB;
     assert_close(area_breakdown(&last).total_mm2, expected_um2 * 1e-6, 1e-12);
 
-    // The TPU v4-like point carries the derived buffers and GLB bandwidth of tpuv4.toml.
+    // The TPU v4-like point carries the derived buffers and GLB bandwidth of phaze-tpuv4-template.toml.
     let tpu_point = space
         .iter()
         .find(|a| a.name == "tc8x128x128-vc2x128-glb128MiB")
         .unwrap();
-    let tpu = load_chip(&spec("tpuv4.toml")).unwrap();
+    let tpu = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
     assert_eq!(tpu_point.tensor, tpu.tensor);
     assert_eq!(tpu_point.vector, tpu.vector);
     assert_eq!(tpu_point.glb.bytes, tpu.glb.bytes);
@@ -294,7 +294,7 @@ fn hand_checked_points() {
 #[test]
 fn contains_compares_compute_and_memory_structure() {
     let space = phaze();
-    let tpu = load_chip(&spec("tpuv4.toml")).unwrap();
+    let tpu = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
     assert!(space.contains(&tpu));
 
     let mut renamed = tpu.clone();
@@ -395,21 +395,31 @@ budget_mm2 = 3.388
 #[test]
 fn bad_chip_files_name_file_field_and_reason() {
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "bad_syntax.toml",
         "clock_hz = 1.05e9",
         "clock_hz = = 1",
     );
     assert_mentions(&m, &["malformed TOML", "clock_hz"]);
 
-    let m = chip_error("tpuv4.toml", "no_clock.toml", "clock_hz = 1.05e9", "");
+    let m = chip_error(
+        "phaze-tpuv4-template.toml",
+        "no_clock.toml",
+        "clock_hz = 1.05e9",
+        "",
+    );
     assert_mentions(&m, &["missing field", "clock_hz"]);
 
-    let m = chip_error("tpuv4.toml", "zero_rows.toml", "rows = 128", "rows = 0");
+    let m = chip_error(
+        "phaze-tpuv4-template.toml",
+        "zero_rows.toml",
+        "rows = 128",
+        "rows = 0",
+    );
     assert_mentions(&m, &["tensor.rows", "must be positive"]);
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "negative_cols.toml",
         "cols = 128",
         "cols = -128",
@@ -417,7 +427,7 @@ fn bad_chip_files_name_file_field_and_reason() {
     assert_mentions(&m, &["cols", "-128"]);
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "negative_hbm.toml",
         "bandwidth_bytes_per_s = 1.2e12",
         "bandwidth_bytes_per_s = -1.2e12",
@@ -432,7 +442,7 @@ fn bad_chip_files_name_file_field_and_reason() {
     );
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "unknown.toml",
         "cols = 128",
         "cols = 128\nwidth = 3",
@@ -440,7 +450,7 @@ fn bad_chip_files_name_file_field_and_reason() {
     assert_mentions(&m, &["unknown field", "width"]);
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "efficiency.toml",
         "tensor_compute = 1.0",
         "tensor_compute = 1.2",
@@ -523,7 +533,7 @@ fn bad_chip_files_name_file_field_and_reason() {
     assert_mentions(&m, &["unknown field", "softmx"]);
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "zero_clock.toml",
         "clock_hz = 1.05e9",
         "clock_hz = 0.0",
@@ -551,7 +561,7 @@ fn bad_chip_files_name_file_field_and_reason() {
         ],
     );
 
-    let text = std::fs::read_to_string(spec("tpuv4.toml")).unwrap();
+    let text = std::fs::read_to_string(spec("phaze-tpuv4-template.toml")).unwrap();
     let start = text.find("[[interconnect]]").unwrap();
     let end = text.find("[vector_cycles]").unwrap();
     let without_tiers = text[..start].to_string() + &text[end..];

@@ -352,7 +352,7 @@ fn plan_accepts_published_models_on_their_chips() {
     for args in [
         vec![
             "palm-540b",
-            "tpuv4",
+            "phaze-tpuv4-template",
             "6144",
             "--micro-batch",
             "1",
@@ -372,7 +372,13 @@ fn plan_accepts_published_models_on_their_chips() {
             "--recompute",
             "full",
         ],
-        vec!["gptj-6b", "tpuv4", "256", "--micro-batch", "1,2"],
+        vec![
+            "gptj-6b",
+            "phaze-tpuv4-template",
+            "256",
+            "--micro-batch",
+            "1,2",
+        ],
         vec![
             "mixtral-8x7b",
             "h100",
