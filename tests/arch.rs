@@ -131,6 +131,89 @@ fn chip_peaks_match_published_numbers() {
     assert_eq!(tpu.interconnect[0].devices, 4096);
 }
 
+/// The real TPU v4 (`tpuv4.toml`) against its public facts, derived by hand: 2 TensorCores ×
+/// 4 MXUs of 128 × 128 bf16 MACs at 1.05 GHz, and one vector unit of 8 sublanes × 128 lanes
+/// per TensorCore, eight times the vector throughput of PHAZE's template point (2 × 128 lanes).
+#[test]
+fn real_tpuv4_peaks_are_its_published_ones() {
+    let real = load_chip(&spec("tpuv4.toml")).unwrap();
+    let template = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
+    assert_eq!(real.name, "tpuv4");
+    assert_eq!(template.name, "phaze-tpuv4-template");
+
+    // 2 × 4 × 128 × 128 MACs × 2 FLOP × 1.05 GHz = 275.25 TFLOP/s (Cloud TPU v4: 275).
+    let peak = 2.0 * 4.0 * 128.0 * 128.0 * 2.0 * 1.05e9;
+    assert_close(peak, 275.2512e12, 1e-12);
+    assert_close(real.peak_tensor_flops(), peak, 1e-12);
+    assert_close(real.peak_tensor_flops(), 275e12, 1e-3);
+    assert_close(
+        real.peak_tensor_flops(),
+        template.peak_tensor_flops(),
+        1e-12,
+    );
+
+    // Vector elements per second: 2 units × (8 × 128) lanes × 1.05 GHz = 2.1504e12, against
+    // the template's 2 × 128 × 1.05 GHz = 2.688e11.
+    let lanes_per_s =
+        |c: &ArchConfig| f64::from(c.vector.count) * f64::from(c.vector.lanes) * c.clock_hz;
+    assert_close(lanes_per_s(&real), 2.0 * 8.0 * 128.0 * 1.05e9, 1e-12);
+    assert_close(lanes_per_s(&template), 2.0 * 128.0 * 1.05e9, 1e-12);
+    assert_close(lanes_per_s(&real) / lanes_per_s(&template), 8.0, 1e-12);
+    // The cost model agrees: an element-wise add of 2^24 values (compute time only).
+    let n = 1u64 << 24;
+    let add = |c: &ArchConfig| {
+        tandem::cost::vector_cost(
+            c,
+            tandem::workload::VectorOp::Add,
+            tandem::workload::Pass::Forward,
+            n,
+            1,
+            2,
+            c.vector.count,
+        )
+        .compute_s
+    };
+    assert_close(add(&template) / add(&real), 8.0, 1e-12);
+
+    // Memory and interconnect: 32 GiB HBM2 at 1.2 TB/s, 128 MiB CMEM, 16 MiB VMEM per
+    // TensorCore (a quarter per MXU); ICI 6 × 50 GB/s in 4096-chip pods, then the DCN.
+    assert_eq!(real.hbm.capacity_bytes, 32 * 1024 * MIB);
+    assert_close(real.hbm.bandwidth_bytes_per_s, 1.2e12, 1e-12);
+    assert_eq!(real.glb.bytes, 128 * MIB);
+    assert_eq!(real.vector.local_buffer_bytes, 16 * MIB);
+    assert_eq!(real.tensor.local_buffer_bytes, 4 * MIB);
+    assert_eq!(real.interconnect.len(), 2);
+    assert_eq!(real.interconnect[0].name, "ici");
+    assert_eq!(real.interconnect[0].devices, 4096);
+    assert_close(
+        real.interconnect[0].bandwidth_bytes_per_s,
+        6.0 * 50e9,
+        1e-12,
+    );
+    assert_eq!(real.interconnect[1].name, "dcn");
+    // PaLM's 81 Tb/s over 1536 hosts of 4 chips.
+    assert_close(
+        real.interconnect[1].bandwidth_bytes_per_s,
+        81e12 / 8.0 / 1536.0 / 4.0,
+        0.01,
+    );
+    // Only a bound on the die (< 600 mm²) is published: no die area.
+    assert_eq!(real.die_area_mm2, None);
+    // The ideal machine: no efficiency fitted.
+    let e = &real.efficiency;
+    for f in [
+        e.tensor_compute,
+        e.vector_compute,
+        e.hbm_bandwidth,
+        e.link_bandwidth,
+    ] {
+        assert_eq!(f, 1.0);
+    }
+    assert_eq!((e.gemm_overhead_s, e.vector_overhead_s), (0.0, 0.0));
+    // The real chip is not a point of the PHAZE space (its vector lanes are not the array width).
+    assert!(!phaze().contains(&real));
+}
+
 #[test]
 fn phaze_space_has_29360_points_in_the_area_window() {
     let space = phaze();

@@ -344,15 +344,16 @@ fn tandem_bin() -> Command {
 }
 
 /// `tandem plan` accepts the published models on the chips they ran on: PaLM 540B on 6144
-/// TPU v4 chips (1.5 pods, the data-centre network joining them), Llama 3 70B on 1024 H100s at
-/// t = 16 (two devices per key/value head), GPT-J on 256 TPU v4 chips, Mixtral on 64 H100s
-/// (experts divided over pipelines where that is faster).
+/// real TPU v4 chips (`tpuv4.toml`: 1.5 pods, the data-centre network joining them), Llama 3
+/// 70B on 1024 H100s at t = 16 (two devices per key/value head), GPT-J on 256 TPU v4-like
+/// chips (`phaze-tpuv4-template.toml`), Mixtral on 64 H100s (experts divided over pipelines
+/// where that is faster).
 #[test]
 fn plan_accepts_published_models_on_their_chips() {
     for args in [
         vec![
             "palm-540b",
-            "phaze-tpuv4-template",
+            "tpuv4",
             "6144",
             "--micro-batch",
             "1",
