@@ -15,7 +15,7 @@ use tandem::placement::{PipelineSchedule, RecomputeMode, Stage, ZeroStage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
 use tandem::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
 
-const CHIPS: [&str; 3] = ["phaze-tpuv4-template", "a100", "h100"];
+const CHIPS: [&str; 4] = ["phaze-tpuv4-template", "tpuv4", "a100", "h100"];
 const GIB: u64 = 1 << 30;
 
 fn workload(name: &str) -> Workload {
@@ -105,8 +105,8 @@ fn every_layer_on_every_chip_lies_between_its_bounds() {
             }
         }
     }
-    // 20 workloads × 3 chips × 3 unique layers × 2 directions.
-    assert_eq!(checked, 20 * 3 * 3 * 2);
+    // 20 workloads × 4 chips × 3 unique layers × 2 directions.
+    assert_eq!(checked, 20 * 4 * 3 * 2);
 }
 
 fn assert_plan_invariants(stages: &[Stage], layers: usize, hbm_bytes: u64, devices: u32) {
