@@ -4,7 +4,7 @@
 //!   TPU v4-like chip's per-layer costs, t ∈ {4, 8}, 1024 devices, 80 GiB, one interconnect
 //!   tier at 4 GB/s, global batch 4096 at micro-batch 1, plain SGD (2 + 2 B per parameter,
 //!   no optimizer state): PHAZE's own GPT-3 setting. Checked against the unpruned programme.
-//! * `tpuv4 gpt3-175b`: the same chain on the chip's own ICI, Adam, global batch 1536,
+//! * `phaze-tpuv4-template gpt3-175b`: the same chain on the chip's own ICI, Adam, global batch 1536,
 //!   recompute none and full.
 //! * `h100 gpt3-175b, N devices`: list-schedule layer costs (`plan --no-ilp`), t ∈ {1, 2, 4,
 //!   8}, 16,384 and 65,536 devices.
@@ -98,7 +98,7 @@ fn report(name: &str, problem: &PlacementProblem) {
 fn placement(c: &mut Criterion) {
     let mut group = c.benchmark_group("placement");
     group.sample_size(10);
-    let tpu = chip("tpuv4");
+    let tpu = chip("phaze-tpuv4-template");
     let tpu_problem = problem(&tpu, &[4, 8], 1024, SolverOptions::default());
 
     let phaze = PlacementProblem {
@@ -133,9 +133,9 @@ fn placement(c: &mut Criterion) {
             recompute,
             ..tpu_problem.clone()
         };
-        report(&format!("tpuv4 recompute {recompute:?}"), &p);
+        report(&format!("phaze-tpuv4-template recompute {recompute:?}"), &p);
         group.bench_function(
-            format!("tpuv4 gpt3-175b, 1024 devices, t in {{4, 8}}, recompute {recompute:?}"),
+            format!("phaze-tpuv4-template gpt3-175b, 1024 devices, t in {{4, 8}}, recompute {recompute:?}"),
             |b| b.iter(|| black_box(place(&p).is_ok())),
         );
     }

@@ -17,7 +17,8 @@ use tandem::workload::Workload;
 const OTHER_CONFIGURATIONS: usize = 10;
 
 fn chips() -> Vec<ArchConfig> {
-    let mut chips = vec![load_chip(Path::new("arch_specs/tpuv4.toml")).expect("bundled chip")];
+    let mut chips =
+        vec![load_chip(Path::new("arch_specs/phaze-tpuv4-template.toml")).expect("bundled chip")];
     let space = SearchSpace::load(Path::new("arch_specs/phaze.toml")).expect("bundled space");
     // Evenly spaced indices, offset so that they do not all share the last dimension's value.
     let stride = space.len() / OTHER_CONFIGURATIONS;

@@ -80,8 +80,8 @@ fn assert_mentions(message: &str, parts: &[&str]) {
 }
 
 #[test]
-fn tpuv4_area_is_the_phaze_closed_form() {
-    let tpu = load_chip(&spec("tpuv4.toml")).unwrap();
+fn phaze_tpuv4_template_area_is_the_phaze_closed_form() {
+    let tpu = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
     let area = area_breakdown(&tpu);
     assert_close(area.tensor_mm2, 8.0 * 128.0 * 128.0 * MAC_UM2 * 1e-6, 1e-12);
     assert_close(area.tensor_local_mm2, 8.0 * L2_256KIB * 1e-6, 1e-12);
@@ -125,10 +125,93 @@ fn chip_peaks_match_published_numbers() {
     assert_close(a100.peak_tensor_flops(), 312e12, 1e-3);
     let h100 = load_chip(&spec("h100.toml")).unwrap();
     assert_close(h100.peak_tensor_flops(), 989e12, 1e-3);
-    let tpu = load_chip(&spec("tpuv4.toml")).unwrap();
+    let tpu = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
     assert_close(tpu.peak_tensor_flops(), 275.3e12, 1e-3);
     assert_eq!(a100.interconnect.len(), 2);
     assert_eq!(tpu.interconnect[0].devices, 4096);
+}
+
+/// The real TPU v4 (`tpuv4.toml`) against its public facts, derived by hand: 2 TensorCores ×
+/// 4 MXUs of 128 × 128 bf16 MACs at 1.05 GHz, and one vector unit of 8 sublanes × 128 lanes
+/// per TensorCore, eight times the vector throughput of PHAZE's template point (2 × 128 lanes).
+#[test]
+fn real_tpuv4_peaks_are_its_published_ones() {
+    let real = load_chip(&spec("tpuv4.toml")).unwrap();
+    let template = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
+    assert_eq!(real.name, "tpuv4");
+    assert_eq!(template.name, "phaze-tpuv4-template");
+
+    // 2 × 4 × 128 × 128 MACs × 2 FLOP × 1.05 GHz = 275.25 TFLOP/s (Cloud TPU v4: 275).
+    let peak = 2.0 * 4.0 * 128.0 * 128.0 * 2.0 * 1.05e9;
+    assert_close(peak, 275.2512e12, 1e-12);
+    assert_close(real.peak_tensor_flops(), peak, 1e-12);
+    assert_close(real.peak_tensor_flops(), 275e12, 1e-3);
+    assert_close(
+        real.peak_tensor_flops(),
+        template.peak_tensor_flops(),
+        1e-12,
+    );
+
+    // Vector elements per second: 2 units × (8 × 128) lanes × 1.05 GHz = 2.1504e12, against
+    // the template's 2 × 128 × 1.05 GHz = 2.688e11.
+    let lanes_per_s =
+        |c: &ArchConfig| f64::from(c.vector.count) * f64::from(c.vector.lanes) * c.clock_hz;
+    assert_close(lanes_per_s(&real), 2.0 * 8.0 * 128.0 * 1.05e9, 1e-12);
+    assert_close(lanes_per_s(&template), 2.0 * 128.0 * 1.05e9, 1e-12);
+    assert_close(lanes_per_s(&real) / lanes_per_s(&template), 8.0, 1e-12);
+    // The cost model agrees: an element-wise add of 2^24 values (compute time only).
+    let n = 1u64 << 24;
+    let add = |c: &ArchConfig| {
+        tandem::cost::vector_cost(
+            c,
+            tandem::workload::VectorOp::Add,
+            tandem::workload::Pass::Forward,
+            n,
+            1,
+            2,
+            c.vector.count,
+        )
+        .compute_s
+    };
+    assert_close(add(&template) / add(&real), 8.0, 1e-12);
+
+    // Memory and interconnect: 32 GiB HBM2 at 1.2 TB/s, 128 MiB CMEM, 16 MiB VMEM per
+    // TensorCore (a quarter per MXU); ICI 6 × 50 GB/s in 4096-chip pods, then the DCN.
+    assert_eq!(real.hbm.capacity_bytes, 32 * 1024 * MIB);
+    assert_close(real.hbm.bandwidth_bytes_per_s, 1.2e12, 1e-12);
+    assert_eq!(real.glb.bytes, 128 * MIB);
+    assert_eq!(real.vector.local_buffer_bytes, 16 * MIB);
+    assert_eq!(real.tensor.local_buffer_bytes, 4 * MIB);
+    assert_eq!(real.interconnect.len(), 2);
+    assert_eq!(real.interconnect[0].name, "ici");
+    assert_eq!(real.interconnect[0].devices, 4096);
+    assert_close(
+        real.interconnect[0].bandwidth_bytes_per_s,
+        6.0 * 50e9,
+        1e-12,
+    );
+    assert_eq!(real.interconnect[1].name, "dcn");
+    // PaLM's 81 Tb/s over 1536 hosts of 4 chips.
+    assert_close(
+        real.interconnect[1].bandwidth_bytes_per_s,
+        81e12 / 8.0 / 1536.0 / 4.0,
+        0.01,
+    );
+    // Only a bound on the die (< 600 mm²) is published: no die area.
+    assert_eq!(real.die_area_mm2, None);
+    // The ideal machine: no efficiency fitted.
+    let e = &real.efficiency;
+    for f in [
+        e.tensor_compute,
+        e.vector_compute,
+        e.hbm_bandwidth,
+        e.link_bandwidth,
+    ] {
+        assert_eq!(f, 1.0);
+    }
+    assert_eq!((e.gemm_overhead_s, e.vector_overhead_s), (0.0, 0.0));
+    // The real chip is not a point of the PHAZE space (its vector lanes are not the array width).
+    assert!(!phaze().contains(&real));
 }
 
 #[test]
@@ -262,12 +345,12 @@ fn hand_checked_points() {
     let expected_um2 = 4096.0 * (64.0 * MAC_UM2 + L2_1KIB + 2.0 * LANE_UM2 + L2_1KIB) + GLB_8MIB;
     assert_close(area_breakdown(&last).total_mm2, expected_um2 * 1e-6, 1e-12);
 
-    // The TPU v4-like point carries the derived buffers and GLB bandwidth of tpuv4.toml.
+    // The TPU v4-like point carries the derived buffers and GLB bandwidth of phaze-tpuv4-template.toml.
     let tpu_point = space
         .iter()
         .find(|a| a.name == "tc8x128x128-vc2x128-glb128MiB")
         .unwrap();
-    let tpu = load_chip(&spec("tpuv4.toml")).unwrap();
+    let tpu = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
     assert_eq!(tpu_point.tensor, tpu.tensor);
     assert_eq!(tpu_point.vector, tpu.vector);
     assert_eq!(tpu_point.glb.bytes, tpu.glb.bytes);
@@ -294,7 +377,7 @@ fn hand_checked_points() {
 #[test]
 fn contains_compares_compute_and_memory_structure() {
     let space = phaze();
-    let tpu = load_chip(&spec("tpuv4.toml")).unwrap();
+    let tpu = load_chip(&spec("phaze-tpuv4-template.toml")).unwrap();
     assert!(space.contains(&tpu));
 
     let mut renamed = tpu.clone();
@@ -395,21 +478,31 @@ budget_mm2 = 3.388
 #[test]
 fn bad_chip_files_name_file_field_and_reason() {
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "bad_syntax.toml",
         "clock_hz = 1.05e9",
         "clock_hz = = 1",
     );
     assert_mentions(&m, &["malformed TOML", "clock_hz"]);
 
-    let m = chip_error("tpuv4.toml", "no_clock.toml", "clock_hz = 1.05e9", "");
+    let m = chip_error(
+        "phaze-tpuv4-template.toml",
+        "no_clock.toml",
+        "clock_hz = 1.05e9",
+        "",
+    );
     assert_mentions(&m, &["missing field", "clock_hz"]);
 
-    let m = chip_error("tpuv4.toml", "zero_rows.toml", "rows = 128", "rows = 0");
+    let m = chip_error(
+        "phaze-tpuv4-template.toml",
+        "zero_rows.toml",
+        "rows = 128",
+        "rows = 0",
+    );
     assert_mentions(&m, &["tensor.rows", "must be positive"]);
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "negative_cols.toml",
         "cols = 128",
         "cols = -128",
@@ -417,7 +510,7 @@ fn bad_chip_files_name_file_field_and_reason() {
     assert_mentions(&m, &["cols", "-128"]);
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "negative_hbm.toml",
         "bandwidth_bytes_per_s = 1.2e12",
         "bandwidth_bytes_per_s = -1.2e12",
@@ -432,7 +525,7 @@ fn bad_chip_files_name_file_field_and_reason() {
     );
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "unknown.toml",
         "cols = 128",
         "cols = 128\nwidth = 3",
@@ -440,7 +533,7 @@ fn bad_chip_files_name_file_field_and_reason() {
     assert_mentions(&m, &["unknown field", "width"]);
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "efficiency.toml",
         "tensor_compute = 1.0",
         "tensor_compute = 1.2",
@@ -523,7 +616,7 @@ fn bad_chip_files_name_file_field_and_reason() {
     assert_mentions(&m, &["unknown field", "softmx"]);
 
     let m = chip_error(
-        "tpuv4.toml",
+        "phaze-tpuv4-template.toml",
         "zero_clock.toml",
         "clock_hz = 1.05e9",
         "clock_hz = 0.0",
@@ -551,7 +644,7 @@ fn bad_chip_files_name_file_field_and_reason() {
         ],
     );
 
-    let text = std::fs::read_to_string(spec("tpuv4.toml")).unwrap();
+    let text = std::fs::read_to_string(spec("phaze-tpuv4-template.toml")).unwrap();
     let start = text.find("[[interconnect]]").unwrap();
     let end = text.find("[vector_cycles]").unwrap();
     let without_tiers = text[..start].to_string() + &text[end..];

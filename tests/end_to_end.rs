@@ -15,7 +15,7 @@ use tandem::placement::{PipelineSchedule, RecomputeMode, Stage, ZeroStage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
 use tandem::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
 
-const CHIPS: [&str; 3] = ["tpuv4", "a100", "h100"];
+const CHIPS: [&str; 4] = ["phaze-tpuv4-template", "tpuv4", "a100", "h100"];
 const GIB: u64 = 1 << 30;
 
 fn workload(name: &str) -> Workload {
@@ -105,8 +105,8 @@ fn every_layer_on_every_chip_lies_between_its_bounds() {
             }
         }
     }
-    // 20 workloads × 3 chips × 3 unique layers × 2 directions.
-    assert_eq!(checked, 20 * 3 * 3 * 2);
+    // 20 workloads × 4 chips × 3 unique layers × 2 directions.
+    assert_eq!(checked, 20 * 4 * 3 * 2);
 }
 
 fn assert_plan_invariants(stages: &[Stage], layers: usize, hbm_bytes: u64, devices: u32) {
@@ -140,7 +140,7 @@ fn searched_plans_place_every_layer_once_and_fit() {
     for (name, arch, devices) in [
         ("bert-large", "a100", 64),
         ("llama2-7b", "h100", 64),
-        ("gpt3-175b", "tpuv4", 1024),
+        ("gpt3-175b", "phaze-tpuv4-template", 1024),
     ] {
         let w = workload(name);
         let a = chip(arch);
@@ -409,7 +409,12 @@ fn inspect_json_carries_params_and_flops() {
 
 #[test]
 fn area_of_the_tpu_v4_like_chip() {
-    let v = tandem_json(&["area", "--arch", "arch_specs/tpuv4.toml", "--json"]);
+    let v = tandem_json(&[
+        "area",
+        "--arch",
+        "arch_specs/phaze-tpuv4-template.toml",
+        "--json",
+    ]);
     let total = v["area_mm2"]["total_mm2"].as_f64().expect("total");
     assert!((total - 278.83).abs() < 0.01, "{total}");
 }

@@ -159,7 +159,7 @@ const INPUTS: &[Input] = &[
         file_name: None,
     },
     Input {
-        path: "arch_specs/tpuv4.toml",
+        path: "arch_specs/phaze-tpuv4-template.toml",
         format: Format::Toml,
         commands: &[
             &["area", "--arch", "{}"],
@@ -240,7 +240,7 @@ const INPUTS: &[Input] = &[
             "--space",
             "arch_specs/phaze-small.toml",
             "--baseline",
-            "arch_specs/tpuv4.toml",
+            "arch_specs/phaze-tpuv4-template.toml",
             "--plans",
             "{}",
             "--devices",

@@ -344,9 +344,10 @@ fn tandem_bin() -> Command {
 }
 
 /// `tandem plan` accepts the published models on the chips they ran on: PaLM 540B on 6144
-/// TPU v4 chips (1.5 pods, the data-centre network joining them), Llama 3 70B on 1024 H100s at
-/// t = 16 (two devices per key/value head), GPT-J on 256 TPU v4 chips, Mixtral on 64 H100s
-/// (experts divided over pipelines where that is faster).
+/// real TPU v4 chips (`tpuv4.toml`: 1.5 pods, the data-centre network joining them), Llama 3
+/// 70B on 1024 H100s at t = 16 (two devices per key/value head), GPT-J on 256 TPU v4-like
+/// chips (`phaze-tpuv4-template.toml`), Mixtral on 64 H100s (experts divided over pipelines
+/// where that is faster).
 #[test]
 fn plan_accepts_published_models_on_their_chips() {
     for args in [
@@ -372,7 +373,13 @@ fn plan_accepts_published_models_on_their_chips() {
             "--recompute",
             "full",
         ],
-        vec!["gptj-6b", "tpuv4", "256", "--micro-batch", "1,2"],
+        vec![
+            "gptj-6b",
+            "phaze-tpuv4-template",
+            "256",
+            "--micro-batch",
+            "1,2",
+        ],
         vec![
             "mixtral-8x7b",
             "h100",

@@ -334,7 +334,7 @@ fn workload_names_that_would_be_paths_are_refused() {
         "--space",
         "arch_specs/phaze-small.toml",
         "--baseline",
-        "arch_specs/tpuv4.toml",
+        "arch_specs/phaze-tpuv4-template.toml",
         "--devices",
         "8",
         "--out",
@@ -401,7 +401,7 @@ fn held_widths_are_held_exactly() {
         "--workload",
         "workloads/bert-large.toml",
         "--arch",
-        "arch_specs/tpuv4.toml",
+        "arch_specs/phaze-tpuv4-template.toml",
         "--devices",
         "16",
         "--tp",
@@ -426,7 +426,7 @@ fn held_widths_are_held_exactly() {
             "--workload",
             "workloads/bert-large.toml",
             "--arch",
-            "arch_specs/tpuv4.toml",
+            "arch_specs/phaze-tpuv4-template.toml",
             "--devices",
             "16",
             flag,
@@ -618,7 +618,8 @@ fn empty_or_absurd_kernel_measurements_are_refused() {
 
 #[test]
 fn markdown_cells_escape_pipes() {
-    let chip = tandem::arch::load_chip(Path::new("arch_specs/tpuv4.toml")).expect("chip");
+    let chip =
+        tandem::arch::load_chip(Path::new("arch_specs/phaze-tpuv4-template.toml")).expect("chip");
     let mut row = CompareRow::new("w", "a|b".into(), &chip, 32 << 30, true);
     row.chip = "chip|x".into();
     row.note = "see | here".into();
@@ -645,7 +646,7 @@ fn plan_csv_appends_only_under_its_own_header() {
         "--workload",
         "workloads/bert-large.toml",
         "--arch",
-        "arch_specs/tpuv4.toml",
+        "arch_specs/phaze-tpuv4-template.toml",
         "--devices",
         "8",
         "--micro-batch",

@@ -9,7 +9,7 @@ use tandem::report;
 /// Print a chip's area in mm² by component (PHAZE closed-form area model, 22 nm).
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Chip file (TOML), e.g. arch_specs/tpuv4.toml.
+    /// Chip file (TOML), e.g. arch_specs/phaze-tpuv4-template.toml.
     #[arg(long)]
     arch: PathBuf,
     /// Print JSON instead of a table.

@@ -298,7 +298,8 @@ mod tests {
 
     #[test]
     fn glb_block_matches_trying_every_height() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("arch_specs/tpuv4.toml");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("arch_specs/phaze-tpuv4-template.toml");
         let text = std::fs::read_to_string(&path).expect("chip file");
         let mut arch: ArchConfig = crate::error::parse_toml(&path, &text).expect("chip parses");
         let mut checked = 0;
