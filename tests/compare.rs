@@ -111,7 +111,10 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
         (fixed_co.tp, fixed_co.pp, fixed_co.dp),
         (Some(1), Some(2), Some(4))
     );
-    assert!(thr(fixed_co) >= thr(&rows[0]) * (1.0 - 1e-12), "{fixed_co:?}");
+    assert!(
+        thr(fixed_co) >= thr(&rows[0]) * (1.0 - 1e-12),
+        "{fixed_co:?}"
+    );
     assert!(co.throughput_samples_per_s.is_some(), "{co:?}");
     for r in &rows {
         if r.in_space {
@@ -187,10 +190,20 @@ fn fixed_plan_row_equals_tandem_plan_and_the_cli_writes_the_report() {
     let again = run(&compare_args);
     assert_eq!(again.status.code(), Some(1));
     let message = String::from_utf8_lossy(&again.stderr);
-    assert!(message.contains("--resume") && message.contains("sweeps"), "{message}");
+    assert!(
+        message.contains("--resume") && message.contains("sweeps"),
+        "{message}"
+    );
     let resumed = run(&[&compare_args[..], &["--resume"]].concat());
-    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
-    assert_eq!(std::fs::read(out.join(COMPARE_CSV)).expect("compare.csv"), first);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(
+        std::fs::read(out.join(COMPARE_CSV)).expect("compare.csv"),
+        first
+    );
     let mut reader = csv::Reader::from_path(out.join(COMPARE_CSV)).expect("compare.csv");
     let rows: Vec<CompareRow> = reader
         .deserialize()

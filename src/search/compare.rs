@@ -294,7 +294,12 @@ impl Comparison {
         let best = self
             .hbm_bytes
             .iter()
-            .map(|&hbm| (hbm, evaluate(workload, chip, &self.options(Some(hbm)), cache)))
+            .map(|&hbm| {
+                (
+                    hbm,
+                    evaluate(workload, chip, &self.options(Some(hbm)), cache),
+                )
+            })
             .max_by(|a, b| {
                 let thr = |r: &Result<Evaluation, EvaluateError>| {
                     r.as_ref()
