@@ -430,23 +430,42 @@ impl Ctx<'_> {
     /// backward. ZeRO-3 all-gathers the stage's weights in the forward and again in the
     /// backward, ZeRO-2 and 3 reduce-scatter its gradients in the backward: FSDP and DeepSpeed
     /// prefetch the next layer's gather and reduce the previous layer's gradients while a layer
-    /// computes, so the pass hides up to `overlap_efficiency` of them (all exposed without
-    /// overlap). Expert layers add two all-to-alls each way (dispatch and combine), exposed.
+    /// computes, so a pass hides up to `overlap_efficiency` of itself behind the computation,
+    /// except for the one layer nothing precedes (the first gathered, the last reduced),
+    /// charged as the stage's largest layer (all exposed without overlap). Expert layers add
+    /// two all-to-alls each way (dispatch and combine), exposed.
     pub fn dp_group_comm_s(&self, sm: &StageMetrics, k: u32) -> [f64; 2] {
         let bpp = &self.problem.bytes_per_param;
         let experts_s = 2.0 * self.all_to_all_s(sm);
+        // One layer's pass over the dense copies, and the stage's whole passes.
+        let [(held_dense, copies), (held_experts, _)] = self.param_groups(sm, k);
+        let one_layer = sm.largest_layer_params.min(held_dense + held_experts);
+        let layer_pass =
+            |per_param: u32| self.ring_pass_s(k, copies, one_layer * u64::from(per_param));
+        let hidden_behind = |first_s: f64, all_s: f64, compute_s: f64| {
+            let first_s = first_s.min(all_s);
+            first_s + self.exposed(all_s - first_s, compute_s)
+        };
         let [forward_s, backward_s] = match self.problem.zero {
             ZeroStage::Replicated | ZeroStage::Optimizer => [0.0; 2],
             ZeroStage::Gradients => [
                 0.0,
-                self.exposed(self.ring_passes_s(sm, k, bpp.grads), sm.bwd_s),
+                hidden_behind(
+                    layer_pass(bpp.grads),
+                    self.ring_passes_s(sm, k, bpp.grads),
+                    sm.bwd_s,
+                ),
             ],
             ZeroStage::Parameters => {
                 let gather_s = self.ring_passes_s(sm, k, bpp.weights);
                 let scatter_s = self.ring_passes_s(sm, k, bpp.grads);
                 [
-                    self.exposed(gather_s, sm.fwd_s),
-                    self.exposed(gather_s + scatter_s, sm.bwd_s),
+                    hidden_behind(layer_pass(bpp.weights), gather_s, sm.fwd_s),
+                    hidden_behind(
+                        layer_pass(bpp.weights) + layer_pass(bpp.grads),
+                        gather_s + scatter_s,
+                        sm.bwd_s,
+                    ),
                 ]
             }
         };
