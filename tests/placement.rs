@@ -335,7 +335,10 @@ fn zero_2_and_3_shard_gradients_and_weights_and_pay_per_micro_batch() {
     let one_layer = 3.0 / 4.0 * (2 * P) as f64 / NVLINK_BW + 3.0 * NVLINK_LAT;
     assert!(close(hidden.stages[0].dp_group_forward_s, one_layer));
     assert!(close(hidden.stages[0].dp_group_backward_s, 2.0 * one_layer));
-    assert!(close(hidden.time_per_batch_s, compute + 2.0 * 3.0 * one_layer));
+    assert!(close(
+        hidden.time_per_batch_s,
+        compute + 2.0 * 3.0 * one_layer
+    ));
 }
 
 /// A cluster of 1.5 pods: 6 devices where a pod holds 4 and a slower network joins pods.
@@ -997,6 +1000,28 @@ fn expert_parallelism_divides_expert_state_and_pays_all_to_all() {
     // m = 2 micro-batches per pipeline, one stage: compute, four all-to-alls each, the sync.
     let expected = 2.0 * (4.0 * 3e-3 + 4.0 * all_to_all) + plan.stages[0].dp_sync_s;
     assert!(close(plan.time_per_batch_s, expected));
+    // Under ZeRO-3 the dense weights are sharded over the 4 copies, the device's experts over
+    // their 2, and two of the largest layer's weights are gathered at a time: a dense layer's
+    // 1 M (an expert layer holds 250 k dense and half its 750 k experts, 625 k).
+    problem.zero = ZeroStage::Parameters;
+    let sharded = evaluate_fixed(&problem, &fixed).unwrap();
+    let largest_held = P;
+    assert_eq!(
+        sharded.stages[0].memory.weights,
+        2 * dense / 4 + 2 * (3 * P / 4) / 2 + 2 * 2 * largest_held
+    );
+    // With the dense layers halved the largest layer held is an expert layer's 625 k.
+    let mut halved = problem.clone();
+    for l in [0, 2] {
+        halved.graphs[0].layers[l].params = P / 2;
+    }
+    let sharded = evaluate_fixed(&halved, &fixed).unwrap();
+    let dense = P / 2 + P / 4 + P / 2 + P / 4;
+    assert_eq!(
+        sharded.stages[0].memory.weights,
+        2 * dense / 4 + 2 * (3 * P / 2 / 2) / 2 + 2 * 2 * (P / 4 + 3 * P / 8)
+    );
+    problem.zero = ZeroStage::Replicated;
     // Expert parallelism must divide the pipelines.
     problem.constraints.ep = Some(3);
     let err = evaluate_fixed(&problem, &fixed).expect_err("3 does not divide 4");

@@ -144,7 +144,8 @@ impl Analysis {
             |params: u64, experts: u64| params - experts + experts.div_ceil(max_shards);
         let least_bytes = |sm: &StageMetrics| {
             let held = least_held(sm.params, sm.expert_params);
-            state_bytes(problem, held, sm.largest_layer_params, max_shards)
+            let largest = least_held(sm.largest_layer_params, sm.largest_layer_experts);
+            state_bytes(problem, held, largest, max_shards)
                 .iter()
                 .sum::<u64>()
                 + sm.act_one

@@ -107,7 +107,10 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
             device.optimizer_s += sm.optimizer_s;
             device.grad_accumulation_s += sm.grad_accumulation_s;
             device.replica_sync_s += sm.replica_sync_s;
-            device.largest_layer_params = device.largest_layer_params.max(sm.largest_layer_params);
+            if sm.largest_layer_params > device.largest_layer_params {
+                device.largest_layer_params = sm.largest_layer_params;
+                device.largest_layer_experts = sm.largest_layer_experts;
+            }
             device.expert_params += sm.expert_params;
             device.all_to_all_bytes += sm.all_to_all_bytes;
             device.act_one = device.act_one.max(sm.act_one);

@@ -29,6 +29,8 @@ pub(crate) struct StageMetrics {
     pub replica_sync_s: f64,
     /// Parameters of the stage's largest layer on one device: what ZeRO-3 gathers at once.
     pub largest_layer_params: u64,
+    /// Of those, its experts (which expert parallelism divides).
+    pub largest_layer_experts: u64,
     /// Of `params`, expert weights (all experts: expert parallelism divides them).
     pub expert_params: u64,
     /// Bytes dispatched to the experts per micro-batch (each of the four all-to-alls).
@@ -118,7 +120,10 @@ pub(crate) fn stage_metrics(
         sm.optimizer_s += layer.optimizer_step_s;
         sm.grad_accumulation_s += layer.grad_accumulation_s;
         sm.replica_sync_s += layer.replica_grad_sync_s;
-        sm.largest_layer_params = sm.largest_layer_params.max(layer.params);
+        if layer.params > sm.largest_layer_params {
+            sm.largest_layer_params = layer.params;
+            sm.largest_layer_experts = layer.expert_params;
+        }
         sm.expert_params += layer.expert_params;
         sm.all_to_all_bytes += layer.all_to_all_bytes;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
@@ -188,7 +193,10 @@ pub(crate) fn chain_stage_metrics(
         sm.optimizer_s += layer.optimizer_step_s;
         sm.grad_accumulation_s += layer.grad_accumulation_s;
         sm.replica_sync_s += layer.replica_grad_sync_s;
-        sm.largest_layer_params = sm.largest_layer_params.max(layer.params);
+        if layer.params > sm.largest_layer_params {
+            sm.largest_layer_params = layer.params;
+            sm.largest_layer_experts = layer.expert_params;
+        }
         sm.expert_params += layer.expert_params;
         sm.all_to_all_bytes += layer.all_to_all_bytes;
         sm.stash_per_micro_batch += kept_bytes(layer, mode);
@@ -361,6 +369,13 @@ impl Ctx<'_> {
         per_params_s * held / sm.params as f64
     }
 
+    /// Parameters of the stage's largest layer one device holds: its dense ones and `1/e` of
+    /// its experts.
+    fn largest_layer_held(&self, sm: &StageMetrics) -> u64 {
+        sm.largest_layer_params - sm.largest_layer_experts
+            + sm.largest_layer_experts.div_ceil(u64::from(self.e))
+    }
+
     /// One of the experts' all-to-alls over the `e` pipelines sharing a stage's experts: each
     /// device sends `(e − 1)/e` of its dispatched bytes over its own link, on the tier the
     /// group spans. The experts wait for their tokens, so nothing hides it.
@@ -439,7 +454,7 @@ impl Ctx<'_> {
         let experts_s = 2.0 * self.all_to_all_s(sm);
         // One layer's pass over the dense copies, and the stage's whole passes.
         let [(held_dense, copies), (held_experts, _)] = self.param_groups(sm, k);
-        let one_layer = sm.largest_layer_params.min(held_dense + held_experts);
+        let one_layer = self.largest_layer_held(sm).min(held_dense + held_experts);
         let layer_pass =
             |per_param: u32| self.ring_pass_s(k, copies, one_layer * u64::from(per_param));
         let hidden_behind = |first_s: f64, all_s: f64, compute_s: f64| {
@@ -504,7 +519,7 @@ impl Ctx<'_> {
         let dense = state_bytes(
             self.problem,
             dense,
-            sm.largest_layer_params,
+            self.largest_layer_held(sm),
             u64::from(dense_copies),
         );
         if experts == 0 {
