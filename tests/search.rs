@@ -168,8 +168,8 @@ fn best_without_bounds(dir: &Path) -> serde_json::Value {
 }
 
 /// The best point (by the objective) and the Pareto front are the same with and without
-/// pruning, over random small spaces, both pruning objectives and one or two workloads; and
-/// pruning does happen.
+/// pruning, over random small spaces, both pruning objectives, one or two workloads and two
+/// HBM sizes (one refusing some plans); and pruning does happen.
 #[test]
 fn pruning_never_changes_the_best_point_or_the_front() {
     let tmp = scratch("prune");
@@ -186,6 +186,7 @@ fn pruning_never_changes_the_best_point_or_the_front() {
     config.rng_seed = RngSeed::Fixed(7);
     config.failure_persistence = None;
     let pruned_total = std::cell::Cell::new(0);
+    let refused = std::cell::Cell::new(0);
     let case = std::cell::Cell::new(0);
     proptest!(config, |(tc_lo in 0u32..4, tc_span in 1u32..3, rows_lo in 5u32..7, vc_lo in 0u32..4,
                         per_area in any::<bool>(), two in any::<bool>())| {
@@ -196,9 +197,16 @@ fn pruning_never_changes_the_best_point_or_the_front() {
         let workloads = if two { vec![tiny.clone(), other.clone()] } else { vec![tiny.clone()] };
         let pruned_dir = dir.join(format!("pruned{case}"));
         let full_dir = dir.join(format!("full{case}"));
-        pruned_total.set(pruned_total.get() + sweep_into(&record(workloads.clone(), space.clone(), objective, true), &pruned_dir, Shard::WHOLE, false));
-        let exhaustive = sweep_into(&record(workloads, space, objective, false), &full_dir, Shard::WHOLE, false);
+        // Two HBM sizes, one small enough to refuse some plans.
+        let with_hbm = |prune: bool| SweepRecord {
+            hbm_bytes: vec![6 << 20, 16 << 30],
+            ..record(workloads.clone(), space.clone(), objective, prune)
+        };
+        pruned_total.set(pruned_total.get() + sweep_into(&with_hbm(true), &pruned_dir, Shard::WHOLE, false));
+        let exhaustive = sweep_into(&with_hbm(false), &full_dir, Shard::WHOLE, false);
         prop_assert_eq!(exhaustive, 0);
+        let points = std::fs::read_to_string(full_dir.join("points.csv")).expect("points.csv");
+        refused.set(refused.get() + points.lines().filter(|l| l.contains(",infeasible,")).count());
         // The exhaustive run screens nothing, so its rows carry no bound; all else must agree.
         prop_assert_eq!(front_without_bounds(&pruned_dir), front_without_bounds(&full_dir), "pareto.csv, case {}", case);
         prop_assert_eq!(best_without_bounds(&pruned_dir), best_without_bounds(&full_dir), "best.json, case {}", case);
@@ -206,6 +214,10 @@ fn pruning_never_changes_the_best_point_or_the_front() {
     assert!(
         pruned_total.get() > 0,
         "no case pruned anything: the property was not exercised"
+    );
+    assert!(
+        refused.get() > 0,
+        "the small HBM size refused no point: memory never bound the plans"
     );
 }
 
