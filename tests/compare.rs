@@ -100,13 +100,21 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
             "decoupled",
             "hardware-first",
             "co-design",
+            "co-design ≤ inside area",
             "fixed-plan co-design"
         ]
     );
     let co = &rows[6];
+    // Held to the reference baseline's area, co-design still contains that chip (it is in
+    // the space): no larger than it, at least as fast as it with a searched plan, and no
+    // faster than co-design unrestricted.
+    let iso = &rows[7];
+    assert!(iso.area_mm2 <= rows[0].area_mm2, "{iso:?}");
+    assert!(thr(iso) >= thr(&rows[1]) * (1.0 - 1e-12), "{iso:?}");
+    assert!(thr(iso) <= thr(co) * (1.0 + 1e-12), "{iso:?}");
     // Held to the baseline's fixed plan, the sweep still finds the baseline chip's point (it
     // is in the space): no slower than the baseline with that plan, no faster than co-design.
-    let fixed_co = &rows[7];
+    let fixed_co = &rows[8];
     assert_eq!(
         (fixed_co.tp, fixed_co.pp, fixed_co.dp),
         (Some(1), Some(2), Some(4))
@@ -209,7 +217,7 @@ fn fixed_plan_row_equals_tandem_plan_and_the_cli_writes_the_report() {
         .deserialize()
         .collect::<Result<_, _>>()
         .expect("rows");
-    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.len(), 7);
     let o = run(&[
         "plan",
         "--workload",

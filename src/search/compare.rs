@@ -2,8 +2,10 @@
 //! fixed Megatron-style plan and with the searched plan, the decoupled search (hardware chosen
 //! first for one layer on one device, then planned) and the joint search, in one table.
 
+use super::finish::reevaluate;
 use super::{
-    finish, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepError, SweepRecord,
+    finish, pareto_front, read_points, run_sweep, DesignRow, Objective, Phase, RunOptions, Shard,
+    Sweep, SweepError, SweepRecord,
 };
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::CostModel;
@@ -325,7 +327,7 @@ impl Comparison {
         name: &str,
         fixed: Fixed,
         fallback_chip: &ArchConfig,
-    ) -> Result<CompareRow, SweepError> {
+    ) -> Result<(CompareRow, Sweep), SweepError> {
         let record = SweepRecord {
             tandem_version: env!("CARGO_PKG_VERSION").to_string(),
             workloads: vec![workload_path.to_path_buf()],
@@ -367,7 +369,7 @@ impl Comparison {
         };
         run_sweep(&sweep, &record, &options)?;
         let best = finish(&sweep, dir)?;
-        Ok(match best.workloads.into_iter().next() {
+        let row = match best.workloads.into_iter().next() {
             Some(b) => {
                 let config = b.row.config.unwrap_or(0) as usize;
                 let arch = sweep
@@ -382,7 +384,47 @@ impl Comparison {
                 row.note = "no design point of the space fits".into();
                 row
             }
-        })
+        };
+        Ok((row, sweep))
+    }
+
+    /// Co-design held to `area_mm2`: the fastest point of the sweep in `dir` no larger than it,
+    /// which the sweep's Pareto front (throughput against area) holds exactly.
+    fn iso_area_row(
+        &self,
+        workload: &Workload,
+        sweep: &Sweep,
+        dir: &Path,
+        name: String,
+        area_mm2: f64,
+        fallback_chip: &ArchConfig,
+    ) -> Result<CompareRow, SweepError> {
+        let rows = read_points(&dir.join(super::POINTS_CSV))?;
+        let thr = |r: &DesignRow| r.plan().map_or(0.0, |p| p.throughput_samples_per_s);
+        let best = pareto_front(&rows)
+            .into_iter()
+            .filter(|r| r.workload == workload.name && r.area_mm2 <= area_mm2)
+            .max_by(|a, b| {
+                thr(a)
+                    .total_cmp(&thr(b))
+                    .then(b.area_mm2.total_cmp(&a.area_mm2))
+                    .then(b.point.cmp(&a.point))
+            });
+        let Some(best) = best else {
+            let mut row = CompareRow::new(&workload.name, name, fallback_chip, 0, true);
+            row.note = "no design point of the space fits in that area".into();
+            return Ok(row);
+        };
+        let config = best.config.unwrap_or(0) as usize;
+        let arch = sweep.space.get(config).ok_or_else(|| {
+            SweepError::Input(format!("configuration {config} is outside the space"))
+        })?;
+        let cache = ScheduleCache::new(self.solver)?;
+        let evaluation = reevaluate(sweep, &best, &cache)?;
+        Ok(
+            CompareRow::new(&workload.name, name, &arch, best.hbm_bytes, true)
+                .with_outcome(Ok(evaluation)),
+        )
     }
 
     /// The table of one workload; the co-design sweep runs into `sweep_dir`.
@@ -437,18 +479,31 @@ impl Comparison {
             .map_err(|e| SweepError::Input(e.to_string()))?;
         rows.push(self.best_over_hbm(workload, "hardware-first", &hardware_first, &cache));
 
-        rows.push(self.codesign_row(
+        let (codesign, sweep) = self.codesign_row(
             workload,
             workload_path,
             sweep_dir,
             "co-design",
             Fixed::default(),
             &decoupled,
-        )?);
+        )?;
+        rows.push(codesign);
+        // Co-design no larger than the reference baseline: a faster chip that is also larger
+        // has not won alone.
+        if let Some(reference) = self.baselines.first() {
+            rows.push(self.iso_area_row(
+                workload,
+                &sweep,
+                sweep_dir,
+                format!("co-design ≤ {} area", reference.name),
+                area_breakdown(reference).total_mm2,
+                &decoupled,
+            )?);
+        }
         match self.plans.plans.get(&workload.name) {
             Some(&widths) => {
                 let dir = sweep_dir.with_file_name(format!("{}.fixed-plan", workload.name));
-                rows.push(self.codesign_row(
+                let (row, _) = self.codesign_row(
                     workload,
                     workload_path,
                     &dir,
@@ -461,7 +516,8 @@ impl Comparison {
                         ep: None,
                     },
                     &decoupled,
-                )?);
+                )?;
+                rows.push(row);
             }
             None => {
                 let mut row = CompareRow::new(

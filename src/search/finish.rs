@@ -153,8 +153,8 @@ pub fn finish(sweep: &Sweep, out_dir: &Path) -> Result<BestPoints, SweepError> {
     Ok(best)
 }
 
-/// The best row's plan, evaluated again (the CSV keeps only its figures).
-fn reevaluate(
+/// A row's plan, evaluated again (the CSV keeps only its figures).
+pub(super) fn reevaluate(
     sweep: &Sweep,
     row: &DesignRow,
     cache: &ScheduleCache,

@@ -14,13 +14,15 @@ pub struct BarGroup {
 }
 
 /// Bar colours by series: the first (the baseline) grey.
-const COLOURS: [RGBColor; 6] = [
+const COLOURS: [RGBColor; 8] = [
     palette::GREY,
     palette::BLUE,
     palette::YELLOW,
     palette::PURPLE,
     palette::RED,
     palette::GREEN,
+    palette::CYAN,
+    palette::ORANGE,
 ];
 
 /// The speed-up chart of `groups` as SVG.
