@@ -74,6 +74,7 @@ fn problem(
         schedule: PipelineSchedule::OneFOneB,
         tiers: chip.interconnect.clone(),
         dp_overlap: true,
+        p2p_overlap: false,
         overlap_efficiency: 1.0,
         constraints: Fixed::default(),
         allow_idle_devices: false,

@@ -329,6 +329,7 @@ fn transformer_problem(
             },
         ],
         dp_overlap: true,
+        p2p_overlap: false,
         overlap_efficiency: 1.0,
         constraints: Default::default(),
         allow_idle_devices: false,

@@ -66,6 +66,10 @@ pub struct Args {
     /// the tier data-parallel rings, expert all-to-alls and pipeline sends run on.
     #[arg(long, value_enum, default_value_t = Layout::PipelineMajor)]
     layout: Layout,
+    /// Overlap each pipeline send with the computation of the operation that sends it
+    /// (Megatron-LM's --overlap-p2p-communication, on by default in its interleaved schedule).
+    #[arg(long)]
+    overlap_p2p: bool,
     /// ZeRO stages to search, comma-separated: how far data-parallel copies shard the training
     /// state (0 none, 1 optimizer state, 2 and gradients, 3 and weights: FSDP full shard).
     #[arg(long, value_delimiter = ',', default_values_t = ZeroStage::ALL.map(|z| z.number()), value_parser = clap::value_parser!(u8).range(0..=3))]
@@ -167,6 +171,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         only_widths: None,
         zero: zero_stages(&args.zero),
         layout: args.layout.into(),
+        p2p_overlap: args.overlap_p2p,
         dp_overlap: !args.no_dp_overlap,
         allow_idle_devices: args.allow_idle_devices,
         allow_uneven_batch: args.allow_uneven_batch,

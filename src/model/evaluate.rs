@@ -34,6 +34,8 @@ pub struct PlanOptions {
     pub zero: Vec<ZeroStage>,
     /// How the plan's devices are numbered.
     pub layout: DeviceLayout,
+    /// Overlap pipeline sends with the computation that sends them.
+    pub p2p_overlap: bool,
     pub dp_overlap: bool,
     pub allow_idle_devices: bool,
     /// Allow `d × micro-batch` not dividing the global batch (PHAZE's `⌈B / d⌉` micro-batches).
@@ -61,6 +63,7 @@ impl PlanOptions {
             only_widths: None,
             zero: vec![ZeroStage::Replicated],
             layout: DeviceLayout::PipelineMajor,
+            p2p_overlap: false,
             dp_overlap: true,
             allow_idle_devices: false,
             allow_uneven_batch: false,
@@ -279,6 +282,7 @@ pub(super) fn placement_problem(
         schedule: options.schedule,
         tiers: achieved_tiers(arch),
         dp_overlap: options.dp_overlap,
+        p2p_overlap: options.p2p_overlap,
         overlap_efficiency: arch.efficiency.comm_overlap,
         constraints: options.fixed,
         // With every width held the plan is fixed; devices beyond t·p·d stay idle.

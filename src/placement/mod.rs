@@ -368,6 +368,11 @@ pub struct PlacementProblem {
     /// Overlap the gradient all-reduce with the last backward pass.
     #[serde(default)]
     pub dp_overlap: bool,
+    /// Overlap each pipeline send with the computation of the operation that sends it
+    /// (Megatron-LM's `--overlap-p2p-communication`, on by default for its interleaved
+    /// schedule): the computation hides `overlap_efficiency` of it, up to its length.
+    #[serde(default)]
+    pub p2p_overlap: bool,
     /// With overlap, the fraction of the all-reduce the backward hides, up to the backward's
     /// length (a chip's `efficiency.comm_overlap`; 1: all of it).
     #[serde(default = "all_hidden")]

@@ -396,6 +396,17 @@ impl Ctx<'_> {
     /// The forward and backward operation of one micro-batch on one of `k` replicas.
     pub fn ops(&self, sm: &StageMetrics, k: u32) -> Ops {
         let [send_forward_s, send_backward_s] = self.sends(sm, k);
+        let [send_forward_s, send_backward_s] = if self.problem.p2p_overlap {
+            let hide = |send_s: f64, compute_s: f64| {
+                exposed_after_overlap(send_s, compute_s, self.problem.overlap_efficiency)
+            };
+            [
+                hide(send_forward_s, sm.fwd_s),
+                hide(send_backward_s, sm.bwd_s),
+            ]
+        } else {
+            [send_forward_s, send_backward_s]
+        };
         let accumulation_s = self.accumulation_s(sm, k);
         let [dp_group_forward_s, dp_group_backward_s] = self.dp_group_comm_s(sm, k);
         Ops {
@@ -1237,6 +1248,7 @@ mod tests {
                 latency_s: 1e-6,
             }],
             dp_overlap: false,
+            p2p_overlap: false,
             overlap_efficiency: 1.0,
             constraints: Default::default(),
             allow_idle_devices: false,
