@@ -37,16 +37,21 @@
 //!     for unequal chunks `min_f [(m·v + p − 1)·f + m·Σ_c (F_c − f)⁺]` plus the same in `B`
 //!     (monotonicity of the schedule's longest path); stage `r` holds
 //!     `min(2(p − r − 1) + (v − 1)p + 1, m·v)` chunk activations (all `m·v` when `m = p`).
-//! * **Memory per device:** weights + gradients + optimizer state (optimizer ÷ `d·k` with
-//!   ZeRO-1) + the activations of the micro-batch being processed + the stash of the other
-//!   micro-batches it holds. Under full recompute a layer keeps only its input and the
-//!   micro-batch being processed also holds the largest recomputed layer's activations.
+//! * **Memory per device:** weights + gradients + optimizer state (each ÷ `d·k` from the
+//!   plan's ZeRO stage on: optimizer from 1, gradients from 2, weights from 3; experts over
+//!   `d·k/e` copies, 1/e of them per device) + the activations of the micro-batch being
+//!   processed + the stash of the other micro-batches it holds. Under full recompute a layer
+//!   keeps only its input and the micro-batch being processed also holds the largest
+//!   recomputed layer's activations.
+//! * **Per micro-batch** besides compute and sends: ZeRO-2/3's reduce-scatters and ZeRO-3's
+//!   all-gathers, and the experts' all-to-alls (`Stage::dp_group_forward_s`, `_backward_s`).
 //! * **Tail:** after its last backward, every stage synchronises its gradients (a ring over
-//!   its `d·k` copies on the tier they span, at the multi-rail bus bandwidth of their layout;
-//!   with ZeRO-1 a reduce-scatter and an all-gather; with overlap the last backward hides
-//!   `overlap_efficiency` of it, up to the backward's length) and then steps its optimizer.
-//!   The iteration ends with the slowest stage: time per batch = pipeline time +
-//!   `maxᵢ (exposed syncᵢ + stepᵢ)`.
+//!   its `d·k` copies on the tier they span, at the multi-rail bus bandwidth of their layout
+//!   (`DeviceLayout`); ZeRO-0 an all-reduce, 1 a reduce-scatter and an all-gather, 2 the
+//!   all-gather, 3 nothing; with overlap the last backward hides `overlap_efficiency` of it,
+//!   up to the backward's length), all-reduces what its tensor group replicates, and then
+//!   steps its optimizer. The iteration ends with the slowest stage: time per batch =
+//!   pipeline time + `maxᵢ (exposed syncᵢ + stepᵢ)`. `docs/pipeline.md` has the details.
 //!
 //! # Search
 //!
