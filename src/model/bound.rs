@@ -110,7 +110,7 @@ impl LayerWork {
     }
 
     /// Device-seconds one micro-batch keeps its tensor group busy under each recompute mode
-    /// (in [`RecomputeMode`] order: none, selective, full): `t` devices times the summed
+    /// (in [`RecomputeMode`](crate::placement::RecomputeMode) order: none, selective, full): `t` devices times the summed
     /// schedule lower bounds of every layer's forward, backward and recomputation.
     pub fn busy_s(&self, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
         let (mut fwd_bwd, mut fwd, mut selective) = (0.0, 0.0, 0.0);
@@ -144,7 +144,7 @@ pub enum PlanBound {
 /// placement search, so that "no plan faster than the bound" proves a *strict* inequality.
 pub const BOUND_SLACK: f64 = 1e-9;
 
-/// An upper bound on the samples/s [`evaluate`] can find under `options`: the same plan search
+/// An upper bound on the samples/s [`evaluate`](super::evaluate) can find under `options`: the same plan search
 /// on per-layer schedule lower bounds, with communication between devices free (pipeline
 /// sends and the gradient all-reduce cost nothing; tensor-parallel collectives stay inside the
 /// layers' bounds). Time per batch never falls when a latency or a transfer shrinks to its
