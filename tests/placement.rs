@@ -18,18 +18,8 @@ const NVLINK_LAT: f64 = 5e-6;
 
 fn tiers() -> Vec<Tier> {
     vec![
-        Tier {
-            name: "nvlink".into(),
-            devices: 8,
-            bandwidth_bytes_per_s: NVLINK_BW,
-            latency_s: NVLINK_LAT,
-        },
-        Tier {
-            name: "infiniband".into(),
-            devices: 4096,
-            bandwidth_bytes_per_s: 25e9,
-            latency_s: 10e-6,
-        },
+        tier("nvlink", 8, NVLINK_BW, NVLINK_LAT),
+        tier("infiniband", 4096, 25e9, 10e-6),
     ]
 }
 
@@ -115,6 +105,20 @@ fn fixed_plan(tp: u32, dp: u32, stages: &[(&[usize], u32)]) -> FixedPlan {
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-300)
+}
+
+/// `got` equals `want` to rounding, or the test fails showing both.
+fn assert_close(got: f64, want: f64) {
+    assert!(close(got, want), "{got} against the expected {want}");
+}
+
+fn tier(name: &str, devices: u32, bandwidth_bytes_per_s: f64, latency_s: f64) -> Tier {
+    Tier {
+        name: name.into(),
+        devices,
+        bandwidth_bytes_per_s,
+        latency_s,
+    }
 }
 
 #[test]
@@ -293,14 +297,7 @@ fn memory_1f1b_gpipe_and_adam_breakdown() {
 #[test]
 fn zero_2_and_3_shard_gradients_and_weights_and_pay_per_micro_batch() {
     let mut problem = uniform_problem(4, 8);
-    let fixed = FixedPlan {
-        tp: 1,
-        dp: 4,
-        stages: vec![FixedStage {
-            layers: vec![0, 1, 2, 3],
-            devices: 1,
-        }],
-    };
+    let fixed = fixed_plan(1, 4, &[(&[0, 1, 2, 3], 1)]);
     let pass = 3.0 / 4.0 * (2 * 4 * P) as f64 / NVLINK_BW + 3.0 * NVLINK_LAT;
     let compute = 2.0 * (1e-3 + 2e-3) * 4.0;
 
@@ -351,85 +348,34 @@ fn zero_2_and_3_shard_gradients_and_weights_and_pay_per_micro_batch() {
 #[test]
 fn data_parallel_copies_spanning_pods_use_the_outer_tier() {
     let mut problem = uniform_problem(6, 6);
-    problem.tiers = vec![
-        Tier {
-            name: "pod".into(),
-            devices: 4,
-            bandwidth_bytes_per_s: 100e9,
-            latency_s: 5e-6,
-        },
-        Tier {
-            name: "dcn".into(),
-            devices: 1024,
-            bandwidth_bytes_per_s: 1e9,
-            latency_s: 50e-6,
-        },
-    ];
-    let fixed = |dp: u32| FixedPlan {
-        tp: 1,
-        dp,
-        stages: vec![FixedStage {
-            layers: vec![0, 1, 2, 3],
-            devices: 1,
-        }],
-    };
+    problem.tiers = vec![tier("pod", 4, 100e9, 5e-6), tier("dcn", 1024, 1e9, 50e-6)];
+    let fixed = |dp: u32| fixed_plan(1, dp, &[(&[0, 1, 2, 3], 1)]);
     let grads = (2 * 4 * P) as f64;
     let plan = evaluate_fixed(&problem, &fixed(6)).unwrap();
     let across = 2.0 * 5.0 / 6.0 * grads / 2e9 + 2.0 * 5.0 * 50e-6;
-    assert!(
-        close(plan.stages[0].dp_sync_s, across),
-        "{}",
-        plan.stages[0].dp_sync_s
-    );
+    assert_close(plan.stages[0].dp_sync_s, across);
     problem.devices = 4;
     problem.global_batch = 4;
     let plan = evaluate_fixed(&problem, &fixed(4)).unwrap();
     let within = 2.0 * 3.0 / 4.0 * grads / 100e9 + 2.0 * 3.0 * 5e-6;
-    assert!(
-        close(plan.stages[0].dp_sync_s, within),
-        "{}",
-        plan.stages[0].dp_sync_s
-    );
+    assert_close(plan.stages[0].dp_sync_s, within);
 
     // Three tiers (NVLink nodes of 2, rail groups of 4, a spine): 4 copies stay on the rails
     // (2 per node, so 2 rails: min(2 × 10 GB/s, 100 GB/s)), 6 reach the spine (2 in the
     // sparsest rail group: min(2 × 1 GB/s, 10 GB/s)).
     problem.tiers = vec![
-        Tier {
-            name: "nvlink".into(),
-            devices: 2,
-            bandwidth_bytes_per_s: 100e9,
-            latency_s: 5e-6,
-        },
-        Tier {
-            name: "rail".into(),
-            devices: 4,
-            bandwidth_bytes_per_s: 10e9,
-            latency_s: 10e-6,
-        },
-        Tier {
-            name: "spine".into(),
-            devices: 1024,
-            bandwidth_bytes_per_s: 1e9,
-            latency_s: 50e-6,
-        },
+        tier("nvlink", 2, 100e9, 5e-6),
+        tier("rail", 4, 10e9, 10e-6),
+        tier("spine", 1024, 1e9, 50e-6),
     ];
     let plan = evaluate_fixed(&problem, &fixed(4)).unwrap();
     let rails = 2.0 * 3.0 / 4.0 * grads / 20e9 + 2.0 * 3.0 * 10e-6;
-    assert!(
-        close(plan.stages[0].dp_sync_s, rails),
-        "{}",
-        plan.stages[0].dp_sync_s
-    );
+    assert_close(plan.stages[0].dp_sync_s, rails);
     problem.devices = 6;
     problem.global_batch = 6;
     let plan = evaluate_fixed(&problem, &fixed(6)).unwrap();
     let spine = 2.0 * 5.0 / 6.0 * grads / 2e9 + 2.0 * 5.0 * 50e-6;
-    assert!(
-        close(plan.stages[0].dp_sync_s, spine),
-        "{}",
-        plan.stages[0].dp_sync_s
-    );
+    assert_close(plan.stages[0].dp_sync_s, spine);
 }
 
 /// The device layout decides which tier a group spans. 8 devices in nodes of 4, 4 pipelines
@@ -441,33 +387,10 @@ fn data_parallel_copies_spanning_pods_use_the_outer_tier() {
 fn device_layout_moves_rings_and_sends_between_tiers() {
     let mut problem = uniform_problem(8, 8);
     problem.tiers = vec![
-        Tier {
-            name: "node".into(),
-            devices: 4,
-            bandwidth_bytes_per_s: 100e9,
-            latency_s: 5e-6,
-        },
-        Tier {
-            name: "cluster".into(),
-            devices: 1024,
-            bandwidth_bytes_per_s: 10e9,
-            latency_s: 20e-6,
-        },
+        tier("node", 4, 100e9, 5e-6),
+        tier("cluster", 1024, 10e9, 20e-6),
     ];
-    let fixed = FixedPlan {
-        tp: 1,
-        dp: 4,
-        stages: vec![
-            FixedStage {
-                layers: vec![0, 1],
-                devices: 1,
-            },
-            FixedStage {
-                layers: vec![2, 3],
-                devices: 1,
-            },
-        ],
-    };
+    let fixed = fixed_plan(1, 4, &[(&[0, 1], 1), (&[2, 3], 1)]);
     let grads = (2 * 2 * P) as f64;
     let ring = |bandwidth: f64, latency: f64| 2.0 * (0.75 * grads / bandwidth + 3.0 * latency);
     let send = |bandwidth: f64, latency: f64| EDGE as f64 / bandwidth + latency;
@@ -492,20 +415,7 @@ fn device_layout_moves_rings_and_sends_between_tiers() {
 #[test]
 fn overlapped_pipeline_sends_hide_behind_computation() {
     let mut problem = uniform_problem(2, 8);
-    let fixed = FixedPlan {
-        tp: 1,
-        dp: 1,
-        stages: vec![
-            FixedStage {
-                layers: vec![0, 1],
-                devices: 1,
-            },
-            FixedStage {
-                layers: vec![2, 3],
-                devices: 1,
-            },
-        ],
-    };
+    let fixed = fixed_plan(1, 1, &[(&[0, 1], 1), (&[2, 3], 1)]);
     let send = EDGE as f64 / NVLINK_BW + NVLINK_LAT;
     let plain = evaluate_fixed(&problem, &fixed).unwrap();
     assert!(close(plain.stages[0].send_forward_s, send));
@@ -525,14 +435,7 @@ fn overlapped_pipeline_sends_hide_behind_computation() {
 #[test]
 fn zero_1_divides_optimizer_state_by_d() {
     let mut problem = uniform_problem(4, 8);
-    let fixed = FixedPlan {
-        tp: 1,
-        dp: 4,
-        stages: vec![FixedStage {
-            layers: vec![0, 1, 2, 3],
-            devices: 1,
-        }],
-    };
+    let fixed = fixed_plan(1, 4, &[(&[0, 1, 2, 3], 1)]);
     let plain = evaluate_fixed(&problem, &fixed).unwrap();
     problem.zero = ZeroStage::Optimizer;
     let sharded = evaluate_fixed(&problem, &fixed).unwrap();
@@ -587,14 +490,7 @@ fn branching_stage_load_is_critical_path_and_full_recompute_reruns_forward() {
     let mut problem = uniform_problem(1, 2);
     problem.graphs[0].layers = layers;
     problem.graphs[0].edges = vec![(0, 1, EDGE), (0, 2, EDGE), (1, 3, EDGE), (2, 3, EDGE)];
-    let fixed = FixedPlan {
-        tp: 1,
-        dp: 1,
-        stages: vec![FixedStage {
-            layers: vec![0, 1, 2, 3],
-            devices: 1,
-        }],
-    };
+    let fixed = fixed_plan(1, 1, &[(&[0, 1, 2, 3], 1)]);
     let plan = evaluate_fixed(&problem, &fixed).unwrap();
     assert!(close(plan.stages[0].fwd_s, 1e-3 + 4e-3 + 1e-3));
     assert!(close(plan.stages[0].bwd_s, 1e-3 + 5e-3 + 1e-3));
@@ -607,20 +503,7 @@ fn branching_stage_load_is_critical_path_and_full_recompute_reruns_forward() {
     // activations while it is recomputed (2A).
     assert_eq!(plan.stages[0].memory.activations, A / 8 * 3 + A / 4 + 2 * A);
     // A partition that puts "out" before "b" breaks precedence.
-    let backwards = FixedPlan {
-        tp: 1,
-        dp: 1,
-        stages: vec![
-            FixedStage {
-                layers: vec![0, 1, 3],
-                devices: 1,
-            },
-            FixedStage {
-                layers: vec![2],
-                devices: 1,
-            },
-        ],
-    };
+    let backwards = fixed_plan(1, 1, &[(&[0, 1, 3], 1), (&[2], 1)]);
     problem.devices = 2;
     let err = evaluate_fixed(&problem, &backwards).unwrap_err();
     assert!(err.reasons[0].contains("edge 2 → 3 goes from stage 1 back to stage 0"));
@@ -641,14 +524,7 @@ fn full_recompute_spares_layers_that_keep_their_activations() {
     problem.graphs[0].layers = vec![layer("block", 1e-3, 2e-3, P, A), head];
     problem.graphs[0].edges = chain(2, EDGE);
     problem.recompute = RecomputeMode::Full;
-    let fixed = FixedPlan {
-        tp: 1,
-        dp: 1,
-        stages: vec![FixedStage {
-            layers: vec![0, 1],
-            devices: 1,
-        }],
-    };
+    let fixed = fixed_plan(1, 1, &[(&[0, 1], 1)]);
     let plan = evaluate_fixed(&problem, &fixed).unwrap();
     // block: 2 ms backward + 1 ms recomputed forward; head: 4 ms backward only.
     assert!(close(plan.stages[0].bwd_s, 2e-3 + 1e-3 + 4e-3));
@@ -829,18 +705,8 @@ fn random_problem(seed: u64) -> PlacementProblem {
             PipelineSchedule::OneFOneB
         },
         tiers: vec![
-            Tier {
-                name: "node".into(),
-                devices: 4,
-                bandwidth_bytes_per_s: 100e9,
-                latency_s: 3e-6,
-            },
-            Tier {
-                name: "cluster".into(),
-                devices: 16,
-                bandwidth_bytes_per_s: 10e9,
-                latency_s: 20e-6,
-            },
+            tier("node", 4, 100e9, 3e-6),
+            tier("cluster", 16, 10e9, 20e-6),
         ],
         dp_overlap: r.below(2) == 0,
         p2p_overlap: false,
@@ -1013,14 +879,7 @@ fn expert_parallelism_divides_expert_state_and_pays_all_to_all() {
         layer.all_to_all_bytes = 4 << 20;
     }
     problem.constraints.ep = Some(2);
-    let fixed = FixedPlan {
-        tp: 1,
-        dp: 4,
-        stages: vec![FixedStage {
-            layers: vec![0, 1, 2, 3],
-            devices: 1,
-        }],
-    };
+    let fixed = fixed_plan(1, 4, &[(&[0, 1, 2, 3], 1)]);
     let plan = evaluate_fixed(&problem, &fixed).unwrap();
     assert_eq!(plan.ep, 2);
     let dense = 4 * P - 3 * P / 2;
@@ -1350,18 +1209,8 @@ fn random_large_chain(seed: u64) -> PlacementProblem {
             PipelineSchedule::OneFOneB
         },
         tiers: vec![
-            Tier {
-                name: "node".into(),
-                devices: 8,
-                bandwidth_bytes_per_s: 100e9,
-                latency_s: 3e-6,
-            },
-            Tier {
-                name: "cluster".into(),
-                devices: 4096,
-                bandwidth_bytes_per_s: 10e9,
-                latency_s: 20e-6,
-            },
+            tier("node", 8, 100e9, 3e-6),
+            tier("cluster", 4096, 10e9, 20e-6),
         ],
         dp_overlap: r.below(2) == 0,
         p2p_overlap: false,

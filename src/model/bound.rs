@@ -192,8 +192,8 @@ pub fn throughput_bound(
                     graphs.clone(),
                     micro_batch,
                     recompute,
+                    zero,
                 );
-                problem.zero = zero;
                 problem.tiers = free_links.clone();
                 // Free links leave a vanishing all-reduce; hiding it behind the backward pass
                 // makes it exactly zero, so the search compares loads alone (see

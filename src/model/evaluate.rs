@@ -199,9 +199,15 @@ fn search_plans(
         for &recompute in &options.recompute {
             for &zero in &options.zero {
                 let graphs = per_width.iter().map(|c| c.graph.clone()).collect();
-                let mut problem =
-                    placement_problem(workload, arch, options, graphs, micro_batch, recompute);
-                problem.zero = zero;
+                let problem = placement_problem(
+                    workload,
+                    arch,
+                    options,
+                    graphs,
+                    micro_batch,
+                    recompute,
+                    zero,
+                );
                 // Only plans faster than the best so far matter: the bound prunes the search.
                 let bound_s = best.as_ref().map_or(bound_s, |b| b.plan.time_per_batch_s);
                 match place_faster_than(&problem, bound_s) {
@@ -255,7 +261,8 @@ fn achieved_tiers(arch: &ArchConfig) -> Vec<Tier> {
         .collect()
 }
 
-/// The placement problem of `graphs` (one per tensor width) under `options` on `arch`.
+/// The placement problem of `graphs` (one per tensor width) under `options` on `arch`, at one
+/// micro-batch, recompute mode and ZeRO stage.
 pub(super) fn placement_problem(
     workload: &Workload,
     arch: &ArchConfig,
@@ -263,6 +270,7 @@ pub(super) fn placement_problem(
     graphs: Vec<LayerCostGraph>,
     micro_batch: u32,
     recompute: RecomputeMode,
+    zero: ZeroStage,
 ) -> PlacementProblem {
     let bytes = workload.bytes_per_param();
     PlacementProblem {
@@ -277,7 +285,7 @@ pub(super) fn placement_problem(
             grads: bytes.grads,
             optimizer: bytes.optimizer,
         },
-        zero: options.zero.first().copied().unwrap_or_default(),
+        zero,
         layout: options.layout,
         schedule: options.schedule,
         tiers: achieved_tiers(arch),

@@ -18,7 +18,7 @@
 //! (work inside D) / (groups before D), work being forward plus backward critical path.
 
 use super::model::{
-    build_plan, chain_stage_metrics, has_experts, incoming, is_chain, memory_reason, predecessors,
+    build_plan, chain_stage_metrics, incoming, is_chain, memory_reason, predecessors,
     stage_metrics, state_bytes, widths, worst_stage, Ctx, PartStage, StageMetrics,
 };
 use super::{Alternative, Infeasible, PipelineSchedule, PlacementProblem, Plan, ZeroStage};
@@ -65,8 +65,9 @@ pub(crate) struct Analysis {
     work_outside_s: Vec<f64>,
     accumulation_inside_s: Vec<f64>,
     accumulation_outside_s: Vec<f64>,
-    /// The largest optimizer step of one layer: the stage holding it steps at least that
-    /// (over its ZeRO-1 shards), so every plan's tail is at least that much.
+    /// The largest optimizer step of one layer's dense parameters: the stage holding it steps
+    /// at least that (over its ZeRO shards; expert parallelism divides only the experts), so
+    /// every plan's tail is at least that much.
     largest_layer_optimizer_s: f64,
 }
 
@@ -254,7 +255,14 @@ impl Analysis {
             largest_layer_optimizer_s: graph
                 .layers
                 .iter()
-                .map(|l| l.optimizer_step_s)
+                .map(|l| {
+                    if l.expert_params == 0 {
+                        l.optimizer_step_s
+                    } else {
+                        let dense = l.params - l.expert_params;
+                        l.optimizer_step_s * dense as f64 / l.params as f64
+                    }
+                })
                 .fold(0.0, f64::max),
         })
     }
@@ -808,12 +816,7 @@ fn search_widths<'a>(
     pruning: bool,
 ) {
     let gpipe = ctx.problem.schedule == PipelineSchedule::GPipe;
-    // Expert parallelism divides an expert layer's step further; no floor is known there.
-    let tail_floor_s = if has_experts(ctx.problem) {
-        0.0
-    } else {
-        an.largest_layer_optimizer_s / ctx.optimizer_shards(ctx.units) as f64
-    };
+    let tail_floor_s = an.largest_layer_optimizer_s / ctx.optimizer_shards(ctx.units) as f64;
     let mut gamma = f64::INFINITY;
     loop {
         // Per pipeline group count (its slots differ when devices may idle): the smallest

@@ -98,25 +98,7 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
     let mut stages = Vec::with_capacity(p);
     for r in 0..p {
         let mine: Vec<usize> = (r..p * v).step_by(p).collect();
-        let mut device = StageMetrics::default();
-        for &c in &mine {
-            let sm = &metrics[c];
-            device.fwd_s += sm.fwd_s;
-            device.bwd_s += sm.bwd_s;
-            device.params += sm.params;
-            device.optimizer_s += sm.optimizer_s;
-            device.grad_accumulation_s += sm.grad_accumulation_s;
-            device.replica_sync_s += sm.replica_sync_s;
-            if sm.largest_layer_params > device.largest_layer_params {
-                device.largest_layer_params = sm.largest_layer_params;
-                device.largest_layer_experts = sm.largest_layer_experts;
-            }
-            device.expert_params += sm.expert_params;
-            device.all_to_all_bytes += sm.all_to_all_bytes;
-            device.act_one = device.act_one.max(sm.act_one);
-            device.stash_per_micro_batch =
-                device.stash_per_micro_batch.max(sm.stash_per_micro_batch);
-        }
+        let device = StageMetrics::of_chunks(mine.iter().map(|&c| &metrics[c]));
         let in_flight = chunks_in_flight(p as u64, v as u64, m, r as u64);
         let [weights, grads, optimizer] = ctx.state_bytes(&device, 1);
         let stash = (in_flight - 1) * device.stash_per_micro_batch;

@@ -41,6 +41,52 @@ pub(crate) struct StageMetrics {
     pub stash_per_micro_batch: u64,
 }
 
+impl StageMetrics {
+    /// Adds what `layer` holds and does once per micro-batch or iteration besides its
+    /// forward and backward: parameters (and experts), optimizer step, gradient accumulation,
+    /// replicated-gradient sync, dispatched bytes, kept activations.
+    fn add_layer_state(&mut self, layer: &LayerCost, mode: RecomputeMode) {
+        self.params += layer.params;
+        self.optimizer_s += layer.optimizer_step_s;
+        self.grad_accumulation_s += layer.grad_accumulation_s;
+        self.replica_sync_s += layer.replica_grad_sync_s;
+        self.note_largest_layer(layer.params, layer.expert_params);
+        self.expert_params += layer.expert_params;
+        self.all_to_all_bytes += layer.all_to_all_bytes;
+        self.stash_per_micro_batch += kept_bytes(layer, mode);
+    }
+
+    /// Keeps the larger of the stage's largest layer and one of `params` (`experts` of them).
+    fn note_largest_layer(&mut self, params: u64, experts: u64) {
+        if params > self.largest_layer_params {
+            self.largest_layer_params = params;
+            self.largest_layer_experts = experts;
+        }
+    }
+
+    /// What one device holding the chunks `parts` (one after another, one micro-batch at a
+    /// time) computes, holds and keeps: sums of times and state, the largest working set and
+    /// per-micro-batch stash of any chunk.
+    pub fn of_chunks<'a>(parts: impl IntoIterator<Item = &'a StageMetrics>) -> StageMetrics {
+        let mut device = StageMetrics::default();
+        for sm in parts {
+            device.fwd_s += sm.fwd_s;
+            device.bwd_s += sm.bwd_s;
+            device.params += sm.params;
+            device.optimizer_s += sm.optimizer_s;
+            device.grad_accumulation_s += sm.grad_accumulation_s;
+            device.replica_sync_s += sm.replica_sync_s;
+            device.note_largest_layer(sm.largest_layer_params, sm.largest_layer_experts);
+            device.expert_params += sm.expert_params;
+            device.all_to_all_bytes += sm.all_to_all_bytes;
+            device.act_one = device.act_one.max(sm.act_one);
+            device.stash_per_micro_batch =
+                device.stash_per_micro_batch.max(sm.stash_per_micro_batch);
+        }
+        device
+    }
+}
+
 /// Predecessor lists of a validated graph.
 pub(crate) fn predecessors(n: usize, edges: &[(usize, usize, u64)]) -> Vec<Vec<usize>> {
     let mut preds = vec![Vec::new(); n];
@@ -116,17 +162,7 @@ pub(crate) fn stage_metrics(
         if !in_stage[v] {
             continue;
         }
-        sm.params += layer.params;
-        sm.optimizer_s += layer.optimizer_step_s;
-        sm.grad_accumulation_s += layer.grad_accumulation_s;
-        sm.replica_sync_s += layer.replica_grad_sync_s;
-        if layer.params > sm.largest_layer_params {
-            sm.largest_layer_params = layer.params;
-            sm.largest_layer_experts = layer.expert_params;
-        }
-        sm.expert_params += layer.expert_params;
-        sm.all_to_all_bytes += layer.all_to_all_bytes;
-        sm.stash_per_micro_batch += kept_bytes(layer, mode);
+        sm.add_layer_state(layer, mode);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
         }
@@ -189,17 +225,7 @@ pub(crate) fn chain_stage_metrics(
     for (v, layer) in graph.layers.iter().enumerate().skip(first) {
         sm.fwd_s += layer.fwd_s;
         sm.bwd_s += backward_s(layer, mode);
-        sm.params += layer.params;
-        sm.optimizer_s += layer.optimizer_step_s;
-        sm.grad_accumulation_s += layer.grad_accumulation_s;
-        sm.replica_sync_s += layer.replica_grad_sync_s;
-        if layer.params > sm.largest_layer_params {
-            sm.largest_layer_params = layer.params;
-            sm.largest_layer_experts = layer.expert_params;
-        }
-        sm.expert_params += layer.expert_params;
-        sm.all_to_all_bytes += layer.all_to_all_bytes;
-        sm.stash_per_micro_batch += kept_bytes(layer, mode);
+        sm.add_layer_state(layer, mode);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
         }
@@ -809,7 +835,7 @@ pub(crate) fn micro_batches(problem: &PlacementProblem, d: u32) -> Option<u64> {
 }
 
 /// Whether any layer has experts to divide.
-pub(crate) fn has_experts(problem: &PlacementProblem) -> bool {
+fn has_experts(problem: &PlacementProblem) -> bool {
     problem
         .graphs
         .iter()
@@ -818,8 +844,8 @@ pub(crate) fn has_experts(problem: &PlacementProblem) -> bool {
 
 /// The expert-parallel widths for `d` pipelines: every divisor of `d` the constraint allows
 /// (only 1 without experts).
-fn expert_widths(problem: &PlacementProblem, d: u32) -> Vec<u32> {
-    if !has_experts(problem) {
+fn expert_widths(problem: &PlacementProblem, experts: bool, d: u32) -> Vec<u32> {
+    if !experts {
         return match problem.constraints.ep {
             Some(e) if e > 1 => Vec::new(),
             _ => vec![1],
@@ -837,6 +863,7 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
     let mut ok = Vec::new();
     let mut rejected = Vec::new();
     let fixed = problem.constraints;
+    let experts = has_experts(problem);
     for (graph_index, g) in problem.graphs.iter().enumerate() {
         let t = g.tp;
         if fixed.tp.is_some_and(|ft| ft != t) {
@@ -861,7 +888,7 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
                 not_divisible.push(d.to_string());
                 continue;
             };
-            for e in expert_widths(problem, d) {
+            for e in expert_widths(problem, experts, d) {
                 ok.push(Ctx {
                     problem,
                     graph_index,
@@ -883,7 +910,7 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
         }
     }
     if let Some(e) = fixed.ep.filter(|&e| e > 1) {
-        if !has_experts(problem) {
+        if !experts {
             rejected.push(format!("ep={e}: the model has no expert layers to divide"));
         } else if !ok.iter().any(|c| c.e == e) {
             rejected.push(format!(

@@ -10,7 +10,7 @@ use super::{
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::CostModel;
 use crate::error::{parse_toml, read_input, InputError};
-use crate::model::{evaluate, layer_costs, EvaluateError, Evaluation, PlanOptions};
+use crate::model::{evaluate, layer_costs, EvaluateError, Evaluation, LayerCosts, PlanOptions};
 use crate::output::{write_atomic, DirLock};
 use crate::placement::{Fixed, RecomputeMode, ZeroStage};
 use crate::report;
@@ -217,33 +217,12 @@ impl Comparison {
     /// workload's most frequent layer on one device (t = 1, micro-batch 1; list schedules),
     /// ties to the lowest index.
     fn decoupled_choice(&self, workload: &Workload) -> Result<ArchConfig, EvaluateError> {
-        let heuristic = SolverOptions {
-            use_ilp: false,
-            ..self.solver
-        };
-        let latencies: Vec<(f64, usize)> = (0..self.space.len())
-            .into_par_iter()
-            .map(|i| {
-                let arch = self.space.get(i).ok_or_else(|| {
-                    InputError::invalid(&self.space_path, "configurations", "index out of range")
-                })?;
-                let cache = ScheduleCache::new(heuristic)?;
-                let costs = layer_costs(workload, &CostModel::new(&arch), &cache, 1, 1, false)?;
-                let layer = costs
-                    .unique
-                    .iter()
-                    .max_by_key(|u| u.count)
-                    .map_or(f64::INFINITY, |u| u.fwd.makespan_s + u.bwd.makespan_s);
-                Ok((layer, i))
-            })
-            .collect::<Result<_, EvaluateError>>()?;
-        let best = latencies
-            .into_iter()
-            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
-            .map(|(_, i)| i)
-            .unwrap_or(0);
-        self.space.get(best).ok_or_else(|| {
-            InputError::invalid(&self.space_path, "configurations", "the space is empty").into()
+        self.lowest_latency_configuration(workload, 1, |costs| {
+            costs
+                .unique
+                .iter()
+                .max_by_key(|u| u.count)
+                .map_or(f64::INFINITY, |u| u.fwd.makespan_s + u.bwd.makespan_s)
         })
     }
 
@@ -253,15 +232,29 @@ impl Comparison {
     /// layer at the workload's fixed-plan tensor width (t = 1 without one) on one tensor group
     /// (micro-batch 1; list schedules), ties to the lowest index. The plan is searched after.
     fn hardware_first_choice(&self, workload: &Workload) -> Result<ArchConfig, EvaluateError> {
-        let heuristic = SolverOptions {
-            use_ilp: false,
-            ..self.solver
-        };
         let tp = self
             .plans
             .plans
             .get(&workload.name)
             .map_or(1, |widths| widths.tp);
+        self.lowest_latency_configuration(workload, tp, |costs| {
+            costs.graph.layers.iter().map(|l| l.fwd_s + l.bwd_s).sum()
+        })
+    }
+
+    /// The configuration of the space whose layer costs at width `tp` and micro-batch 1 (list
+    /// schedules) give the lowest `latency_s`, ties to the lowest index: hardware chosen before
+    /// any plan.
+    fn lowest_latency_configuration(
+        &self,
+        workload: &Workload,
+        tp: u32,
+        latency_s: impl Fn(&LayerCosts) -> f64 + Sync,
+    ) -> Result<ArchConfig, EvaluateError> {
+        let heuristic = SolverOptions {
+            use_ilp: false,
+            ..self.solver
+        };
         let latencies: Vec<(f64, usize)> = (0..self.space.len())
             .into_par_iter()
             .map(|i| {
@@ -270,8 +263,7 @@ impl Comparison {
                 })?;
                 let cache = ScheduleCache::new(heuristic)?;
                 let costs = layer_costs(workload, &CostModel::new(&arch), &cache, tp, 1, false)?;
-                let model_s: f64 = costs.graph.layers.iter().map(|l| l.fwd_s + l.bwd_s).sum();
-                Ok((model_s, i))
+                Ok((latency_s(&costs), i))
             })
             .collect::<Result<_, EvaluateError>>()?;
         let best = latencies
