@@ -296,12 +296,6 @@ def run_vector(w, dtype, quick):
             # Training-mode dropout draws its random numbers and writes the byte keep-mask
             # besides the output; its backward scales the gradient by that mask.
             w.time("dropout", lambda: F.dropout(x, 0.1, training=True), **shape)
-            # Mixed precision's casts (dtype is the narrow side): up to fp32 (the logits before
-            # the loss, gradients to the main copy) and back down (the main weights).
-            w.time("cast", lambda: x.float(), **shape)
-            x32 = x.float()
-            w.time("cast_bwd", lambda: x32.to(dtype), **shape)
-            del x32
         # The backward kernel itself, as autograd runs it: through torch.autograd.grad each call
         # also pays ~80 us of Python autograd dispatch, which hides the kernel below 2^26.
         _, mask = torch.ops.aten.native_dropout(x, 0.1, True)
@@ -324,12 +318,118 @@ def run_attention(w, dtype, quick):
             w.time("attention_qk", lambda: torch.bmm(q, kt), batch=heads, m=seq, n=seq, k=head_dim)
             time_softmax(w, s, ds, dict(elements=heads * seq * seq, row_len=seq))
             w.time("attention_av", lambda: torch.bmm(s, v), batch=heads, m=seq, n=head_dim, k=seq)
-            # The context back to token-major rows before the projection: a strided copy.
-            ctx = torch.randn(heads, seq, head_dim, device=dev, dtype=dtype)
-            w.time("copy", lambda: ctx.transpose(0, 1).contiguous(),
-                   elements=heads * seq * head_dim, row_len=1)
-            del ctx
         del q, kt, v, s, ds
+
+
+def run_casts(w, dtype, quick):
+    """Mixed precision's casts (dtype is the narrow side): up to fp32 (`cast`: the logits before
+    the loss, gradients to the main copy) and back down (`cast_bwd`: the main weights), from
+    a bias-sized tensor to a whole layer's weights."""
+    for count in ([2**12, 2**20, 2**24] if quick else [2**e for e in range(12, 29, 2)]):
+        x = torch.randn(count, device="cuda", dtype=dtype)
+        x32 = x.float()
+        shape = dict(elements=count, row_len=1)
+        with torch.no_grad():
+            w.time("cast", lambda: x.float(), **shape)
+            w.time("cast_bwd", lambda: x32.to(dtype), **shape)
+        del x, x32
+
+
+def copy_shapes(quick):
+    """(batch x heads, sequence, head dim) of the attention tensors the layout copies move."""
+    if quick:
+        return [(16, 1024, 64)]
+    return [(16, 1024, 64), (32, 2048, 128), (24, 2048, 96), (96, 2048, 96), (384, 2048, 96),
+            (64, 4096, 128), (32, 8192, 128)]
+
+
+def run_copies(w, dtype, quick):
+    """The layout copies a GPT block's autograd runs (batch = batch x heads, m = sequence,
+    n = head dim): `copy`, the attention context from head-major back to token-major rows before
+    the projection (a strided transpose), and `stack`, the backward of splitting the fused QKV
+    output, which stacks the three head-major gradients into token-major rows."""
+    for heads, seq, head_dim in copy_shapes(quick):
+        ctx = torch.randn(heads, seq, head_dim, device="cuda", dtype=dtype)
+        grads = [torch.randn_like(ctx) for _ in range(3)]
+        shape = dict(batch=heads, m=seq, n=head_dim, elements=heads * seq * head_dim, row_len=1)
+        with torch.no_grad():
+            w.time("copy", lambda: ctx.transpose(0, 1).contiguous(), **shape)
+            w.time("stack", lambda: torch.stack([g.transpose(0, 1) for g in grads], dim=2),
+                   **dict(shape, elements=3 * heads * seq * head_dim))
+        del ctx, grads
+
+
+def causal_softmax_kernels():
+    """Triton kernels standing in for Megatron-LM's fused causal softmax
+    (`scaled_upper_triang_masked_softmax`): one pass per row that scales, masks the keys after
+    the query and normalises, reading the row up to the diagonal and writing all of it; the
+    backward reads the output and its gradient up to the diagonal. None without Triton."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def forward(x_ptr, y_ptr, seq, scale, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        keep = cols <= row % seq
+        base = row.to(tl.int64) * seq
+        x = tl.load(x_ptr + base + cols, mask=keep, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x * scale - tl.max(x * scale, 0))
+        y = e / tl.sum(e, 0)
+        tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=cols < seq)
+
+    @triton.jit
+    def backward(dy_ptr, y_ptr, dx_ptr, seq, scale, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        keep = cols <= row % seq
+        base = row.to(tl.int64) * seq
+        y = tl.load(y_ptr + base + cols, mask=keep, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + base + cols, mask=keep, other=0.0).to(tl.float32)
+        dx = y * (dy - tl.sum(y * dy, 0)) * scale
+        tl.store(dx_ptr + base + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < seq)
+
+    def launch(kernel, seq, *tensors):
+        block = triton.next_power_of_2(seq)
+        kernel[(tensors[0].numel() // seq,)](*tensors, seq, 0.125, BLOCK=block,
+                                             num_warps=max(4, min(32, block // 256)))
+
+    return (lambda x, y: launch(forward, x.shape[-1], x, y),
+            lambda dy, y, dx: launch(backward, dy.shape[-1], dy, y, dx))
+
+
+def run_softmax_rows(w, dtype, quick):
+    """Softmax over attention scores (batch x heads, sequence, sequence) at row lengths 512-8192
+    and two sizes, forward and backward: PyTorch's (`softmax`, `softmax_bwd`) and a fused causal
+    one (`softmax_causal`, `softmax_causal_bwd`, see causal_softmax_kernels), checked against
+    PyTorch's masked softmax before it is timed."""
+    causal = causal_softmax_kernels()
+    if causal is None:
+        print("softmax_causal: Triton is not installed, skipped", file=sys.stderr)
+    for seq in ([1024] if quick else [512, 1024, 2048, 4096, 8192]):
+        for total in ([2**24] if quick else [2**27, 2**29]):
+            x = torch.randn(total // seq**2, seq, seq, device="cuda", dtype=dtype)
+            dy = torch.randn_like(x)
+            shape = dict(elements=x.numel(), row_len=seq)
+            with torch.no_grad():
+                time_softmax(w, x, dy, shape)
+                if causal is None:
+                    continue
+                forward, backward = causal
+                y, dx = torch.empty_like(x), torch.empty_like(x)
+                forward(x, y)
+                mask = torch.ones(seq, seq, device="cuda", dtype=torch.bool).triu(1)
+                want = torch.softmax((x[:1].float() * 0.125).masked_fill(mask, float("-inf")), -1)
+                error = (y[:1].float() - want).abs().max().item()
+                if error > 1e-2:
+                    sys.exit(f"softmax_causal at row length {seq}: off PyTorch's by {error}")
+                w.time("softmax_causal", lambda: forward(x, y), **shape)
+                w.time("softmax_causal_bwd", lambda: backward(dy, y, dx), **shape)
+                del y, dx, mask, want
+            del x, dy
 
 
 def run_loss(w, dtype, quick):
@@ -466,7 +566,7 @@ class GPT(Module):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
-def time_step(w, dtype, layers, hidden, heads, batch, recompute, profile, vocab=51200, seq=2048):
+def time_step(w, dtype, layers, hidden, heads, batch, recompute, profile, seq=2048, vocab=51200):
     """One training iteration on one GPU, as each GPU of a data-parallel run does it: forward,
     loss, backward and a mixed-precision Adam step (fp32 main weights and moments, gradients
     copied up, weights copied back), for one micro-batch of `batch` sequences."""
@@ -499,21 +599,41 @@ def time_step(w, dtype, layers, hidden, heads, batch, recompute, profile, vocab=
     torch.cuda.empty_cache()
 
 
+def time_steps(w, dtype, profile, cases):
+    """Times each (layers, hidden, heads, micro-batch, recompute, sequence) iteration; a case
+    that does not fit the GPU's memory is skipped with a message."""
+    for layers, hidden, heads, batch, recompute, seq in cases:
+        try:
+            time_step(w, dtype, layers, hidden, heads, batch, recompute, profile, seq)
+        except torch.cuda.OutOfMemoryError:
+            print(f"train_step_{recompute} {layers} x {hidden} b={batch} s={seq}: out of GPU "
+                  "memory, skipped", file=sys.stderr)
+            torch.cuda.empty_cache()
+
+
 def run_steps(w, dtype, quick, profile):
     """Whole training iterations (group = layers, elements = vocabulary): GPT-1.7B at
     micro-batch 16 under full recompute is exactly each GPU's share of the first run of
-    data/reference/published_runs.csv (t = p = 1) without its gradient all-reduce."""
-    cases = [(2, 1024, 16, 1, "full"), (2, 1024, 16, 1, "none")] if quick else [
-        (24, 2304, 24, 16, "full"), (24, 2304, 24, 4, "full"), (24, 2304, 24, 1, "none"),
-        (24, 2304, 24, 2, "none"), (8, 4096, 32, 4, "full")]
-    for layers, hidden, heads, batch, recompute in cases:
-        try:
-            time_step(w, dtype, layers, hidden, heads, batch, recompute, profile)
-        except torch.cuda.OutOfMemoryError:
-            # GPT-1.7B at micro-batch 16 needs about 60 GB; a smaller GPU skips that row.
-            print(f"train_step_{recompute} {layers} x {hidden} b={batch}: out of GPU memory, "
-                  "skipped", file=sys.stderr)
-            torch.cuda.empty_cache()
+    data/reference/published_runs.csv (t = p = 1) without its gradient all-reduce (about
+    60 GB: a smaller GPU skips it)."""
+    cases = [(2, 1024, 16, 1, "full", 2048), (2, 1024, 16, 1, "none", 2048)] if quick else [
+        (24, 2304, 24, 16, "full", 2048), (24, 2304, 24, 4, "full", 2048),
+        (24, 2304, 24, 1, "none", 2048), (24, 2304, 24, 2, "none", 2048),
+        (8, 4096, 32, 4, "full", 2048)]
+    time_steps(w, dtype, profile, cases)
+
+
+def run_step_shapes(w, dtype, quick, profile):
+    """More iterations for validation, never for fitting: micro-batch 1-8, sequence 1024-8192,
+    hidden 2048-8192, with and without recompute (GPT-1.7B at micro-batch 4 without recompute
+    needs about 90 GB: a smaller GPU skips it)."""
+    cases = [(2, 1024, 16, 2, "full", 1024)] if quick else [
+        (24, 2304, 24, 8, "full", 2048), (24, 2304, 24, 1, "full", 2048),
+        (24, 2304, 24, 4, "none", 2048), (24, 2048, 16, 8, "full", 1024),
+        (16, 2048, 16, 2, "full", 4096), (8, 4096, 32, 1, "none", 2048),
+        (8, 4096, 32, 1, "full", 8192), (2, 8192, 64, 4, "full", 2048),
+        (12, 3072, 24, 4, "none", 2048)]
+    time_steps(w, dtype, profile, cases)
 
 
 class Profile:
@@ -619,12 +739,16 @@ SECTIONS = {
     "gemm": run_gemms,
     "vector": run_vector,
     "attention": run_attention,
+    "casts": run_casts,
+    "copies": run_copies,
+    "softmax_rows": run_softmax_rows,
     "blocks": run_blocks,
     "gemm_layouts": run_gemm_layouts,
     "tp_blocks": run_tp_blocks,
     "loss": run_loss,
     "optimizer": run_optimizer,
     "steps": run_steps,
+    "step_shapes": run_step_shapes,
     "collectives": None,  # NCCL workers, spawned below when more than one GPU is visible
 }
 
@@ -679,7 +803,7 @@ def main():
     profile = (Profile(os.path.join(args.out, stem + "profile.csv"), env, args.warmup)
                if args.profile else None)
     for section in sections:
-        if section in ("blocks", "tp_blocks", "steps"):
+        if section in ("blocks", "tp_blocks", "steps", "step_shapes"):
             SECTIONS[section](w, dtype, args.quick, profile)
         elif section != "collectives":
             SECTIONS[section](w, dtype, args.quick)
