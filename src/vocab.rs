@@ -23,6 +23,10 @@ pub enum VectorOp {
     Relu,
     /// Row-wise softmax (max, exp, sum, divide) including scale and mask.
     Softmax,
+    /// A fused causal softmax over square attention scores (Megatron-LM's
+    /// `scaled_upper_triang_masked_softmax`): scale, mask the keys after the query and
+    /// normalise in one pass with the row on chip, reading only up to the diagonal.
+    CausalSoftmax,
     /// LayerNorm: mean and variance reductions, then scale and shift.
     LayerNorm,
     /// RMSNorm: one reduction, then scale.
@@ -57,13 +61,14 @@ pub enum VectorOp {
 
 impl VectorOp {
     /// Every primitive, in declaration order.
-    pub const ALL: [VectorOp; 18] = [
+    pub const ALL: [VectorOp; 19] = [
         VectorOp::Add,
         VectorOp::Mul,
         VectorOp::Gelu,
         VectorOp::Silu,
         VectorOp::Relu,
         VectorOp::Softmax,
+        VectorOp::CausalSoftmax,
         VectorOp::LayerNorm,
         VectorOp::RmsNorm,
         VectorOp::Dropout,
@@ -87,6 +92,7 @@ impl VectorOp {
             VectorOp::Silu => "silu",
             VectorOp::Relu => "relu",
             VectorOp::Softmax => "softmax",
+            VectorOp::CausalSoftmax => "causal_softmax",
             VectorOp::LayerNorm => "layer_norm",
             VectorOp::RmsNorm => "rms_norm",
             VectorOp::Dropout => "dropout",
@@ -121,6 +127,9 @@ pub enum Pass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VectorTraffic {
     pub reads: u64,
+    /// Tensors read only up to the diagonal of square rows (half their elements): a causal
+    /// softmax skips the masked keys.
+    pub causal_reads: u64,
     pub writes: u64,
     pub extra_read_bytes: u64,
     pub extra_write_bytes: u64,
@@ -130,6 +139,7 @@ impl VectorTraffic {
     const fn tensors(reads: u64, writes: u64) -> Self {
         VectorTraffic {
             reads,
+            causal_reads: 0,
             writes,
             extra_read_bytes: 0,
             extra_write_bytes: 0,
@@ -161,6 +171,12 @@ impl VectorOp {
                 | VectorOp::Softmax,
                 pass,
             ) => tensors(if pass == Pass::Backward { 2 } else { 1 }, 1),
+            // Scores (forward), or the probabilities and their gradient (backward), up to the
+            // diagonal in; the whole row out, zeros after the diagonal.
+            (VectorOp::CausalSoftmax, pass) => VectorTraffic {
+                causal_reads: if pass == Pass::Backward { 2 } else { 1 },
+                ..tensors(0, 1)
+            },
             // The loss is one value per row: nothing per element is written.
             (VectorOp::CrossEntropy, Pass::Forward) => tensors(1, 0),
             // Softmax of the logits minus the one-hot target: logits in, their gradient out.

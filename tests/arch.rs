@@ -581,8 +581,8 @@ fn bad_chip_files_name_file_field_and_reason() {
     let m = chip_error(
         "a100.toml",
         "softmax_backward_bandwidth.toml",
-        "softmax = 0.74",
-        "softmax = 0.74\n\n[efficiency.vector_op_backward_hbm_bandwidth]\nsoftmax = 0.0",
+        "copy = 0.36",
+        "copy = 0.36\nsoftmax = 0.0",
     );
     assert_mentions(
         &m,
@@ -591,6 +591,35 @@ fn bad_chip_files_name_file_field_and_reason() {
             "(0, 1]",
         ],
     );
+
+    // a100.toml holds two tables (softmax, LayerNorm): the appended one is the third.
+    for (name, table, expected) in [
+        (
+            "row_table_lengths.toml",
+            "row_len = [512, 2048]\nhbm_bandwidth = [0.9]",
+            "equal length",
+        ),
+        (
+            "row_table_order.toml",
+            "row_len = [2048, 512]\nhbm_bandwidth = [0.9, 0.5]",
+            "strictly increasing",
+        ),
+        (
+            "row_table_fraction.toml",
+            "row_len = [512, 2048]\nhbm_bandwidth = [0.9, 1.2]",
+            "(0, 1]",
+        ),
+    ] {
+        let m = chip_error(
+            "a100.toml",
+            name,
+            "link_byte_j = 80e-12",
+            &format!(
+                "link_byte_j = 80e-12\n\n[[efficiency.row_hbm_bandwidth]]\nop = \"softmax\"\npass = \"forward\"\n{table}"
+            ),
+        );
+        assert_mentions(&m, &[name, "efficiency.row_hbm_bandwidth[2]", expected]);
+    }
 
     let m = chip_error(
         "a100.toml",

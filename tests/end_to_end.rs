@@ -456,7 +456,7 @@ fn published_megatron_runs_with_their_plans_held() {
         // The largest error the model reaches today (BENCHMARKS.md says where the gap lies):
         // an absolute bound, so a change that makes a run pessimistic is held to it too.
         assert!(
-            r.signed_error.abs() < 0.10,
+            r.signed_error.abs() < 0.09,
             "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
             r.predicted_tflops_per_gpu,
@@ -469,7 +469,7 @@ fn published_megatron_runs_with_their_plans_held() {
         [(16, true), (16, true), (16, true), (8, true), (4, false)]
     );
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.09, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.07, "mean error {:.1} %", 100.0 * mean);
 }
 
 /// A chip whose computation hides none of an overlapped collective (`efficiency.comm_overlap
@@ -764,7 +764,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     fitted.efficiency = calibration.efficiency;
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let mut block_errors = Vec::new();
-    let mut full_recompute_steps = 0;
+    let mut step_errors = Vec::new();
     for m in &measurements {
         let label = match m.target {
             Target::Block { shape, .. } => shape.label(),
@@ -785,28 +785,42 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
                 assert!(error.abs() < 0.13, "{}: {:+.1} %", m.source, 100.0 * error);
                 block_errors.push(error);
             }
-            // Optimistic by PyTorch's strided layout copies (priced as streaming copies) and
-            // its softmax at 2048-long rows (profile.csv). Iterations without recompute run
-            // micro-batches too small to hide all of the host's dispatch.
-            Target::Step(step) if step.recompute == RecomputeMode::Full => {
-                assert!(error.abs() < 0.07, "{}: {:+.1} %", m.source, 100.0 * error);
-                full_recompute_steps += 1;
-            }
-            Target::Step(_) => {
-                assert!(error.abs() < 0.10, "{}: {:+.1} %", m.source, 100.0 * error);
+            Target::Step(step) => {
+                step_errors.push((format!("{} {}", m.class, step.label()), error))
             }
             Target::Op(_) | Target::Overlap { .. } => {}
         }
     }
+    // Whole iterations, run eagerly: the model has no host. Every row is within 3.5 % and
+    // the mean within 2 %, except GPT-1.7B at micro-batch 1 under full recompute on the H100,
+    // where the GPU waits for the host 15 % of the step (profile.csv: 126.5 ms of kernels in
+    // 149.2 ms; 4.7 % on the H200, whose host dispatched faster).
+    let host_bound =
+        |label: &str| gpu == "h100" && label == "train_step_full L24 b1 s2048 h2304 a24 v51200";
+    for (label, error) in &step_errors {
+        let bound = if host_bound(label) { 0.12 } else { 0.035 };
+        assert!(
+            error.abs() < bound,
+            "{gpu} {label}: {:+.1} %",
+            100.0 * error
+        );
+    }
+    let mean_step =
+        step_errors.iter().map(|(_, e)| e.abs()).sum::<f64>() / step_errors.len() as f64;
+    assert!(
+        mean_step < 0.02,
+        "{gpu}: mean iteration error {:.1} %",
+        100.0 * mean_step
+    );
     assert_eq!(
         block_errors.len(),
         28,
         "two full blocks and five slices at b 1 and 4, fwd and bwd"
     );
-    assert_eq!(
-        full_recompute_steps, 3,
-        "GPT-1.7B at b 16 and 4, 8 x 4096 at b 4"
-    );
+    // Five iterations of the first collection and nine of the second (one of which does not
+    // fit the H100's memory).
+    let expected_steps = if gpu == "h100" { 13 } else { 14 };
+    assert_eq!(step_errors.len(), expected_steps, "{step_errors:?}");
     let mean = block_errors.iter().map(|e| e.abs()).sum::<f64>() / block_errors.len() as f64;
     assert!(mean < 0.06, "mean block error {:.1} %", 100.0 * mean);
 }
@@ -1302,7 +1316,8 @@ fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
 /// The optimizer step is Adam over each layer's parameters on one device: fp32 weights,
 /// gradients and both moments read, weights and moments written (28 B per parameter), and in
 /// mixed precision the fp16 gradients cast up to fp32 and the weights cast back (6 B each), at
-/// the A100's calibrated HBM bandwidth (0.83 × 2039 GB/s), plus three vector-kernel overheads.
+/// the A100's HBM bandwidth (2039 GB/s) times each kernel's fraction (casts 0.59 up and 0.92
+/// down, the rest 0.83), plus four vector-kernel overheads.
 #[test]
 fn optimizer_step_streams_adam_state_through_hbm() {
     let gpt3 = workload("gpt3-175b");
@@ -1319,16 +1334,16 @@ fn optimizer_step_streams_adam_state_through_hbm() {
     );
     // Gradients cast up (6 B), their norm for clipping (4 B), Adam (28 B), weights cast back
     // (6 B); bf16 needs no loss scaling.
-    let expected_s =
-        block.params as f64 * (6.0 + 4.0 + 28.0 + 6.0) / (2039e9 * 0.83) + 4.0 * 12.6e-6;
+    let expected_s = block.params as f64 * (6.0 / 0.59 + (4.0 + 28.0) / 0.83 + 6.0 / 0.92) / 2039e9
+        + 4.0 * 12.6e-6;
     assert!(
         (block.optimizer_step_s - expected_s).abs() <= 1e-9 * expected_s,
         "{} s vs {expected_s} s",
         block.optimizer_step_s
     );
-    // ≈ 5.9 ms per block and device.
+    // ≈ 6.2 ms per block and device.
     assert!(
-        (5.6e-3..6.2e-3).contains(&block.optimizer_step_s),
+        (6.0e-3..6.4e-3).contains(&block.optimizer_step_s),
         "{}",
         block.optimizer_step_s
     );

@@ -176,6 +176,42 @@ pub(crate) fn validate_environment(
             within(file, &name, value, (0.0, TIME_S))?;
         }
     }
+    for (i, table) in eff.row_hbm_bandwidth.iter().enumerate() {
+        let name = field(&format!("efficiency.row_hbm_bandwidth[{i}]"));
+        let bad = |reason: String| Err(InputError::invalid(file, name.clone(), reason));
+        if table.row_len.is_empty() || table.row_len.len() != table.hbm_bandwidth.len() {
+            return bad(format!(
+                "row_len and hbm_bandwidth must be non-empty and of equal length, got {} and {}",
+                table.row_len.len(),
+                table.hbm_bandwidth.len()
+            ));
+        }
+        if table.row_len[0] == 0 || table.row_len.windows(2).any(|w| w[0] >= w[1]) {
+            return bad(format!(
+                "row_len must be positive and strictly increasing, got {:?}",
+                table.row_len
+            ));
+        }
+        if let Some(value) = table
+            .hbm_bandwidth
+            .iter()
+            .find(|&&v| !(v > 0.0 && v <= 1.0))
+        {
+            return bad(format!(
+                "hbm_bandwidth must be fractions of peak in (0, 1], got {value}"
+            ));
+        }
+        if eff.row_hbm_bandwidth[..i]
+            .iter()
+            .any(|t| t.op == table.op && t.pass == table.pass)
+        {
+            return bad(format!(
+                "a second table for {} {:?}",
+                table.op.name(),
+                table.pass
+            ));
+        }
+    }
 
     let cycles = env.vector_cycles;
     for (name, value) in [

@@ -169,7 +169,7 @@ pub fn fewest_in_domain(count: u32, stride: u32, domain: u32) -> u32 {
 
 /// Achievable fractions of peak and fixed overheads, fitted by `calibrate` from measured
 /// kernels (docs/design.md §4). The defaults describe an ideal machine.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Efficiency {
     /// Fraction of peak tensor-core throughput a well-shaped GEMM achieves.
@@ -194,6 +194,12 @@ pub struct Efficiency {
     /// backward draws no random numbers); unset primitives use their forward value.
     #[serde(skip_serializing_if = "PerVectorOp::is_empty")]
     pub vector_op_backward_hbm_bandwidth: PerVectorOp,
+    /// Per-primitive fractions of HBM bandwidth by row length, for row-wise kernels whose
+    /// implementation changes with the row (PyTorch's softmax keeps rows of up to 2048
+    /// elements in registers and reads longer ones more than once). They override the
+    /// primitive's single value in their pass.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub row_hbm_bandwidth: Vec<RowBandwidth>,
     /// Fraction of link bandwidth collectives achieve.
     pub link_bandwidth: f64,
     /// Fraction of `clock_hz` that tensor-core work holds through a training run, where the
@@ -209,6 +215,38 @@ pub struct Efficiency {
     /// backward's. Fitted by `calibrate` from collect.py's overlap rows (two or more GPUs).
     #[serde(skip_serializing_if = "is_one")]
     pub comm_overlap: f64,
+}
+
+/// A primitive's achieved fraction of HBM bandwidth in one pass as a function of row length:
+/// a chip file's `[[efficiency.row_hbm_bandwidth]]`. Linear in log2(row length) between the
+/// listed lengths and flat beyond them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowBandwidth {
+    pub op: VectorOp,
+    pub pass: Pass,
+    /// Row lengths in elements, strictly increasing.
+    pub row_len: Vec<u64>,
+    /// The fraction at each of `row_len`.
+    pub hbm_bandwidth: Vec<f64>,
+}
+
+impl RowBandwidth {
+    /// The fraction at `row_len` (`row_len` and `hbm_bandwidth` are non-empty and of equal
+    /// length: chip files are checked at load).
+    pub fn at(&self, row_len: u64) -> f64 {
+        let log = |r: u64| (r.max(1) as f64).log2();
+        let upper = self.row_len.partition_point(|&r| r < row_len);
+        if upper == 0 {
+            return self.hbm_bandwidth[0];
+        }
+        if upper == self.row_len.len() {
+            return self.hbm_bandwidth[upper - 1];
+        }
+        let (r0, r1) = (log(self.row_len[upper - 1]), log(self.row_len[upper]));
+        let (b0, b1) = (self.hbm_bandwidth[upper - 1], self.hbm_bandwidth[upper]);
+        b0 + (b1 - b0) * (log(row_len) - r0) / (r1 - r0)
+    }
 }
 
 fn is_one(fraction: &f64) -> bool {
@@ -233,6 +271,8 @@ pub struct PerVectorOp {
     pub relu: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub softmax: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub causal_softmax: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer_norm: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -274,6 +314,7 @@ impl PerVectorOp {
             VectorOp::Silu => self.silu,
             VectorOp::Relu => self.relu,
             VectorOp::Softmax => self.softmax,
+            VectorOp::CausalSoftmax => self.causal_softmax,
             VectorOp::LayerNorm => self.layer_norm,
             VectorOp::RmsNorm => self.rms_norm,
             VectorOp::Dropout => self.dropout,
@@ -298,6 +339,7 @@ impl PerVectorOp {
             VectorOp::Silu => &mut self.silu,
             VectorOp::Relu => &mut self.relu,
             VectorOp::Softmax => &mut self.softmax,
+            VectorOp::CausalSoftmax => &mut self.causal_softmax,
             VectorOp::LayerNorm => &mut self.layer_norm,
             VectorOp::RmsNorm => &mut self.rms_norm,
             VectorOp::Dropout => &mut self.dropout,
@@ -324,7 +366,18 @@ impl Efficiency {
     }
 
     /// Achieved fraction of peak HBM bandwidth of one vector kernel of primitive `op` in
-    /// `pass`: the backward's own value, else the primitive's, else the shared one.
+    /// `pass` over rows of `row_len`: the pass's row-length table, else as
+    /// [`Efficiency::hbm_bandwidth_for`].
+    pub fn hbm_bandwidth_for_rows(&self, op: VectorOp, pass: Pass, row_len: u64) -> f64 {
+        self.row_hbm_bandwidth
+            .iter()
+            .find(|t| t.op == op && t.pass == pass)
+            .map_or_else(|| self.hbm_bandwidth_for(op, pass), |t| t.at(row_len))
+    }
+
+    /// Achieved fraction of peak HBM bandwidth of one vector kernel of primitive `op` in
+    /// `pass`, whatever its rows: the backward's own value, else the primitive's, else the
+    /// shared one.
     pub fn hbm_bandwidth_for(&self, op: VectorOp, pass: Pass) -> f64 {
         let backward = match pass {
             Pass::Backward => self.vector_op_backward_hbm_bandwidth.get(op),
@@ -347,6 +400,7 @@ impl Default for Efficiency {
             vector_op_overhead_s: PerVectorOp::default(),
             vector_op_hbm_bandwidth: PerVectorOp::default(),
             vector_op_backward_hbm_bandwidth: PerVectorOp::default(),
+            row_hbm_bandwidth: Vec::new(),
             link_bandwidth: 1.0,
             sustained_clock: 1.0,
             comm_overlap: 1.0,
@@ -447,7 +501,7 @@ impl ArchConfig {
         ArchConfig {
             efficiency: Efficiency {
                 sustained_clock: 1.0,
-                ..self.efficiency
+                ..self.efficiency.clone()
             },
             ..self.clone()
         }

@@ -655,7 +655,7 @@ impl SearchSpace {
             },
             hbm: self.base.hbm,
             interconnect: self.base.interconnect.clone(),
-            efficiency: self.base.efficiency,
+            efficiency: self.base.efficiency.clone(),
             vector_cycles: self.base.vector_cycles,
             energy: self.base.energy,
             die_area_mm2: None,

@@ -380,6 +380,10 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             }
             "softmax" => op(vector(VectorOp::Softmax)),
             "softmax_bwd" => op(vector_pass(VectorOp::Softmax, Pass::Backward)),
+            // Rows of square causal scores (collect.py's Triton stand-in for Megatron-LM's
+            // fused kernel).
+            "softmax_causal" => op(vector(VectorOp::CausalSoftmax)),
+            "softmax_causal_bwd" => op(vector_pass(VectorOp::CausalSoftmax, Pass::Backward)),
             "layernorm" => op(vector(VectorOp::LayerNorm)),
             "layernorm_bwd" => op(vector_pass(VectorOp::LayerNorm, Pass::Backward)),
             "rmsnorm" => op(vector(VectorOp::RmsNorm)),
@@ -392,8 +396,11 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             "add" => op(vector(VectorOp::Add)),
             "cross_entropy" => op(vector(VectorOp::CrossEntropy)),
             "cross_entropy_bwd" => op(vector_pass(VectorOp::CrossEntropy, Pass::Backward)),
-            // A layout copy (collect.py: the attention context's transpose to token-major rows).
+            // Layout copies: the attention context's transpose to token-major rows, and the
+            // backward of the fused QKV projection's split, which stacks three head-major
+            // gradients into token-major rows (collect.py's `copies`).
             "copy" => op(vector(VectorOp::Copy)),
+            "stack" => op(vector_pass(VectorOp::Copy, Pass::Backward)),
             // fp16/bf16 → fp32 (`dtype` is the narrow side) and back.
             "cast" => op(vector(VectorOp::Cast)),
             "cast_bwd" => op(vector_pass(VectorOp::Cast, Pass::Backward)),

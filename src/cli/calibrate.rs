@@ -58,8 +58,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let fit = calibrate(&arch, &measurements)?;
     let held_out = summarise(&fit.held_out);
     let in_sample = summarise(&fit.in_sample);
-    let before = arch.efficiency;
-    arch.efficiency = fit.efficiency;
+    let before = arch.efficiency.clone();
+    arch.efficiency = fit.efficiency.clone();
     arch.name = format!("{}-calibrated", arch.name.trim_end_matches("-calibrated"));
 
     let class_list = held_out
@@ -161,6 +161,24 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 ]);
             }
         }
+    }
+    for table in &e.row_hbm_bandwidth {
+        let knots = table
+            .row_len
+            .iter()
+            .zip(&table.hbm_bandwidth)
+            .map(|(r, b)| format!("{r}: {b:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let pass = match table.pass {
+            Pass::Forward => "",
+            Pass::Backward => " backward",
+        };
+        rows.push(vec![
+            format!("hbm_bandwidth[{}{pass}] by row length", table.op.name()),
+            "-".into(),
+            knots,
+        ]);
     }
     if fit.collectives > 0 {
         rows.push(vec![

@@ -12,18 +12,25 @@
 //! primitives use), then each measured primitive's bandwidth and overhead with the shared
 //! ones held. A primitive's measured backward kernels are a class of their own and get their
 //! own bandwidth (they are often another implementation); its overhead is shared by both.
+//! Last, a class measured at several row lengths gets a bandwidth per row length (a
+//! [`RowBandwidth`] table, interpolated in between), since row-wise kernels change
+//! implementation with the row: PyTorch's softmax streams 2048-long rows at 0.76 of the H100's
+//! HBM bandwidth and 8192-long ones at 0.46.
 
 use super::{collective_cost, gemm_cost, vector_cost};
-use crate::arch::{ArchConfig, Efficiency};
+use crate::arch::{ArchConfig, Efficiency, RowBandwidth};
 use crate::workload::{OpKind, Pass, VectorOp};
 use std::collections::BTreeMap;
 
-/// Search ranges: fractions of peak, and overheads up to 200 µs.
-const FRACTION_RANGE: (f64, f64) = (0.3, 1.0);
+/// Search ranges: fractions of peak (PyTorch's QKV-gradient stack gathers strided rows at
+/// 0.27 of the H100's HBM bandwidth), and overheads up to 200 µs.
+const FRACTION_RANGE: (f64, f64) = (0.1, 1.0);
 const OVERHEAD_RANGE_S: (f64, f64) = (0.0, 200e-6);
 /// Grid points per coordinate and rounds of grid shrinking (by 4× per round).
 const GRID_POINTS: usize = 21;
 const ROUNDS: usize = 5;
+/// Distinct row lengths a class needs for a bandwidth per row length.
+const MIN_ROW_LENGTHS: usize = 3;
 
 /// One measured kernel: a GEMM or vector operator run on all cores of the chip, or a
 /// collective across its group of devices.
@@ -116,6 +123,11 @@ enum Param {
     VectorOverhead(VectorOp),
     VectorBandwidth(VectorOp),
     VectorBackwardBandwidth(VectorOp),
+    /// The fraction at one row length of one of `row_hbm_bandwidth`'s tables.
+    RowBandwidth {
+        table: usize,
+        row: usize,
+    },
     LinkBandwidth,
 }
 
@@ -126,6 +138,7 @@ impl Param {
             | Param::HbmBandwidth
             | Param::VectorBandwidth(_)
             | Param::VectorBackwardBandwidth(_)
+            | Param::RowBandwidth { .. }
             | Param::LinkBandwidth => FRACTION_RANGE,
             Param::GemmOverhead | Param::VectorOverhead(_) => OVERHEAD_RANGE_S,
         }
@@ -139,6 +152,7 @@ impl Param {
             Param::VectorOverhead(op) => eff.vector_overhead_for(op),
             Param::VectorBandwidth(op) => eff.hbm_bandwidth_for(op, Pass::Forward),
             Param::VectorBackwardBandwidth(op) => eff.hbm_bandwidth_for(op, Pass::Backward),
+            Param::RowBandwidth { table, row } => eff.row_hbm_bandwidth[table].hbm_bandwidth[row],
             Param::LinkBandwidth => eff.link_bandwidth,
         }
     }
@@ -153,6 +167,9 @@ impl Param {
             Param::VectorBackwardBandwidth(op) => {
                 eff.vector_op_backward_hbm_bandwidth.set(op, Some(value))
             }
+            Param::RowBandwidth { table, row } => {
+                eff.row_hbm_bandwidth[table].hbm_bandwidth[row] = value
+            }
             Param::LinkBandwidth => eff.link_bandwidth = value,
         }
     }
@@ -164,7 +181,8 @@ impl Param {
 /// The default `vector_overhead_s` becomes the smallest fitted per-primitive overhead (the
 /// leanest measured kernel: the best guess for unmeasured ones), and only primitives that
 /// differ from it keep an override; each measured primitive keeps its own bandwidth, and its
-/// measured backward kernels theirs where it differs.
+/// measured backward kernels theirs where it differs, and each class measured at
+/// `MIN_ROW_LENGTHS` or more row lengths a bandwidth per row length.
 pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency {
     let has = |class: KernelClass| samples.iter().any(|s| KernelClass::of(&s.kind) == class);
     let has_gemm = has(KernelClass::Gemm);
@@ -198,6 +216,7 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
     }
 
     let mut trial = arch.clone();
+    trial.efficiency.row_hbm_bandwidth.clear();
     for &op in &vector_ops {
         trial.efficiency.vector_op_hbm_bandwidth.set(op, None);
         trial
@@ -220,6 +239,21 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
         .flatten()
         .collect();
     descend(&mut trial, samples, &own);
+    // Each table with its primitive's overhead, which one bandwidth over rows of several
+    // lengths had to compromise with.
+    trial.efficiency.row_hbm_bandwidth = row_tables(&trial.efficiency, samples);
+    let rows: Vec<Param> = trial
+        .efficiency
+        .row_hbm_bandwidth
+        .iter()
+        .enumerate()
+        .flat_map(|(table, t)| {
+            (0..t.row_len.len())
+                .map(move |row| Param::RowBandwidth { table, row })
+                .chain([Param::VectorOverhead(t.op)])
+        })
+        .collect();
+    descend(&mut trial, samples, &rows);
 
     let mut eff = trial.efficiency;
     let fitted: Vec<(VectorOp, f64)> = vector_ops
@@ -245,6 +279,33 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
             .set(op, (backward != forward).then_some(backward));
     }
     eff
+}
+
+/// A table per vector class measured at `MIN_ROW_LENGTHS` or more row lengths, at those
+/// lengths, starting from the class's single fitted value; in `VectorOp`, then pass, order.
+fn row_tables(eff: &Efficiency, samples: &[KernelSample]) -> Vec<RowBandwidth> {
+    let mut lengths: BTreeMap<(VectorOp, Pass), Vec<u64>> = BTreeMap::new();
+    for s in samples {
+        if let OpKind::Vector {
+            op, pass, row_len, ..
+        } = s.kind
+        {
+            lengths.entry((op, pass)).or_default().push(row_len);
+        }
+    }
+    lengths
+        .into_iter()
+        .filter_map(|((op, pass), mut row_len)| {
+            row_len.sort_unstable();
+            row_len.dedup();
+            (row_len.len() >= MIN_ROW_LENGTHS).then(|| RowBandwidth {
+                op,
+                pass,
+                hbm_bandwidth: vec![eff.hbm_bandwidth_for(op, pass); row_len.len()],
+                row_len,
+            })
+        })
+        .collect()
 }
 
 /// Coordinate descent of `params` of `trial` on shrinking grids, each started inside its

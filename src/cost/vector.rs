@@ -67,6 +67,8 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
         VectorOp::Relu => vc.add,
         // Scale and mask, running max, subtract, exp, running sum, divide.
         VectorOp::Softmax => vc.mul + 4.0 * vc.add + vc.exp + vc.div,
+        // The same on the half of each row up to the diagonal; the rest is written as zeros.
+        VectorOp::CausalSoftmax => 0.5 * (vc.mul + 4.0 * vc.add + vc.exp + vc.div),
         // Mean; variance (subtract, square, sum); (x − μ)·rstd·γ + β; rstd once per row.
         VectorOp::LayerNorm => 5.0 * vc.add + 3.0 * vc.mul + per_row(vc.sqrt + vc.div),
         // Sum of squares; x·rstd·γ; rstd once per row.
@@ -150,13 +152,14 @@ pub fn vector_cost(
     };
     let n = elements as f64;
     let ebf = eb as f64;
-    let tensors = (traffic.reads + traffic.writes) as f64;
+    let tensors = (traffic.reads + traffic.writes) as f64 + 0.5 * traffic.causal_reads as f64;
     let extra_bytes = (traffic.extra_read_bytes + traffic.extra_write_bytes) as f64;
     let hbm_bytes = n * ((tensors + hbm_rereads) * ebf + extra_bytes);
     let glb_bytes = hbm_bytes;
     let local_bytes = n * ((tensors + local_rereads) * ebf + extra_bytes);
 
-    let hbm_s = hbm_bytes / (arch.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth_for(op, pass));
+    let hbm_s = hbm_bytes
+        / (arch.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth_for_rows(op, pass, row_len));
     let glb_bw =
         arch.glb.bandwidth_bytes_per_s * f64::from(cores) / f64::from(arch.vector.count.max(1));
     let glb_s = glb_bytes / glb_bw;

@@ -33,6 +33,8 @@ fn flops_per_element(op: VectorOp) -> f64 {
         VectorOp::Rotary => 3.0,
         VectorOp::Silu | VectorOp::RmsNorm | VectorOp::Update => 4.0,
         VectorOp::Softmax | VectorOp::CrossEntropy => 5.0,
+        // The softmax's arithmetic on the half of the elements up to the diagonal.
+        VectorOp::CausalSoftmax => 2.5,
         VectorOp::Gelu | VectorOp::LayerNorm => 8.0,
     }
 }
@@ -82,7 +84,8 @@ pub(crate) fn vector_in_pass(
         },
         elem_bytes,
         flops: elements as f64 * flops_per_element(op),
-        bytes_read: mul(&[elements, traffic.reads * e + traffic.extra_read_bytes]),
+        bytes_read: mul(&[elements, traffic.reads * e + traffic.extra_read_bytes])
+            .saturating_add(mul(&[elements / 2, traffic.causal_reads * e])),
         bytes_written: mul(&[elements, traffic.writes * e + traffic.extra_write_bytes])
             .saturating_add(reduced_output_bytes),
     }
