@@ -581,8 +581,8 @@ fn bad_chip_files_name_file_field_and_reason() {
     let m = chip_error(
         "a100.toml",
         "softmax_backward_bandwidth.toml",
-        "copy = 0.36",
-        "copy = 0.36\nsoftmax = 0.0",
+        "softmax = 0.61",
+        "softmax = 0.0",
     );
     assert_mentions(
         &m,
@@ -592,7 +592,8 @@ fn bad_chip_files_name_file_field_and_reason() {
         ],
     );
 
-    // a100.toml holds two tables (softmax, LayerNorm): the appended one is the third.
+    // a100.toml holds four tables (softmax, LayerNorm, the causal softmax both ways): the
+    // appended one is the fifth.
     for (name, table, expected) in [
         (
             "row_table_lengths.toml",
@@ -618,7 +619,7 @@ fn bad_chip_files_name_file_field_and_reason() {
                 "link_byte_j = 80e-12\n\n[[efficiency.row_hbm_bandwidth]]\nop = \"softmax\"\npass = \"forward\"\n{table}"
             ),
         );
-        assert_mentions(&m, &[name, "efficiency.row_hbm_bandwidth[2]", expected]);
+        assert_mentions(&m, &[name, "efficiency.row_hbm_bandwidth[4]", expected]);
     }
 
     let m = chip_error(

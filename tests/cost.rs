@@ -976,13 +976,26 @@ fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
         );
     }
     // Softmax and LayerNorm were timed over rows of 32-32768 elements: a fraction per row
-    // length.
-    assert_eq!(e.row_hbm_bandwidth.len(), fitted.row_hbm_bandwidth.len());
-    for (file, fit) in e.row_hbm_bandwidth.iter().zip(&fitted.row_hbm_bandwidth) {
-        assert_eq!(
-            (file.op, file.pass, &file.row_len),
-            (fit.op, fit.pass, &fit.row_len)
-        );
+    // length. (The file's causal-softmax tables are the H100's: not timed on an A100.)
+    let fitted_ops: Vec<_> = fitted
+        .row_hbm_bandwidth
+        .iter()
+        .map(|t| (t.op, t.pass))
+        .collect();
+    assert_eq!(
+        fitted_ops,
+        [
+            (VectorOp::Softmax, Pass::Forward),
+            (VectorOp::LayerNorm, Pass::Forward)
+        ]
+    );
+    for fit in &fitted.row_hbm_bandwidth {
+        let file = e
+            .row_hbm_bandwidth
+            .iter()
+            .find(|t| (t.op, t.pass) == (fit.op, fit.pass))
+            .expect("the chip file holds the fitted table");
+        assert_eq!(file.row_len, fit.row_len);
         for (i, (&f, &g)) in file
             .hbm_bandwidth
             .iter()

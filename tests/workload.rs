@@ -886,6 +886,56 @@ fn gpt_block_backward_has_bias_and_norm_weight_gradients() {
     op_index(llama_bwd, "ln2.wgrad");
 }
 
+/// `attention_softmax = "fused_causal"` (Megatron-LM's kernel) replaces the attention's
+/// softmax with the causal one: the same scores, read up to the diagonal (half of them) and
+/// written whole, 3 B per fp16 element forward and 4 B backward; BERT's bidirectional
+/// attention cannot take it.
+#[test]
+fn fused_causal_softmax_reads_half_the_scores() {
+    let text = format!("{GOOD}attention_softmax = \"fused_causal\"\n");
+    let fused = Workload::load(&write_temp("fused.toml", &text)).expect("loads");
+    let plain = Workload::load(&write_temp("plain.toml", GOOD)).expect("loads");
+    // 2 sequences of 16 tokens, 4 heads: 2 · 4 · 16² scores.
+    let scores = 2 * 4 * 16 * 16;
+    for (w, op, read, written) in [
+        (&fused, VectorOp::CausalSoftmax, scores, 2 * scores),
+        (&plain, VectorOp::Softmax, 2 * scores, 2 * scores),
+    ] {
+        let graph = w.layer_graph(1, 2, false).expect("graph");
+        let fwd = &block(&graph).fwd;
+        let softmax = &fwd.ops[op_index(fwd, "softmax")];
+        assert_eq!(
+            softmax.kind,
+            OpKind::Vector {
+                op,
+                elements: scores,
+                row_len: 16,
+                pass: Pass::Forward,
+            }
+        );
+        assert_eq!((softmax.bytes_read, softmax.bytes_written), (read, written));
+        let bwd = &block(&graph).bwd;
+        let grad = &bwd.ops[op_index(bwd, "softmax.bwd")];
+        assert_eq!(grad.bytes_read, 2 * read, "{op:?} backward reads y and dy");
+    }
+    let e = load_error(
+        "bert-fused.toml",
+        &text.replace("family = \"gpt\"", "family = \"bert\""),
+    );
+    assert_mentions(
+        &e,
+        &["bert-fused.toml", "`attention_softmax`", "bidirectional"],
+    );
+    let e = load_error(
+        "fused-typo.toml",
+        &format!("{GOOD}attention_softmax = \"fused\"\n"),
+    );
+    assert_mentions(
+        &e,
+        &["fused-typo.toml", "unknown variant `fused`", "fused_causal"],
+    );
+}
+
 /// The layout copies every Megatron-LM (and PyTorch) block runs: the attention context back to
 /// token-major rows before the projection (and its gradient back), and the QKV gradient
 /// assembled from the q, k and v gradients before the projection's backward; and the loss over

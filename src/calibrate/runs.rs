@@ -9,7 +9,7 @@ use crate::error::InputError;
 use crate::model::{evaluate, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{ScheduleCache, ScheduleProblem};
-use crate::workload::{GptSizes, OpGraph, Precision, Workload};
+use crate::workload::{AttentionSoftmax, GptSizes, Model, OpGraph, Precision, Workload};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -282,11 +282,16 @@ pub fn validate_runs(
             seq_len: run.seq,
             global_batch: run.global_batch,
         };
-        let workload = Workload {
+        let mut workload = Workload {
             gradient_accumulation_fusion: false,
             ..Workload::gpt(&run.model, runs_csv, sizes, Precision::Fp16)
                 .map_err(|e| in_row(row, e))?
         };
+        // Megatron-LM's fp16 GPT runs its fused causal softmax (`--masked-softmax-fusion`,
+        // on by default, for score rows of up to 2048).
+        if let Model::Template(template) = &mut workload.model {
+            template.block.softmax = AttentionSoftmax::FusedCausal;
+        }
         let held = plans.by_model.get(&run.model).copied();
         let options = PlanOptions {
             micro_batches: held.map_or(vec![1, 2, 4, 8, 16], |p| vec![p.micro_batch]),

@@ -25,7 +25,7 @@ use crate::error::{parse_json, parse_toml, read_input, InputError};
 pub use crate::vocab::{Pass, VectorOp, VectorTraffic};
 pub use dag::{Dag, DagGraph, DagLayer, DagOp, Scale};
 pub use graph::*;
-pub use template::Template;
+pub use template::{AttentionSoftmax, Template};
 use template::{RawTemplate, Shape};
 
 /// Transformer families the templates generate.

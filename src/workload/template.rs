@@ -49,6 +49,7 @@ pub(crate) struct RawTemplate {
     dropout: Option<bool>,
     tied_embeddings: Option<bool>,
     parallel_block: Option<bool>,
+    attention_softmax: Option<AttentionSoftmax>,
     moe: Option<RawMoe>,
 }
 
@@ -125,6 +126,7 @@ impl RawTemplate {
             dropout: None,
             tied_embeddings: None,
             parallel_block: None,
+            attention_softmax: None,
             moe: None,
         }
     }
@@ -188,6 +190,17 @@ pub enum Positions {
     Rotary,
 }
 
+/// The kernel that normalises the attention scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionSoftmax {
+    /// A softmax over whole rows, as PyTorch's `torch.softmax` runs it.
+    Separate,
+    /// Megatron-LM's fused causal kernel (`scaled_upper_triang_masked_softmax`): scale, mask
+    /// and softmax in one pass that reads each row only up to the diagonal.
+    FusedCausal,
+}
+
 /// The shape of the transformer block and its ends; each family has defaults a file may
 /// override (docs/workloads.md, "Block shape").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -203,13 +216,15 @@ pub struct BlockShape {
     /// Attention and feed-forward both read one normalised input and their outputs are summed
     /// before a single residual add (GPT-J, PaLM), instead of one after the other.
     pub parallel: bool,
+    pub softmax: AttentionSoftmax,
 }
 
 impl BlockShape {
-    /// A short name of every choice, for layer signatures.
+    /// A short name of every choice, for layer signatures (the fused softmax only where
+    /// chosen, so the signatures of the default stay as they were).
     fn tag(&self) -> String {
         format!(
-            "{}-{}-{} bias{} drop{} tied{} par{}",
+            "{}-{}-{} bias{} drop{} tied{} par{}{}",
             match self.norm {
                 Norm::LayerNorm => "ln",
                 Norm::RmsNorm => "rms",
@@ -227,7 +242,11 @@ impl BlockShape {
             u8::from(self.bias),
             u8::from(self.dropout),
             u8::from(self.tied_embeddings),
-            u8::from(self.parallel)
+            u8::from(self.parallel),
+            match self.softmax {
+                AttentionSoftmax::Separate => "",
+                AttentionSoftmax::FusedCausal => " fused-causal-softmax",
+            }
         )
     }
 
@@ -254,6 +273,7 @@ impl BlockShape {
             dropout: !llama,
             tied_embeddings: !llama,
             parallel: false,
+            softmax: AttentionSoftmax::Separate,
         }
     }
 }
@@ -380,6 +400,14 @@ impl RawTemplate {
             })?,
         };
         let block = self.block_shape(family);
+        if family == Family::Bert && block.softmax == AttentionSoftmax::FusedCausal {
+            return Err(InputError::invalid(
+                file,
+                "attention_softmax",
+                "fused_causal masks the keys after each query, but BERT's attention is \
+                 bidirectional; use separate",
+            ));
+        }
         let moe = match &self.moe {
             Some(raw) => Some(raw.validate(file, ffn_hidden, layers)?),
             None => None,
@@ -472,6 +500,7 @@ impl RawTemplate {
             dropout: self.dropout.unwrap_or(default.dropout),
             tied_embeddings: self.tied_embeddings.unwrap_or(default.tied_embeddings),
             parallel: self.parallel_block.unwrap_or(default.parallel),
+            softmax: self.attention_softmax.unwrap_or(default.softmax),
         }
     }
 }
@@ -965,11 +994,11 @@ impl Template {
         };
         let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
         let scores = heads * s * s;
-        let softmax = bld.op(
-            vector("softmax", VectorOp::Softmax, scores, s, e),
-            &[qk],
-            false,
-        );
+        let softmax_op = match self.block.softmax {
+            AttentionSoftmax::Separate => VectorOp::Softmax,
+            AttentionSoftmax::FusedCausal => VectorOp::CausalSoftmax,
+        };
+        let softmax = bld.op(vector("softmax", softmax_op, scores, s, e), &[qk], false);
         let probs = if self.has_dropout() {
             let dropout = vector("attn_dropout", VectorOp::Dropout, scores, 1, e);
             bld.op(dropout, &[softmax], false)
