@@ -33,6 +33,7 @@ fn record() -> SweepRecord {
         search_node_limit: solver.search_node_limit,
         use_ilp: solver.use_ilp,
         inputs_sha256: Vec::new(),
+        max_peak_power_w: None,
     }
 }
 

@@ -614,9 +614,9 @@ fn bad_chip_files_name_file_field_and_reason() {
         let m = chip_error(
             "a100.toml",
             name,
-            "link_byte_j = 80e-12",
+            "static_power_w_per_mm2 = 1.3602",
             &format!(
-                "link_byte_j = 80e-12\n\n[[efficiency.row_hbm_bandwidth]]\nop = \"softmax\"\npass = \"forward\"\n{table}"
+                "static_power_w_per_mm2 = 1.3602\n\n[[efficiency.row_hbm_bandwidth]]\nop = \"softmax\"\npass = \"forward\"\n{table}"
             ),
         );
         assert_mentions(&m, &[name, "efficiency.row_hbm_bandwidth[4]", expected]);

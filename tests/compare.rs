@@ -101,6 +101,7 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
             "hardware-first",
             "co-design",
             "co-design ≤ inside area",
+            "co-design ≤ inside power",
             "fixed-plan co-design"
         ]
     );
@@ -112,9 +113,21 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
     assert!(iso.area_mm2 <= rows[0].area_mm2, "{iso:?}");
     assert!(thr(iso) >= thr(&rows[1]) * (1.0 - 1e-12), "{iso:?}");
     assert!(thr(iso) <= thr(co) * (1.0 + 1e-12), "{iso:?}");
+    // Held to its peak power, likewise: the capped sweep still holds the chip.
+    let iso_power = &rows[8];
+    assert!(
+        iso_power.peak_power_w <= rows[0].peak_power_w,
+        "{iso_power:?}"
+    );
+    assert!(
+        thr(iso_power) >= thr(&rows[1]) * (1.0 - 1e-12),
+        "{iso_power:?}"
+    );
+    assert!(thr(iso_power) <= thr(co) * (1.0 + 1e-12), "{iso_power:?}");
+    assert!(dir.join("tiny.iso-power").join("run.toml").exists());
     // Held to the baseline's fixed plan, the sweep still finds the baseline chip's point (it
     // is in the space): no slower than the baseline with that plan, no faster than co-design.
-    let fixed_co = &rows[8];
+    let fixed_co = &rows[9];
     assert_eq!(
         (fixed_co.tp, fixed_co.pp, fixed_co.dp),
         (Some(1), Some(2), Some(4))
@@ -203,7 +216,7 @@ fn fixed_plan_row_equals_tandem_plan_and_the_cli_writes_the_report() {
         .deserialize()
         .collect::<Result<_, _>>()
         .expect("rows");
-    assert_eq!(rows.len(), 7);
+    assert_eq!(rows.len(), 8);
     let o = run(&[
         "plan",
         "--workload",

@@ -5,11 +5,13 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tandem::arch::SearchSpace;
+use tandem::cost::peak_power_w;
 use tandem::placement::{RecomputeMode, ZeroStage};
 use tandem::schedule::SolverOptions;
 use tandem::search::{
-    finish, merge, run_sweep, DesignRow, Objective, Outcome, Phase, RunOptions, Shard, Sweep,
-    SweepRecord, POINTS_CSV, SCREEN_CSV,
+    finish, merge, read_points, run_sweep, DesignRow, Objective, Outcome, Phase, RunOptions, Shard,
+    Sweep, SweepRecord, POINTS_CSV, SCREEN_CSV,
 };
 
 const FILES: [&str; 5] = [
@@ -112,6 +114,7 @@ fn record(
         search_node_limit: SolverOptions::default().search_node_limit,
         use_ilp: true,
         inputs_sha256: Vec::new(),
+        max_peak_power_w: None,
     }
 }
 
@@ -537,6 +540,81 @@ fn status_reports_done_running_and_stopped_runs() {
 
 /// Bad command lines exit non-zero with the option named.
 #[test]
+fn power_capped_sweep_equals_the_exhaustive_sweep_filtered_by_power() {
+    let tmp = scratch("power-cap");
+    let dir = tmp.path();
+    let tiny = tiny_workload(dir);
+    let space = small_space(dir, "space", (1, 3), (5, 6), (1, 2));
+    let full_dir = dir.join("full");
+    let full = record(
+        vec![tiny.clone()],
+        space.clone(),
+        Objective::Throughput,
+        false,
+    );
+    sweep_into(&full, &full_dir, Shard::WHOLE, false);
+    let rows = read_points(&full_dir.join(POINTS_CSV)).expect("points.csv");
+    let loaded = SearchSpace::load(&space).expect("space");
+    let powers: Vec<f64> = loaded.iter().map(|arch| peak_power_w(&arch)).collect();
+    let power_of = |r: &DesignRow| powers[r.config.expect("config") as usize];
+    let thr = |r: &DesignRow| r.plan().map_or(0.0, |p| p.throughput_samples_per_s);
+    // The best of `rows` (ties to the lowest point id), as the sweep's best.json picks it.
+    let best = |rows: Vec<&DesignRow>| {
+        rows.into_iter()
+            .filter(|r| r.plan().is_some())
+            .max_by(|a, b| thr(a).total_cmp(&thr(b)).then(b.point.cmp(&a.point)))
+            .cloned()
+            .expect("a point with a plan")
+    };
+    let unrestricted = best(rows.iter().collect());
+    // The cap: just below the unrestricted best's peak power, so it binds.
+    let cap = powers
+        .iter()
+        .copied()
+        .filter(|&w| w < power_of(&unrestricted))
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        cap.is_finite(),
+        "the best point is the least hungry: no cap binds"
+    );
+    let brute = best(rows.iter().filter(|r| power_of(r) <= cap).collect());
+
+    let capped_dir = dir.join("capped");
+    let capped = SweepRecord {
+        max_peak_power_w: Some(cap),
+        ..record(vec![tiny], space, Objective::Throughput, true)
+    };
+    sweep_into(&capped, &capped_dir, Shard::WHOLE, false);
+    let sweep = Sweep::from_record(&capped).expect("capped sweep");
+    let kept: Vec<String> = sweep.space.iter().map(|a| a.name).collect();
+    let within: Vec<String> = loaded
+        .iter()
+        .filter(|a| peak_power_w(a) <= cap)
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(kept, within);
+    assert!(kept.len() < loaded.len());
+    let found = finish(&sweep, &capped_dir).expect("summaries");
+    let found = &found.workloads[0].row;
+    assert_ne!(found.arch, unrestricted.arch);
+    assert_eq!(
+        (
+            &found.arch,
+            found.hbm_bytes,
+            found.micro_batch,
+            found.recompute
+        ),
+        (
+            &brute.arch,
+            brute.hbm_bytes,
+            brute.micro_batch,
+            brute.recompute
+        )
+    );
+    assert_eq!(thr(found), thr(&brute));
+}
+
+#[test]
 fn bad_sweep_input_is_reported() {
     let tmp = scratch("bad");
     let dir = tmp.path();
@@ -562,6 +640,10 @@ fn bad_sweep_input_is_reported() {
         (vec!["--shard", "3/2"], "--shard"),
         (vec!["--hbm-gib", "-4"], "--hbm-gib"),
         (vec!["--micro-batch", "0"], "--micro-batch"),
+        (vec!["--max-power-w", "0"], "--max-power-w"),
+        (vec!["--max-power-w", "-300"], "--max-power-w"),
+        (vec!["--max-power-w", "NaN"], "--max-power-w"),
+        (vec!["--max-power-w", "1"], "--max-power-w"),
         (vec!["--resume"], "run.toml"),
     ] {
         let mut args: Vec<&str> = base.to_vec();

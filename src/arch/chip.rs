@@ -237,6 +237,14 @@ pub(crate) fn validate_environment(
         non_negative(file, &field(name), value)?;
         within(file, &field(name), value, (0.0, ENERGY_J))?;
     }
+    let static_power = field("energy.static_power_w_per_mm2");
+    non_negative(file, &static_power, energy.static_power_w_per_mm2)?;
+    within(
+        file,
+        &static_power,
+        energy.static_power_w_per_mm2,
+        (0.0, STATIC_POWER_W_PER_MM2),
+    )?;
     Ok(())
 }
 
@@ -294,6 +302,7 @@ fn validate_tiers(file: &Path, prefix: &str, tiers: &[Tier]) -> Result<(), Input
 const CLOCK_HZ: (f64, f64) = (1e6, 1e11);
 const BANDWIDTH_BYTES_PER_S: (f64, f64) = (1e3, 1e16);
 const ENERGY_J: f64 = 1e-6;
+const STATIC_POWER_W_PER_MM2: f64 = 100.0;
 const TIME_S: f64 = 1.0;
 const VECTOR_CYCLES: f64 = 1e6;
 const DIE_AREA_MM2: f64 = 1e5;

@@ -448,6 +448,20 @@ pub struct EnergyCosts {
     pub hbm_byte_j: f64,
     /// One byte sent over an inter-device link.
     pub link_byte_j: f64,
+    /// Static power (leakage, clock tree, control) per mm² of modelled (template) area: the
+    /// board power no kernel's energy accounts for (docs/design.md §3, "Peak power"). Absent
+    /// from a chip file: [`DEFAULT_STATIC_POWER_W_PER_MM2`].
+    #[serde(default = "default_static_power_w_per_mm2")]
+    pub static_power_w_per_mm2: f64,
+}
+
+/// Static power per mm² of template area fitted to the H100's measured kernels
+/// (`tandem power --arch arch_specs/h100.calibrated.toml --fit calibration/data/h100/kernels.csv`):
+/// the default of chips and spaces that give none, an assumption for any chip but the H100.
+pub const DEFAULT_STATIC_POWER_W_PER_MM2: f64 = 1.3602;
+
+fn default_static_power_w_per_mm2() -> f64 {
+    DEFAULT_STATIC_POWER_W_PER_MM2
 }
 
 /// How a device runs the operators of one layer.

@@ -228,8 +228,32 @@ pub struct SearchSpace {
     /// area bound.
     waivers: Vec<Vec<(Field, u64)>>,
     raw_len: usize,
+    /// Configurations whose peak power exceeds the cap are left out.
+    power_cap: Option<PowerCap>,
     /// `block_starts[b]` = accepted points before raw block `b`; the last entry is `len`.
     block_starts: OnceLock<Vec<usize>>,
+}
+
+/// A ceiling on a configuration's peak power, with the model that prices it (the cost layer's:
+/// this layer cannot price kernels).
+#[derive(Clone, Copy)]
+struct PowerCap {
+    max_peak_power_w: f64,
+    peak_power_w: fn(&ArchConfig) -> f64,
+}
+
+impl PowerCap {
+    fn admits(&self, arch: &ArchConfig) -> bool {
+        (self.peak_power_w)(arch) <= self.max_peak_power_w
+    }
+}
+
+impl std::fmt::Debug for PowerCap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PowerCap")
+            .field("max_peak_power_w", &self.max_peak_power_w)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SearchSpace {
@@ -389,6 +413,7 @@ impl SearchSpace {
             min_fraction: 0.0,
             waivers: Vec::new(),
             raw_len,
+            power_cap: None,
             block_starts: OnceLock::new(),
         };
         space.set_area_window(file, raw.area)?;
@@ -463,6 +488,23 @@ impl SearchSpace {
         Ok(area_fields(&point).breakdown().total_mm2)
     }
 
+    /// The space without the configurations whose `peak_power_w` exceeds `max_peak_power_w`
+    /// (watts): the configurations that remain keep their order and are numbered afresh.
+    pub fn with_power_cap(
+        self,
+        max_peak_power_w: f64,
+        peak_power_w: fn(&ArchConfig) -> f64,
+    ) -> SearchSpace {
+        SearchSpace {
+            power_cap: Some(PowerCap {
+                max_peak_power_w,
+                peak_power_w,
+            }),
+            block_starts: OnceLock::new(),
+            ..self
+        }
+    }
+
     /// The space's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -478,13 +520,13 @@ impl SearchSpace {
         self.budget_mm2
     }
 
-    /// Number of configurations that satisfy the area window. The first call makes one pass
-    /// over the raw product (in parallel); later calls are free.
+    /// Number of configurations that satisfy the area window (and the power cap, if any). The
+    /// first call makes one pass over the raw product (in parallel); later calls are free.
     pub fn len(&self) -> usize {
         self.block_starts().last().copied().unwrap_or(0)
     }
 
-    /// Whether no configuration satisfies the area window.
+    /// Whether no configuration satisfies the area window (and the power cap, if any).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -511,9 +553,9 @@ impl SearchSpace {
 
     /// Whether `arch` has the compute and memory structure of a point of the space: every
     /// searched field takes one of its values, ties and derived local buffers hold, the area
-    /// lies in the window, and clock and HBM bandwidth equal the base. Name, HBM capacity,
-    /// GLB bandwidth (derived from the structure), interconnect, efficiency, vector cycles
-    /// and energy are not compared.
+    /// lies in the window (and, under a power cap, the point's peak power within it), and clock
+    /// and HBM bandwidth equal the base. Name, HBM capacity, GLB bandwidth (derived from the
+    /// structure), interconnect, efficiency, vector cycles and energy are not compared.
     pub fn contains(&self, arch: &ArchConfig) -> bool {
         let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
         if !same(arch.clock_hz, self.base.clock_hz)
@@ -531,7 +573,12 @@ impl SearchSpace {
             .all(|d| d.values.contains(&point[d.field as usize]));
         let mut completed = point;
         self.complete(&mut completed);
-        in_dimensions && completed == point && self.accepts(&point)
+        in_dimensions
+            && completed == point
+            && self.accepts(&point)
+            && self
+                .power_cap
+                .is_none_or(|cap| cap.admits(&self.build(&point)))
     }
 
     fn block_starts(&self) -> &[usize] {
@@ -556,7 +603,8 @@ impl SearchSpace {
         })
     }
 
-    /// The point at raw product index `raw` when it satisfies the area window.
+    /// The point at raw product index `raw` when it satisfies the area window and the power
+    /// cap.
     fn accepted_point(&self, raw: usize) -> Option<Point> {
         let mut point = [0u64; 8];
         let mut rest = raw;
@@ -565,7 +613,8 @@ impl SearchSpace {
             rest /= dim.values.len();
         }
         self.complete(&mut point);
-        self.accepts(&point).then_some(point)
+        let powered = |p: &Point| self.power_cap.is_none_or(|cap| cap.admits(&self.build(p)));
+        (self.accepts(&point) && powered(&point)).then_some(point)
     }
 
     /// Fills tied and derived fields from the searched ones.

@@ -13,8 +13,9 @@ use tandem::workload::Workload;
 
 /// Compare, per workload: each baseline chip with the fixed plan of the plans file and with
 /// the searched plan, the decoupled search (the space's best chip for one layer on one device,
-/// then planned) and co-design (the joint search of `tandem search`). Writes OUT/compare.csv,
-/// compare.md, compare.svg, and each workload's sweep under OUT/sweeps/.
+/// then planned) and co-design (the joint search of `tandem search`; also held to the first
+/// baseline's area, and to its peak power by a sweep capped with `--max-power-w`). Writes
+/// OUT/compare.csv, compare.md, compare.svg, and each workload's sweeps under OUT/sweeps/.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workload file; repeat for several.

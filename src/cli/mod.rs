@@ -8,6 +8,7 @@ mod inspect;
 mod merge;
 mod place;
 mod plan;
+mod power;
 mod schedule;
 mod search;
 mod status;
@@ -31,6 +32,7 @@ pub struct Cli {
 enum Command {
     Inspect(inspect::Args),
     Area(area::Args),
+    Power(power::Args),
     Schedule(schedule::Args),
     Plan(plan::Args),
     Place(place::Args),
@@ -46,6 +48,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Area(args) => area::run(&args),
+        Command::Power(args) => power::run(&args),
         Command::Schedule(args) => schedule::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Place(args) => place::run(&args),

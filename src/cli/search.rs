@@ -60,6 +60,10 @@ pub struct Args {
     /// Evaluate every point (no pruning).
     #[arg(long)]
     no_prune: bool,
+    /// Search only configurations whose peak power (static power of the template area plus
+    /// the dynamic power of the densest kernel: `tandem power`) is at most this many watts.
+    #[arg(long, value_name = "W", allow_negative_numbers = true)]
+    max_power_w: Option<f64>,
     #[command(flatten)]
     solver: SolverArgs,
     /// No progress bar.
@@ -129,11 +133,15 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         search_node_limit: args.solver.limits.search_node_limit,
         use_ilp: !args.solver.no_ilp,
         inputs_sha256: Vec::new(),
+        max_peak_power_w: args.max_power_w,
     };
     let sweep = Sweep::from_record(&record)?;
     eprintln!(
-        "sweeping {} configurations × {} HBM × {} micro-batch × {} recompute × {} workload(s){}",
+        "sweeping {} configurations{} × {} HBM × {} micro-batch × {} recompute × {} workload(s){}",
         sweep.space.len(),
+        sweep
+            .max_peak_power_w
+            .map_or(String::new(), |cap| format!(" (peak power ≤ {cap} W)")),
         sweep.hbm_bytes.len(),
         sweep.micro_batches.len(),
         sweep.recompute.len(),

@@ -6,7 +6,9 @@
 //! arithmetic against a memory term) and [`collective_cost`] (ring / point-to-point α-β).
 //! [`CostModel`] wraps them for the schedule stage: it is `Send + Sync` and memoises on
 //! `(OpKind, elem_bytes)`, which fully determine an operator's cost. [`fit_efficiency`]
-//! fits a chip's few efficiency parameters to measured kernels.
+//! fits a chip's few efficiency parameters to measured kernels; [`peak_power`] is a chip's
+//! static power plus the dynamic power of its densest kernel, and [`fit_static_power`] fits the
+//! static part to kernels measured with their board power.
 //!
 //! GEMM arithmetic runs at the chip's sustained, power-limited clock; each vector primitive at
 //! its own achieved HBM bandwidth and overhead where the chip file sets them, its backward
@@ -17,11 +19,16 @@
 mod collective;
 mod fit;
 mod gemm;
+mod power;
 mod vector;
 
 pub use collective::{collective_cost, CollectiveCost};
 pub use fit::{class_errors, fit_efficiency, predicted_latency_s, KernelClass, KernelSample};
 pub use gemm::{gemm_cost, GemmCost, GemmTile};
+pub use power::{
+    fit_static_power, peak_power, peak_power_w, static_power_w, PeakPower, PowerRow, PowerSample,
+    StaticPowerFit, MIN_POWER_WINDOW_S, PEAK_GEMM_EDGE, PEAK_STREAM_ELEMENTS,
+};
 pub use vector::{vector_cost, vector_cycles_per_element, VectorCost};
 
 use crate::arch::ArchConfig;

@@ -8,7 +8,7 @@ use super::{
     Sweep, SweepError, SweepRecord,
 };
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
-use crate::cost::CostModel;
+use crate::cost::{peak_power_w, CostModel};
 use crate::error::{parse_toml, read_input, InputError};
 use crate::model::{evaluate, layer_costs, EvaluateError, Evaluation, LayerCosts, PlanOptions};
 use crate::output::{write_atomic, DirLock};
@@ -82,6 +82,8 @@ pub struct CompareRow {
     pub glb_bytes: u64,
     pub hbm_bytes: u64,
     pub area_mm2: f64,
+    /// Static power plus the dynamic power of the chip's densest kernel (`cost::peak_power`).
+    pub peak_power_w: f64,
     /// Whether the chip (with this HBM size) is a point of the co-design sweep.
     pub in_space: bool,
     pub tp: Option<u32>,
@@ -122,6 +124,7 @@ impl CompareRow {
             glb_bytes: arch.glb.bytes,
             hbm_bytes,
             area_mm2: area_breakdown(arch).total_mm2,
+            peak_power_w: peak_power_w(arch),
             in_space,
             tp: None,
             pp: None,
@@ -310,7 +313,9 @@ impl Comparison {
     }
 
     /// A co-design sweep of the space into `dir` (resumed where it has run before), with the
-    /// plan widths `fixed` held, and its best point as a row named `name`.
+    /// plan widths `fixed` held and only configurations of peak power at most
+    /// `max_peak_power_w` (none: all), and its best point as a row named `name`.
+    #[allow(clippy::too_many_arguments)]
     fn codesign_row(
         &self,
         workload: &Workload,
@@ -318,6 +323,7 @@ impl Comparison {
         dir: &Path,
         name: &str,
         fixed: Fixed,
+        max_peak_power_w: Option<f64>,
         fallback_chip: &ArchConfig,
     ) -> Result<(CompareRow, Sweep), SweepError> {
         let record = SweepRecord {
@@ -342,6 +348,7 @@ impl Comparison {
             search_node_limit: self.solver.search_node_limit,
             use_ilp: self.solver.use_ilp,
             inputs_sha256: Vec::new(),
+            max_peak_power_w,
         };
         let sweep = Sweep::from_record(&record)?;
         let resume = dir.join(super::RUN_TOML).exists();
@@ -419,7 +426,42 @@ impl Comparison {
         )
     }
 
-    /// The table of one workload; the co-design sweep runs into `sweep_dir`.
+    /// Co-design held to the peak power `max_peak_power_w` (watts): the best point of a sweep
+    /// of the space's configurations of peak power at most it, into `dir` (power is no
+    /// dimension of the unrestricted sweep's Pareto front, so that front cannot answer).
+    fn iso_power_row(
+        &self,
+        workload: &Workload,
+        workload_path: &Path,
+        dir: &Path,
+        name: String,
+        max_peak_power_w: f64,
+        fallback_chip: &ArchConfig,
+    ) -> Result<CompareRow, SweepError> {
+        let capped = self
+            .space
+            .clone()
+            .with_power_cap(max_peak_power_w, peak_power_w);
+        if capped.is_empty() {
+            let mut row = CompareRow::new(&workload.name, name, fallback_chip, 0, true);
+            row.note = "no design point of the space fits under that power".into();
+            return Ok(row);
+        }
+        let (row, _) = self.codesign_row(
+            workload,
+            workload_path,
+            dir,
+            &name,
+            Fixed::default(),
+            Some(max_peak_power_w),
+            fallback_chip,
+        )?;
+        Ok(row)
+    }
+
+    /// The table of one workload; the co-design sweep runs into `sweep_dir`, the one held to
+    /// the first baseline's peak power into `<sweep_dir>.iso-power` and the one holding the
+    /// fixed plan into `<sweep_dir>.fixed-plan`.
     pub fn compare_workload(
         &self,
         workload: &Workload,
@@ -477,6 +519,7 @@ impl Comparison {
             sweep_dir,
             "co-design",
             Fixed::default(),
+            None,
             &decoupled,
         )?;
         rows.push(codesign);
@@ -489,6 +532,15 @@ impl Comparison {
                 sweep_dir,
                 format!("co-design ≤ {} area", reference.name),
                 area_breakdown(reference).total_mm2,
+                &decoupled,
+            )?);
+            // ... and no hungrier: a faster chip that draws more power has not won alone either.
+            rows.push(self.iso_power_row(
+                workload,
+                workload_path,
+                &sweep_dir.with_file_name(format!("{}.iso-power", workload.name)),
+                format!("co-design ≤ {} power", reference.name),
+                peak_power_w(reference),
                 &decoupled,
             )?);
         }
@@ -507,6 +559,7 @@ impl Comparison {
                         virtual_stages: None,
                         ep: None,
                     },
+                    None,
                     &decoupled,
                 )?;
                 rows.push(row);
@@ -564,10 +617,11 @@ fn plan_cell(r: &CompareRow) -> String {
 
 /// One workload's rows as a Markdown table (also what the CLI prints).
 pub fn markdown_table(rows: &[CompareRow]) -> String {
-    const HEADER: [&str; 13] = [
+    const HEADER: [&str; 14] = [
         "row",
         "chip",
         "mm²",
+        "peak W",
         "HBM GiB",
         "plan",
         "b",
@@ -586,6 +640,7 @@ pub fn markdown_table(rows: &[CompareRow]) -> String {
                 cell(&r.row),
                 cell(&r.chip),
                 format!("{:.1}", r.area_mm2),
+                format!("{:.0}", r.peak_power_w),
                 format!("{:.0}", report::gib(r.hbm_bytes)),
                 plan_cell(r),
                 opt(r.micro_batch),

@@ -1,6 +1,9 @@
 //! Batch design-space sweeps (docs/design.md §7): every configuration of a search space × HBM
 //! size × micro-batch × recompute mode, for one or several workloads, each design point with
-//! its own best parallel plan, streamed to `points.csv`.
+//! its own best parallel plan, streamed to `points.csv`. With a power cap (`--max-power-w`)
+//! the space holds only the configurations of peak power at most the cap
+//! (`SearchSpace::with_power_cap`, priced by `cost::peak_power_w`): everything below sees that
+//! smaller space.
 //!
 //! # Determinism, shards and resume
 //!
@@ -32,7 +35,7 @@ use super::screen::Screen;
 use super::status::StatusFile;
 use super::DesignRow;
 use crate::arch::{ArchConfig, SearchSpace};
-use crate::cost::CostModel;
+use crate::cost::{peak_power_w, CostModel};
 use crate::model::{
     evaluate_faster_than, evaluate_on, tensor_widths, throughput_bound, Evaluation, LayerWork,
     PlanBound, PlanOptions, BOUND_SLACK,
@@ -134,6 +137,8 @@ pub struct Sweep {
     pub objective: Objective,
     pub prune: bool,
     pub solver: SolverOptions,
+    /// The space's configurations are those of peak power at most this (watts; none: all).
+    pub max_peak_power_w: Option<f64>,
     /// Per workload: hardware FLOPs per iteration without and with full recompute (the
     /// peak-FLOP bound needs them for every point; building them walks the model).
     hardware_flops: Vec<[f64; 2]>,
@@ -177,6 +182,10 @@ pub struct SweepRecord {
     /// [`run_sweep`]; absent from sweeps recorded before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs_sha256: Vec<String>,
+    /// Only configurations of peak power at most this many watts (`--max-power-w`; absent:
+    /// all), the space filtered before any point is screened or evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_peak_power_w: Option<f64>,
 }
 
 fn all_searched(fixed: &Fixed) -> bool {
@@ -252,7 +261,7 @@ impl SweepRecord {
                 &now[..now.len().min(12)]
             ));
         }
-        let settings: [(&str, String, String); 14] = [
+        let settings: [(&str, String, String); 15] = [
             (
                 "tandem version",
                 previous.tandem_version.clone(),
@@ -322,6 +331,11 @@ impl SweepRecord {
                 "--no-ilp",
                 (!previous.use_ilp).to_string(),
                 (!self.use_ilp).to_string(),
+            ),
+            (
+                "--max-power-w",
+                format!("{:?}", previous.max_peak_power_w),
+                format!("{:?}", self.max_peak_power_w),
             ),
         ];
         settings
@@ -423,9 +437,18 @@ impl Sweep {
                 ]
             })
             .collect();
+        let mut space = SearchSpace::load(&record.space).map_err(input)?;
+        if let Some(cap) = record.max_peak_power_w {
+            if !(cap.is_finite() && cap > 0.0) {
+                return Err(SweepError::Input(format!(
+                    "--max-power-w: must be a positive number of watts, got {cap}"
+                )));
+            }
+            space = space.with_power_cap(cap, peak_power_w);
+        }
         let mut sweep = Sweep {
             workloads,
-            space: SearchSpace::load(&record.space).map_err(input)?,
+            space,
             devices: record.devices,
             micro_batches: record.micro_batches.clone(),
             recompute: record.recompute.clone(),
@@ -435,6 +458,7 @@ impl Sweep {
             objective: record.objective,
             prune: record.prune,
             solver,
+            max_peak_power_w: record.max_peak_power_w,
             hardware_flops,
             layer_work: Vec::new(),
         };
@@ -536,7 +560,13 @@ impl Sweep {
             return bad(&format!("--recompute: {r} is given twice"));
         }
         if self.space.is_empty() {
-            return bad("--space: no configuration lies inside the space's area window");
+            return bad(&match self.max_peak_power_w {
+                Some(cap) => format!(
+                    "--max-power-w: no configuration inside the space's area window has a peak \
+                     power of at most {cap} W"
+                ),
+                None => "--space: no configuration lies inside the space's area window".into(),
+            });
         }
         Ok(())
     }
