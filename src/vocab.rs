@@ -45,9 +45,12 @@ pub enum VectorOp {
     /// of norm weights, a separate kernel after the weight-gradient GEMM or the norm's backward.
     ColumnSum,
     /// A layout copy: one read and one write per element and no arithmetic (the attention
-    /// context's transpose back to token-major rows; the QKV gradient assembled from the q, k
-    /// and v gradients).
+    /// context's transpose back to token-major rows, and its gradient the other way).
     Copy,
+    /// Several strided tensors gathered into one (the QKV gradient assembled from the q, k and
+    /// v gradients: PyTorch's and Megatron-LM's backward of splitting the fused projection).
+    /// The same bytes as a copy, but a gather of its own kernel.
+    Stack,
     /// A conversion between the operand precision and fp32: the forward pass widens (the
     /// logits the loss reads; gradients copied up to mixed precision's fp32 main copy), its
     /// backward narrows (the logits' gradient; the main weights copied back after the step).
@@ -61,7 +64,7 @@ pub enum VectorOp {
 
 impl VectorOp {
     /// Every primitive, in declaration order.
-    pub const ALL: [VectorOp; 19] = [
+    pub const ALL: [VectorOp; 20] = [
         VectorOp::Add,
         VectorOp::Mul,
         VectorOp::Gelu,
@@ -78,6 +81,7 @@ impl VectorOp {
         VectorOp::Update,
         VectorOp::ColumnSum,
         VectorOp::Copy,
+        VectorOp::Stack,
         VectorOp::Cast,
         VectorOp::Scale,
         VectorOp::Norm,
@@ -102,6 +106,7 @@ impl VectorOp {
             VectorOp::Update => "update",
             VectorOp::ColumnSum => "column_sum",
             VectorOp::Copy => "copy",
+            VectorOp::Stack => "stack",
             VectorOp::Cast => "cast",
             VectorOp::Scale => "scale",
             VectorOp::Norm => "norm",
@@ -200,7 +205,7 @@ impl VectorOp {
             // kernel (bias and norm-weight gradients), the same in either pass.
             (VectorOp::ColumnSum, _) => tensors(1, 0),
             // The gradient of a layout copy is the inverse copy.
-            (VectorOp::Copy, _) => tensors(1, 1),
+            (VectorOp::Copy | VectorOp::Stack, _) => tensors(1, 1),
             // Operand-precision values in, fp32 out; and back.
             (VectorOp::Cast, Pass::Forward) => VectorTraffic {
                 extra_write_bytes: 4,

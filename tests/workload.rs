@@ -949,10 +949,15 @@ fn gpt_block_has_layout_copies_and_the_loss_runs_over_fp32_logits() {
     let copy = |graph: &OpGraph, name: &str, elements: u64, pass: Pass| {
         let i = op_index(graph, name);
         let op = &graph.ops[i];
+        let kernel = if name == "qkv_split.bwd" {
+            VectorOp::Stack
+        } else {
+            VectorOp::Copy
+        };
         assert_eq!(
             op.kind,
             OpKind::Vector {
-                op: VectorOp::Copy,
+                op: kernel,
                 elements,
                 row_len: 1,
                 pass,

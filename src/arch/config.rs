@@ -292,6 +292,8 @@ pub struct PerVectorOp {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub copy: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cast: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
@@ -324,6 +326,7 @@ impl PerVectorOp {
             VectorOp::Update => self.update,
             VectorOp::ColumnSum => self.column_sum,
             VectorOp::Copy => self.copy,
+            VectorOp::Stack => self.stack,
             VectorOp::Cast => self.cast,
             VectorOp::Scale => self.scale,
             VectorOp::Norm => self.norm,
@@ -349,6 +352,7 @@ impl PerVectorOp {
             VectorOp::Update => &mut self.update,
             VectorOp::ColumnSum => &mut self.column_sum,
             VectorOp::Copy => &mut self.copy,
+            VectorOp::Stack => &mut self.stack,
             VectorOp::Cast => &mut self.cast,
             VectorOp::Scale => &mut self.scale,
             VectorOp::Norm => &mut self.norm,

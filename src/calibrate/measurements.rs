@@ -396,11 +396,11 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             "add" => op(vector(VectorOp::Add)),
             "cross_entropy" => op(vector(VectorOp::CrossEntropy)),
             "cross_entropy_bwd" => op(vector_pass(VectorOp::CrossEntropy, Pass::Backward)),
-            // Layout copies: the attention context's transpose to token-major rows, and the
-            // backward of the fused QKV projection's split, which stacks three head-major
-            // gradients into token-major rows (collect.py's `copies`).
+            // Layout copies (collect.py's `copies`): the attention context's transpose to
+            // token-major rows, and the backward of the fused QKV projection's split, which
+            // stacks three head-major gradients into token-major rows.
             "copy" => op(vector(VectorOp::Copy)),
-            "stack" => op(vector_pass(VectorOp::Copy, Pass::Backward)),
+            "stack" => op(vector(VectorOp::Stack)),
             // fp16/bf16 → fp32 (`dtype` is the narrow side) and back.
             "cast" => op(vector(VectorOp::Cast)),
             "cast_bwd" => op(vector_pass(VectorOp::Cast, Pass::Backward)),

@@ -968,7 +968,7 @@ impl Template {
         // concatenation kernel) before the projection's own backward.
         let concat = vector_in_pass(
             "qkv_split.bwd",
-            VectorOp::Copy,
+            VectorOp::Stack,
             Pass::Backward,
             tokens * qkv_width,
             1,
