@@ -1017,13 +1017,22 @@ impl Template {
             preds: vec![probs, qkv],
             leaf: Vec::new(),
         });
-        // The context, batched by head, goes back to token-major rows for the projection (and
-        // its gradient the other way).
-        let context = bld.op(
-            vector("context_transpose", VectorOp::Copy, tokens * q_width, 1, e),
-            &[av],
-            false,
-        );
+        // The context, batched by head, goes back to token-major rows for the projection. Its
+        // gradient goes the other way as a view: the batched GEMMs' backward reads it strided,
+        // and no copy kernel runs (PyTorch's profile of an iteration: one transpose per block
+        // forward, none in the backward).
+        let context = bld.push(Node {
+            fwd: Some(vector(
+                "context_transpose",
+                VectorOp::Copy,
+                tokens * q_width,
+                1,
+                e,
+            )),
+            preds: vec![av],
+            grad: Vec::new(),
+            leaf: Vec::new(),
+        });
         let proj = bld.linear(gemm("proj", 1, tokens, h, q_width, e), &[context], bias);
         // A sequential block finishes attention (all-reduce, dropout, residual) and normalises
         // again; a parallel block feeds the same normalised input to the feed-forward branch.
