@@ -297,6 +297,26 @@ fn bad_input_names_file_field_and_reason_and_exits_1() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope.toml"));
+    // Expert parallelism asked of a dense model: bad input, not "no plan fits".
+    let out = tandem(&[
+        "plan",
+        "--workload",
+        "workloads/gpt3-175b.toml",
+        "--arch",
+        "arch_specs/h100.toml",
+        "--devices",
+        "64",
+        "--ep",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--ep 2")
+            && err.contains("gpt3-175b.toml")
+            && err.contains("no expert layers"),
+        "{err}"
+    );
     let run = tandem_cmd(&[
         "plan",
         "--workload",

@@ -152,6 +152,15 @@ impl From<Layout> for DeviceLayout {
 
 pub fn run(args: &Args) -> Result<ExitCode> {
     let workload = Workload::load(&args.workload)?;
+    if args.ep.is_some_and(|e| e > 1) && !workload.has_experts() {
+        anyhow::bail!(
+            "--ep {}: {} ({}) has no expert layers to divide (expert parallelism needs a [moe] \
+             table)",
+            args.ep.unwrap_or(1),
+            workload.name,
+            args.workload.display()
+        );
+    }
     let arch = load_chip(&args.chip.arch)?;
     let options = PlanOptions {
         devices: args.chip.devices()?,

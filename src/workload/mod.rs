@@ -416,6 +416,12 @@ impl Workload {
             .then(|| ops::vector("grad_accumulate", VectorOp::Add, params, 1, grads))
     }
 
+    /// Whether the model has mixture-of-experts layers (a template's `[moe]` table; operator
+    /// DAGs have none), which expert parallelism divides.
+    pub fn has_experts(&self) -> bool {
+        matches!(&self.model, Model::Template(t) if t.moe.is_some())
+    }
+
     /// Tokens per sample.
     pub fn tokens_per_sample(&self) -> u64 {
         self.seq_len
