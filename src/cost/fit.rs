@@ -41,11 +41,13 @@ pub struct KernelSample {
     pub measured_s: f64,
 }
 
-/// The model's latency for `sample` on all cores of `arch` (a collective across its group).
-pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> f64 {
+/// The model's latency and energy for `sample` on all cores of `arch`: `(latency_s,
+/// energy_j)`; `None` for a collective, which runs on several devices.
+pub fn on_all_cores(arch: &ArchConfig, sample: &KernelSample) -> Option<(f64, f64)> {
     match sample.kind {
         OpKind::Gemm { batch, m, n, k } => {
-            gemm_cost(arch, batch, m, n, k, sample.elem_bytes, arch.tensor.count).latency_s
+            let c = gemm_cost(arch, batch, m, n, k, sample.elem_bytes, arch.tensor.count);
+            Some((c.latency_s, c.energy_j))
         }
         OpKind::Vector {
             op,
@@ -53,22 +55,23 @@ pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> f64 {
             row_len,
             pass,
         } => {
-            vector_cost(
-                arch,
-                op,
-                pass,
-                elements,
-                row_len,
-                sample.elem_bytes,
-                arch.vector.count,
-            )
-            .latency_s
+            let cores = arch.vector.count;
+            let c = vector_cost(arch, op, pass, elements, row_len, sample.elem_bytes, cores);
+            Some((c.latency_s, c.energy_j))
         }
+        OpKind::Collective { .. } => None,
+    }
+}
+
+/// The model's latency for `sample` on all cores of `arch` (a collective across its group).
+pub fn predicted_latency_s(arch: &ArchConfig, sample: &KernelSample) -> f64 {
+    match sample.kind {
         OpKind::Collective {
             collective,
             bytes,
             group,
         } => collective_cost(arch, collective, bytes, group).latency_s,
+        _ => on_all_cores(arch, sample).map_or(0.0, |(latency_s, _)| latency_s),
     }
 }
 

@@ -23,7 +23,9 @@ mod power;
 mod vector;
 
 pub use collective::{collective_cost, CollectiveCost};
-pub use fit::{class_errors, fit_efficiency, predicted_latency_s, KernelClass, KernelSample};
+pub use fit::{
+    class_errors, fit_efficiency, on_all_cores, predicted_latency_s, KernelClass, KernelSample,
+};
 pub use gemm::{gemm_cost, GemmCost, GemmTile};
 pub use power::{
     fit_static_power, peak_power, peak_power_w, static_power_w, PeakPower, PowerRow, PowerSample,

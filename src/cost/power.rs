@@ -12,7 +12,7 @@
 //! timed: board power = static + the model's dynamic power (its energy of the kernel over the
 //! measured time), so each row gives one value of static power and the fit is their median.
 
-use super::{gemm_cost, vector_cost, KernelSample};
+use super::{gemm_cost, on_all_cores, vector_cost, KernelSample};
 use crate::arch::{area_breakdown, ArchConfig};
 use crate::workload::{OpKind, Pass, VectorOp};
 use serde::Serialize;
@@ -139,23 +139,9 @@ pub fn fit_static_power(arch: &ArchConfig, samples: &[PowerSample]) -> Option<St
     let (mut without_sample, mut short_window, mut collectives) = (0, 0, 0);
     for sample in samples {
         let kernel = &sample.kernel;
-        let energy_j = match kernel.kind {
-            OpKind::Gemm { batch, m, n, k } => {
-                gemm_cost(arch, batch, m, n, k, kernel.elem_bytes, arch.tensor.count).energy_j
-            }
-            OpKind::Vector {
-                op,
-                elements,
-                row_len,
-                pass,
-            } => {
-                let cores = arch.vector.count;
-                vector_cost(arch, op, pass, elements, row_len, kernel.elem_bytes, cores).energy_j
-            }
-            OpKind::Collective { .. } => {
-                collectives += 1;
-                continue;
-            }
+        let Some((_, energy_j)) = on_all_cores(arch, kernel) else {
+            collectives += 1;
+            continue;
         };
         let Some(board_power_w) = sample.board_power_w else {
             without_sample += 1;
