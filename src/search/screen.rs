@@ -102,6 +102,10 @@ pub(super) struct Screen {
     pub stats: ScreenStats,
 }
 
+/// A point's plan bound and achievable throughput (samples/s), as [`Sweep::refine_point`]
+/// gives them.
+type Refined = (Option<f64>, Option<f64>);
+
 /// What the plan-bound and list-schedule searches of a point found ([`HbmOutcome`]), for its
 /// points at other HBM sizes; `None` where a search did not run or failed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -277,7 +281,7 @@ impl Sweep {
         work_bound: f64,
         staircase: f64,
         known: &Mutex<HashMap<usize, Known>>,
-    ) -> Result<(Option<f64>, Option<f64>), SweepError> {
+    ) -> Result<Refined, SweepError> {
         let (config, w, h) = self.point_hardware(id);
         let sibling = id - h * self.points_per_hardware();
         let before = known
@@ -312,7 +316,7 @@ impl Sweep {
         staircase: f64,
         before: &Known,
         now: &mut Known,
-    ) -> Result<(Option<f64>, Option<f64>), SweepError> {
+    ) -> Result<Refined, SweepError> {
         let workload = &self.workloads[w];
         let cost = CostModel::new(&self.config(config)?);
         let options = self.point_options(id);
@@ -551,8 +555,8 @@ impl Sweep {
                 });
                 chains[c].push(j);
             }
-            let mut refined: Vec<(Option<f64>, Option<f64>)> = vec![(None, None); batch.len()];
-            let per_chain: Vec<Vec<(usize, (Option<f64>, Option<f64>))>> = chains
+            let mut refined: Vec<Refined> = vec![(None, None); batch.len()];
+            let per_chain: Vec<Vec<(usize, Refined)>> = chains
                 .par_iter()
                 .map(|chain| {
                     chain
