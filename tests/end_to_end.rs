@@ -1424,3 +1424,42 @@ fn optimizer_step_streams_adam_state_through_hbm() {
         block.optimizer_step_s
     );
 }
+
+/// A plan-bound search settled by the same search at a larger HBM size (the sweep's screen
+/// shares them between a point's HBM sizes) gives what the search itself gives: the bound and
+/// the outcome, at every threshold, whether the larger size's fastest plan fits or not.
+#[test]
+fn plan_bound_settled_at_a_larger_hbm_equals_the_search() {
+    use tandem::model::{throughput_bound, throughput_bound_after};
+    let w = workload("gpt3-175b");
+    let cost = CostModel::new(&chip("phaze-tpuv4-template"));
+    let sizes = [96, 80, 64, 48, 40, 32, 24, 16];
+    let mut settled = 0;
+    for recompute in [RecomputeMode::None, RecomputeMode::Full] {
+        for threshold in [0.0, 60.0, 120.0, 200.0] {
+            let mut known = None;
+            for gib in sizes {
+                let options = PlanOptions {
+                    hbm_bytes: Some(gib * GIB),
+                    micro_batches: vec![1],
+                    recompute: vec![recompute],
+                    ..PlanOptions::searching(1024)
+                };
+                let alone = throughput_bound(&w, &cost, &options, threshold).expect("bound");
+                let (after, outcome) =
+                    throughput_bound_after(&w, &cost, &options, threshold, known.as_ref())
+                        .expect("bound");
+                let (_, fresh) =
+                    throughput_bound_after(&w, &cost, &options, threshold, None).expect("bound");
+                assert_eq!(after, alone, "{recompute} {threshold} {gib} GiB");
+                let (outcome, fresh) = (outcome.expect("an outcome"), fresh.expect("an outcome"));
+                assert_eq!(outcome.best.map(|b| b.0), fresh.best.map(|b| b.0));
+                if let Some(k) = &known {
+                    settled += usize::from(k.settles(gib * GIB, fresh.bound_s).is_some());
+                }
+                known = Some(outcome);
+            }
+        }
+    }
+    assert!(settled > 0, "some searches are settled");
+}

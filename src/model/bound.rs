@@ -159,7 +159,53 @@ pub fn throughput_bound(
     options: &PlanOptions,
     threshold_samples_per_s: f64,
 ) -> Result<PlanBound, EvaluateError> {
+    throughput_bound_after(workload, cost, options, threshold_samples_per_s, None).map(|r| r.0)
+}
+
+/// What a plan search under a time bound found at one HBM size, which settles the same search
+/// at no more HBM (every plan that fits there fits here; latencies do not depend on HBM).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HbmOutcome {
+    /// HBM per device the search ran with.
+    pub hbm_bytes: u64,
+    /// Only plans faster than this (seconds per batch) were searched for.
+    pub bound_s: f64,
+    /// The fastest plan under the bound: its seconds per batch, samples/s and largest
+    /// per-device memory; `None` when no plan is under the bound.
+    pub best: Option<(f64, f64, u64)>,
+}
+
+impl HbmOutcome {
+    /// The same search at `hbm_bytes` under `bound_s`, where this outcome settles it: `Some`
+    /// of the fastest plan's (seconds per batch, samples/s) or `None` when no plan is under
+    /// the bound. Settled when the fastest plan also fits in `hbm_bytes` (no plan there is
+    /// faster), or when no plan was under a bound at least as large.
+    pub fn settles(&self, hbm_bytes: u64, bound_s: f64) -> Option<Option<(f64, f64)>> {
+        if hbm_bytes > self.hbm_bytes {
+            return None;
+        }
+        match self.best {
+            Some((time_s, samples_per_s, peak_bytes)) if peak_bytes <= hbm_bytes => {
+                Some((time_s < bound_s).then_some((time_s, samples_per_s)))
+            }
+            Some(_) => None,
+            None => (bound_s <= self.bound_s).then_some(None),
+        }
+    }
+}
+
+/// [`throughput_bound`], settled by `known` (the same search at another HBM size, see
+/// [`HbmOutcome::settles`]) where it can be; with the outcome at this HBM size (`None` when
+/// there is no outcome to share: the search failed).
+pub fn throughput_bound_after(
+    workload: &Workload,
+    cost: &CostModel,
+    options: &PlanOptions,
+    threshold_samples_per_s: f64,
+    known: Option<&HbmOutcome>,
+) -> Result<(PlanBound, Option<HbmOutcome>), EvaluateError> {
     let arch = cost.arch();
+    let hbm_bytes = options.hbm_bytes.unwrap_or(arch.hbm.capacity_bytes);
     let free_links: Vec<Tier> = arch
         .interconnect
         .iter()
@@ -176,8 +222,25 @@ pub fn throughput_bound(
     } else {
         f64::MAX
     };
+    let result = |best: Option<(f64, f64, u64)>| {
+        let outcome = HbmOutcome {
+            hbm_bytes,
+            bound_s: threshold_s,
+            best,
+        };
+        let bound = match best {
+            Some((best_s, _, _)) => PlanBound::AtMost(batch / best_s),
+            None if threshold_samples_per_s > 0.0 => PlanBound::Below(batch / threshold_s),
+            None => PlanBound::NoPlanFits,
+        };
+        (bound, Some(outcome))
+    };
+    if let Some(settled) = known.and_then(|k| k.settles(hbm_bytes, threshold_s)) {
+        let peak = known.and_then(|k| k.best).map_or(0, |b| b.2);
+        return Ok(result(settled.map(|(t, s)| (t, s, peak))));
+    }
+    let mut best: Option<(f64, f64, u64)> = None;
     let mut best_s = threshold_s;
-    let mut found = false;
     for &micro_batch in &options.micro_batches {
         let graphs = tensor_widths(workload, options)
             .into_iter()
@@ -201,16 +264,14 @@ pub fn throughput_bound(
                 problem.dp_overlap = true;
                 if let Ok(Some(plan)) = place_faster_than(&problem, best_s) {
                     best_s = plan.time_per_batch_s;
-                    found = true;
+                    best = Some((
+                        best_s,
+                        plan.throughput_samples_per_s,
+                        plan.peak_memory_bytes,
+                    ));
                 }
             }
         }
     }
-    Ok(if found {
-        PlanBound::AtMost(batch / best_s)
-    } else if threshold_samples_per_s > 0.0 {
-        PlanBound::Below(batch / threshold_s)
-    } else {
-        PlanBound::NoPlanFits
-    })
+    Ok(result(best))
 }

@@ -17,7 +17,9 @@ mod bound;
 mod evaluate;
 mod layers;
 
-pub use bound::{throughput_bound, LayerWork, PlanBound, BOUND_SLACK};
+pub use bound::{
+    throughput_bound, throughput_bound_after, HbmOutcome, LayerWork, PlanBound, BOUND_SLACK,
+};
 pub use evaluate::{
     evaluate, evaluate_faster_than, evaluate_on, tensor_widths, EvaluateError, Evaluation,
     PlanOptions,

@@ -687,6 +687,32 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                 }
                 let row = shape.offset[shape.row(l, d)];
                 let rest_row = shape.offset[shape.row(rl, pair.to)];
+                if let Objective::Time {
+                    beta,
+                    gamma,
+                    tail_floor_s,
+                    ..
+                } = obj
+                {
+                    if whole {
+                        let cells = Cells {
+                            row,
+                            lo,
+                            hi,
+                            rest_row,
+                            clo,
+                            chi,
+                        };
+                        let bounds = TimeBounds {
+                            beta,
+                            gamma,
+                            prune_s,
+                            tail_floor_s,
+                        };
+                        extend_whole(ctx, pair, pi, cells, bounds, values, choices, replicas);
+                        continue;
+                    }
+                }
                 for groups in lo.max(clo + 1)..=hi {
                     let slots = if whole {
                         ctx.slots(ctx.units)
@@ -763,6 +789,123 @@ fn solve(an: &Analysis, ctx: &Ctx, obj: Objective, shape: &Shape, t: &mut Tables
                     choices[cell] = choice;
                 }
             }
+        }
+    }
+}
+
+/// The cells of one (layer, downset) row a stage extends, and the row of the remainder after
+/// it: `groups` in `lo..=hi` at `row + groups - lo`, the remainder's `groups` in `clo..=chi`
+/// at `rest_row + groups - clo`.
+#[derive(Clone, Copy)]
+struct Cells {
+    row: usize,
+    lo: u32,
+    hi: u32,
+    rest_row: usize,
+    clo: u32,
+    chi: u32,
+}
+
+/// The bounds of [`Objective::Time`], with the pruning bound of the table's cells.
+#[derive(Clone, Copy)]
+struct TimeBounds {
+    beta: f64,
+    gamma: f64,
+    prune_s: f64,
+    tail_floor_s: f64,
+}
+
+/// [`solve`]'s extension of the cells of one row by one stage (`pair`, the `pi`-th after its
+/// downset) under [`Objective::Time`] when every pipeline takes all the groups (the slots are
+/// the same in every cell). The same candidates as the cell-by-cell loop, and each cell sees
+/// its replica counts in the same (ascending) order, keeping the first of equal values; but
+/// replica counts go outside, so what depends on the count alone (its costs, the bound on its
+/// work and on its rate, the tail and backward-rate bounds) is decided once for all its cells,
+/// and a count stops at the first cell (in rising groups) where its state does not fit, since
+/// a replica holds no fewer micro-batches with more groups after it.
+#[allow(clippy::too_many_arguments)]
+fn extend_whole(
+    ctx: &Ctx,
+    pair: &Pair,
+    pi: usize,
+    cells: Cells,
+    bounds: TimeBounds,
+    values: &mut [Value],
+    choices: &mut [(u32, u32)],
+    replicas: &mut ReplicaCache,
+) {
+    let Cells {
+        row,
+        lo,
+        hi,
+        rest_row,
+        clo,
+        chi,
+    } = cells;
+    let TimeBounds {
+        beta,
+        gamma,
+        prune_s,
+        tail_floor_s,
+    } = bounds;
+    let sm = &pair.metrics;
+    let slots = ctx.slots(ctx.units);
+    // Fewer replicas leave the stage's own work over the bound (in every cell: the same
+    // slots), and a cell needs more groups than replicas.
+    let fewest = pair.work_s * slots / prune_s;
+    if fewest >= f64::from(hi) {
+        return;
+    }
+    let first_k = (fewest as u32 + 1).max(1);
+    let (free, one_f_one_b) = (
+        ctx.replicas_free(),
+        ctx.problem.schedule == PipelineSchedule::OneFOneB,
+    );
+    let last_k = if free { hi - clo } else { 1.min(hi - clo) };
+    for k in first_k..=last_k {
+        // Cells this count reaches: the remainder keeps `groups - k` in `clo..=chi`.
+        let g_lo = lo.max(clo + 1).max(k + clo);
+        let g_hi = hi.min(k.saturating_add(chi));
+        if g_lo > g_hi {
+            continue;
+        }
+        // 1F1B with free counts: `k` divides the groups.
+        let (start, step) = if free && one_f_one_b {
+            (g_lo.div_ceil(k) * k, k)
+        } else {
+            (g_lo, 1)
+        };
+        let mut replica: Option<Replica> = None;
+        let mut groups = start;
+        while groups <= g_hi {
+            let rest = values[rest_row + (groups - k - clo) as usize];
+            if rest.is_set() {
+                let r = *replica.get_or_insert_with(|| replicas.get(ctx, sm, k));
+                if r.tail_s >= beta || r.backward_rate_s >= gamma {
+                    break;
+                }
+                // The rate is at least the stage's own: no cell of this count beats the bound.
+                if slots * r.rate_s + tail_floor_s >= prune_s {
+                    break;
+                }
+                let rate_s = r.rate_s.max(rest.rate_s);
+                if slots * rate_s + tail_floor_s < prune_s {
+                    if !ctx.fits_state(r.state_bytes, sm, k, groups) {
+                        break;
+                    }
+                    let candidate = Value {
+                        rate_s,
+                        tail_s: r.tail_s.max(rest.tail_s),
+                        backward_rate_s: r.backward_rate_s.max(rest.backward_rate_s),
+                    };
+                    let cell = row + (groups - lo) as usize;
+                    if candidate.better_than(&values[cell]) {
+                        values[cell] = candidate;
+                        choices[cell] = (pi as u32, k);
+                    }
+                }
+            }
+            groups += step;
         }
     }
 }

@@ -42,12 +42,15 @@ use super::row::Reached;
 use super::sweep::{progress_bar, Sweep, SweepError};
 use crate::arch::area_breakdown;
 use crate::cost::CostModel;
-use crate::model::{evaluate_faster_than, throughput_bound, LayerWork, PlanBound, PlanOptions};
+use crate::model::{
+    evaluate_faster_than, throughput_bound_after, HbmOutcome, LayerWork, PlanBound, PlanOptions,
+};
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Points priced between two staircase updates. Fixed (not the thread count) so that every
@@ -97,6 +100,28 @@ pub(super) struct Screen {
     /// samples/s at each area (witness: the configuration). Several workloads only.
     per_hardware: Staircase,
     pub stats: ScreenStats,
+}
+
+/// A point's plan bound and achievable throughput (samples/s), as [`Sweep::refine_point`]
+/// gives them.
+type Refined = (Option<f64>, Option<f64>);
+
+/// What the plan-bound and list-schedule searches of a point found ([`HbmOutcome`]), for its
+/// points at other HBM sizes; `None` where a search did not run or failed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Known {
+    bound: Option<HbmOutcome>,
+    achievable: Option<HbmOutcome>,
+}
+
+/// The bound on seconds per batch of the list-schedule search above `staircase` samples/s.
+fn achievable_bound_s(workload: &Workload, staircase: f64) -> f64 {
+    // A finite bound also skips the hunt for near misses when no plan fits.
+    if staircase > 0.0 {
+        workload.global_batch as f64 / staircase
+    } else {
+        f64::MAX
+    }
 }
 
 /// Per hardware (configuration, HBM index): its area and each workload's best achievable
@@ -245,28 +270,99 @@ impl Sweep {
 
     /// Stages 2 and 3 for point `id`, searching only for plans above `staircase` samples/s
     /// (0: every plan). Returns its bound and achievable throughput.
+    ///
+    /// `known` holds, per point of `id`'s (configuration, workload, micro-batch, recompute),
+    /// what the searches of its latest point at another HBM size found ([`Known`]); where that
+    /// settles this point's searches (at no more HBM, see [`HbmOutcome::settles`]) they are not
+    /// run: the results are the same. This point's outcomes join them.
     fn refine_point(
         &self,
         id: usize,
         work_bound: f64,
         staircase: f64,
-    ) -> Result<(Option<f64>, Option<f64>), SweepError> {
-        let (config, w, _) = self.point_hardware(id);
+        known: &Mutex<HashMap<usize, Known>>,
+    ) -> Result<Refined, SweepError> {
+        let (config, w, h) = self.point_hardware(id);
+        let sibling = id - h * self.points_per_hardware();
+        let before = known
+            .lock()
+            .map_err(|_| SweepError::Input("a screen thread panicked".into()))?
+            .get(&sibling)
+            .copied()
+            .unwrap_or_default();
+        let mut now = Known::default();
+        let result = self.refine_known(id, config, w, work_bound, staircase, &before, &mut now);
+        // An outcome at a larger HBM size still settles searches at smaller ones.
+        let merged = Known {
+            bound: now.bound.or(before.bound),
+            achievable: now.achievable.or(before.achievable),
+        };
+        known
+            .lock()
+            .map_err(|_| SweepError::Input("a screen thread panicked".into()))?
+            .insert(sibling, merged);
+        result
+    }
+
+    /// [`Sweep::refine_point`] for point `id` of `config` and workload `w`, from the outcomes
+    /// `before` at another HBM size, writing this point's into `now`.
+    #[allow(clippy::too_many_arguments)]
+    fn refine_known(
+        &self,
+        id: usize,
+        config: usize,
+        w: usize,
+        work_bound: f64,
+        staircase: f64,
+        before: &Known,
+        now: &mut Known,
+    ) -> Result<Refined, SweepError> {
         let workload = &self.workloads[w];
         let cost = CostModel::new(&self.config(config)?);
         let options = self.point_options(id);
-        let bound = match throughput_bound(workload, &cost, &options, staircase) {
-            Ok(PlanBound::NoPlanFits) => return Ok((None, None)),
-            Ok(PlanBound::Below(b)) => return Ok((Some(b.min(work_bound)), None)),
-            Ok(PlanBound::AtMost(b)) => b.min(work_bound),
+        let hbm_bytes = options.hbm_bytes.unwrap_or(cost.arch().hbm.capacity_bytes);
+        let found =
+            throughput_bound_after(workload, &cost, &options, staircase, before.bound.as_ref());
+        let bound = match found {
+            Ok((PlanBound::NoPlanFits, outcome)) => {
+                now.bound = outcome;
+                return Ok((None, None));
+            }
+            Ok((PlanBound::Below(b), outcome)) => {
+                now.bound = outcome;
+                return Ok((Some(b.min(work_bound)), None));
+            }
+            Ok((PlanBound::AtMost(b), outcome)) => {
+                now.bound = outcome;
+                b.min(work_bound)
+            }
             // Whatever stops the bound stops the evaluation too; it reports the reason.
             Err(_) => work_bound,
         };
         if bound < staircase {
             return Ok((Some(bound), None));
         }
-        let achievable = self.achievable(workload, &cost, &options, staircase)?;
-        Ok((Some(bound), achievable))
+        let bound_s = achievable_bound_s(workload, staircase);
+        if let Some(settled) = before
+            .achievable
+            .as_ref()
+            .and_then(|k| k.settles(hbm_bytes, bound_s))
+        {
+            let peak = before.achievable.and_then(|k| k.best).map_or(0, |b| b.2);
+            now.achievable = Some(HbmOutcome {
+                hbm_bytes,
+                bound_s,
+                best: settled.map(|(t, s)| (t, s, peak)),
+            });
+            return Ok((Some(bound), settled.map(|(_, s)| s)));
+        }
+        let best = self.achievable_plan(workload, &cost, &options, staircase)?;
+        now.achievable = best.map(|best| HbmOutcome {
+            hbm_bytes,
+            bound_s,
+            best,
+        });
+        Ok((Some(bound), best.flatten().map(|b| b.1)))
     }
 
     /// Samples/s of the best list-schedule plan above `staircase` samples/s (0: any plan).
@@ -277,21 +373,40 @@ impl Sweep {
         options: &PlanOptions,
         staircase: f64,
     ) -> Result<Option<f64>, SweepError> {
+        Ok(self
+            .achievable_plan(workload, cost, options, staircase)?
+            .flatten()
+            .map(|b| b.1))
+    }
+
+    /// The best list-schedule plan above `staircase` samples/s (0: any plan): `Some` of its
+    /// (seconds per batch, samples/s, largest per-device memory), or of `None` when no plan
+    /// is above; `None` when the search failed.
+    #[allow(clippy::type_complexity)]
+    fn achievable_plan(
+        &self,
+        workload: &Workload,
+        cost: &CostModel,
+        options: &PlanOptions,
+        staircase: f64,
+    ) -> Result<Option<Option<(f64, f64, u64)>>, SweepError> {
         let heuristic = ScheduleCache::new(SolverOptions {
             use_ilp: false,
             ..self.solver
         })?;
-        // A finite bound also skips the hunt for near misses when no plan fits.
-        let bound_s = if staircase > 0.0 {
-            workload.global_batch as f64 / staircase
-        } else {
-            f64::MAX
-        };
+        let bound_s = achievable_bound_s(workload, staircase);
         Ok(
             evaluate_faster_than(workload, cost, options, &heuristic, bound_s)
                 .ok()
-                .flatten()
-                .map(|e| e.plan.throughput_samples_per_s),
+                .map(|e| {
+                    e.map(|e| {
+                        (
+                            e.plan.time_per_batch_s,
+                            e.plan.throughput_samples_per_s,
+                            e.plan.peak_memory_bytes,
+                        )
+                    })
+                }),
         )
     }
 
@@ -410,6 +525,7 @@ impl Sweep {
                 .then(ids[a].cmp(&ids[b]))
         });
         let mut stairs: Vec<Staircase> = seed.to_vec();
+        let known: Mutex<HashMap<usize, Known>> = Mutex::new(HashMap::new());
         let mut next = 0;
         loop {
             let mut batch = Vec::with_capacity(BATCH);
@@ -425,10 +541,36 @@ impl Sweep {
             if batch.is_empty() {
                 break;
             }
-            let refined: Vec<(Option<f64>, Option<f64>)> = batch
+            // The points of one (configuration, workload, micro-batch, recompute) at several
+            // HBM sizes run one after another, largest HBM first (the visiting order), so
+            // each can settle the next; the results do not depend on it.
+            let mut chains: Vec<Vec<usize>> = Vec::new();
+            let mut chain_of: HashMap<usize, usize> = HashMap::new();
+            for (j, &(i, _, _)) in batch.iter().enumerate() {
+                let (_, _, h) = self.point_hardware(ids[i]);
+                let sibling = ids[i] - h * self.points_per_hardware();
+                let c = *chain_of.entry(sibling).or_insert_with(|| {
+                    chains.push(Vec::new());
+                    chains.len() - 1
+                });
+                chains[c].push(j);
+            }
+            let mut refined: Vec<Refined> = vec![(None, None); batch.len()];
+            let per_chain: Vec<Vec<(usize, Refined)>> = chains
                 .par_iter()
-                .map(|&(i, work, staircase)| self.refine_point(ids[i], work, staircase))
+                .map(|chain| {
+                    chain
+                        .iter()
+                        .map(|&j| {
+                            let (i, work, staircase) = batch[j];
+                            Ok((j, self.refine_point(ids[i], work, staircase, &known)?))
+                        })
+                        .collect::<Result<_, SweepError>>()
+                })
                 .collect::<Result<_, SweepError>>()?;
+            for (j, r) in per_chain.into_iter().flatten() {
+                refined[j] = r;
+            }
             for (&(i, _, _), (bound, achievable)) in batch.iter().zip(refined) {
                 stats.plan_bounded += 1;
                 let p = &mut points[i];
