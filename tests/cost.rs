@@ -1231,3 +1231,28 @@ fn fitted_static_power_is_the_one_the_chip_files_record() {
         }
     }
 }
+
+/// A board-power sample that is not a positive number is bad input to the static-power fit:
+/// exit 1, naming the file, the row and the field.
+#[test]
+fn negative_board_power_is_refused() {
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let file = dir.path().join("kernels.csv");
+    std::fs::write(
+        &file,
+        "gpu,kernel,dtype,batch,m,n,k,elements,row_len,group,median_s,repeats,burst,power_run_w\n\
+         H100,gemm,bf16,1,8192,8192,8192,0,0,1,0.002,30,10,-5\n",
+    )
+    .expect("write");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["power", "--arch", "arch_specs/h100.toml", "--fit"])
+        .arg(&file)
+        .output()
+        .expect("run tandem power");
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("kernels.csv") && err.contains("row 1, power_run_w") && err.contains("-5"),
+        "{err}"
+    );
+}

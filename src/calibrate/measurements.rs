@@ -115,6 +115,10 @@ pub struct Measurement {
     pub target: Target,
     pub elem_bytes: u32,
     pub measured_s: f64,
+    /// Median board power sampled while it was timed, where collect.py recorded one.
+    pub board_power_w: Option<f64>,
+    /// How long the row was timed for in all (samples × calls per sample × seconds per call).
+    pub timed_s: f64,
 }
 
 /// A row of `kernels.csv` as written by `calibration/collect.py` (schema: calibration/README.md).
@@ -131,6 +135,14 @@ pub struct CollectedRow {
     pub row_len: u64,
     pub group: u32,
     pub median_s: f64,
+    /// Timed samples and calls per sample; absent in files that predate them (one each).
+    #[serde(default)]
+    pub repeats: u64,
+    #[serde(default)]
+    pub burst: u64,
+    /// Median board power while the row was timed; empty when no sample fell in it.
+    #[serde(default, deserialize_with = "csv::invalid_option")]
+    pub power_run_w: Option<f64>,
 }
 
 /// All measurements in `dir`, in file-name order then row order. Files that match neither
@@ -152,7 +164,7 @@ pub fn load_measurements(dir: &Path) -> Result<Vec<Measurement>, InputError> {
             .map(|n| n.to_string_lossy().to_lowercase())
             .unwrap_or_default();
         let rows = if name.ends_with("kernels.csv") {
-            read_collected(&file)?
+            load_collected(&file)?
         } else if let Some(format) = ArtifactFormat::for_name(&name) {
             read_artifact(&file, format)?
         } else {
@@ -308,6 +320,8 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
             target: Target::Op(kind),
             elem_bytes: 2,
             measured_s,
+            board_power_w: None,
+            timed_s: measured_s,
         });
     }
     Ok(out)
@@ -333,7 +347,8 @@ fn dtype_bytes(dtype: &str) -> Option<u32> {
     }
 }
 
-fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
+/// The measurements of one collect.py `kernels.csv`.
+pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
     let mut reader = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .from_path(file)
@@ -350,6 +365,9 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 "median_s",
                 format!("must be positive, got {}", r.median_s),
             ));
+        }
+        if let Some(w) = r.power_run_w.filter(|w| !(w.is_finite() && *w > 0.0)) {
+            return Err(bad("power_run_w", format!("must be positive, got {w}")));
         }
         let elem_bytes = dtype_bytes(&r.dtype)
             .ok_or_else(|| bad("dtype", format!("unknown dtype `{}`", r.dtype)))?;
@@ -521,6 +539,8 @@ fn read_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             target,
             elem_bytes,
             measured_s: r.median_s,
+            board_power_w: r.power_run_w,
+            timed_s: r.median_s * (r.repeats.max(1) * r.burst.max(1)) as f64,
         });
     }
     Ok(out)

@@ -18,8 +18,8 @@ mod measurements;
 mod runs;
 
 pub use measurements::{
-    load_measurements, BlockShape, CollectedRow, Measurement, OverlapPart, OverlapShape, StepShape,
-    Target,
+    load_collected, load_measurements, BlockShape, CollectedRow, Measurement, OverlapPart,
+    OverlapShape, StepShape, Target,
 };
 pub use runs::{
     composite_latency, gpt_block_latency, gpt_step_latency, megatron_flops_per_iteration,

@@ -1,10 +1,10 @@
 //! `tandem power`: a chip's peak power, and the fit of its static power to measured kernels.
 
 use anyhow::{Context, Result};
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::{area_breakdown, load_chip};
+use tandem::calibrate::{load_collected, Target};
 use tandem::cost::{fit_static_power, peak_power, KernelSample, PowerSample, MIN_POWER_WINDOW_S};
 use tandem::error::InputError;
 use tandem::report::table;
@@ -29,77 +29,27 @@ pub struct Args {
     json: bool,
 }
 
-/// The columns of a collect.py row the fit reads.
-#[derive(Debug, Deserialize)]
-struct KernelRow {
-    kernel: String,
-    dtype: String,
-    batch: u64,
-    m: u64,
-    n: u64,
-    k: u64,
-    median_s: f64,
-    repeats: u64,
-    burst: u64,
-    #[serde(deserialize_with = "csv::invalid_option")]
-    power_run_w: Option<f64>,
-}
-
 /// The GEMM rows of a collect.py `kernels.csv` (every layout and batched product, which the
-/// model prices alike) with their board power and timed window; other kernels are counted.
-fn read_gemm_rows(file: &Path) -> Result<(Vec<PowerSample>, usize), InputError> {
-    let malformed = |e: csv::Error| InputError::malformed(file, "CSV", e.to_string());
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_path(file)
-        .map_err(malformed)?;
-    let (mut samples, mut other) = (Vec::new(), 0);
-    for (i, record) in reader.deserialize::<KernelRow>().enumerate() {
-        let row = i + 1;
-        let r = record.map_err(malformed)?;
-        let bad = |field: &str, reason: String| {
-            InputError::invalid(file, format!("row {row}, {field}"), reason)
-        };
-        let gemm = matches!(
-            r.kernel.as_str(),
-            "gemm" | "gemm_nt" | "gemm_tn" | "bmm" | "attention_qk" | "attention_av"
-        );
-        if !gemm {
-            other += 1;
-            continue;
-        }
-        if !(r.median_s.is_finite() && r.median_s > 0.0) {
-            return Err(bad(
-                "median_s",
-                format!("must be positive, got {}", r.median_s),
-            ));
-        }
-        if [r.m, r.n, r.k].contains(&0) {
-            return Err(bad("m, n, k", "must be positive".into()));
-        }
-        if let Some(w) = r.power_run_w.filter(|w| !(w.is_finite() && *w > 0.0)) {
-            return Err(bad("power_run_w", format!("must be positive, got {w}")));
-        }
-        let elem_bytes = match r.dtype.as_str() {
-            "fp16" | "bf16" | "float16" | "bfloat16" => 2,
-            "fp32" | "float32" | "tf32" => 4,
-            other => return Err(bad("dtype", format!("unknown dtype `{other}`"))),
-        };
-        samples.push(PowerSample {
-            kernel: KernelSample {
-                kind: OpKind::Gemm {
-                    batch: r.batch.max(1),
-                    m: r.m,
-                    n: r.n,
-                    k: r.k,
+/// model prices alike) with their board power and timed window, and how many rows are not
+/// GEMMs.
+fn gemm_rows(file: &Path) -> Result<(Vec<PowerSample>, usize), InputError> {
+    let measurements = load_collected(file)?;
+    let samples: Vec<PowerSample> = measurements
+        .iter()
+        .filter_map(|m| match m.target {
+            Target::Op(kind @ OpKind::Gemm { .. }) => Some(PowerSample {
+                kernel: KernelSample {
+                    kind,
+                    elem_bytes: m.elem_bytes,
+                    measured_s: m.measured_s,
                 },
-                elem_bytes,
-                measured_s: r.median_s,
-            },
-            board_power_w: r.power_run_w,
-            timed_s: r.median_s * (r.repeats.max(1) * r.burst.max(1)) as f64,
-        });
-    }
+                board_power_w: m.board_power_w,
+                timed_s: m.timed_s,
+            }),
+            _ => None,
+        })
+        .collect();
+    let other = measurements.len() - samples.len();
     Ok((samples, other))
 }
 
@@ -111,7 +61,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut fit_json = serde_json::Value::Null;
     if let (Some(file), Some(first)) = (&args.fit, chips.first()) {
-        let (samples, other) = read_gemm_rows(file)?;
+        let (samples, other) = gemm_rows(file)?;
         let fit = fit_static_power(&first.timed_in_isolation(), &samples).with_context(|| {
             format!(
                 "{}: no GEMM row with a board-power sample timed for at least {MIN_POWER_WINDOW_S} s",
