@@ -592,34 +592,43 @@ fn bad_chip_files_name_file_field_and_reason() {
         ],
     );
 
-    // a100.toml holds four tables (softmax, LayerNorm, the causal softmax both ways): the
-    // appended one is the fifth.
-    for (name, table, expected) in [
+    // h100.toml has no row-length tables: the appended ones are the first (and second).
+    let one = "row_len = [512]\nhbm_bandwidth = [0.9]";
+    let table_head = "\n\n[[efficiency.row_hbm_bandwidth]]\nop = \"softmax\"\npass = \"forward\"\n";
+    for (name, tables, field, expected) in [
         (
             "row_table_lengths.toml",
-            "row_len = [512, 2048]\nhbm_bandwidth = [0.9]",
+            "row_len = [512, 2048]\nhbm_bandwidth = [0.9]".to_string(),
+            "[0]",
             "equal length",
         ),
         (
             "row_table_order.toml",
-            "row_len = [2048, 512]\nhbm_bandwidth = [0.9, 0.5]",
+            "row_len = [2048, 512]\nhbm_bandwidth = [0.9, 0.5]".to_string(),
+            "[0]",
             "strictly increasing",
         ),
         (
             "row_table_fraction.toml",
-            "row_len = [512, 2048]\nhbm_bandwidth = [0.9, 1.2]",
+            "row_len = [512, 2048]\nhbm_bandwidth = [0.9, 1.2]".to_string(),
+            "[0]",
             "(0, 1]",
+        ),
+        (
+            "row_table_twice.toml",
+            format!("{one}{table_head}{one}"),
+            "[1]",
+            "a second table for softmax",
         ),
     ] {
         let m = chip_error(
-            "a100.toml",
+            "h100.toml",
             name,
             "static_power_w_per_mm2 = 1.3602",
-            &format!(
-                "static_power_w_per_mm2 = 1.3602\n\n[[efficiency.row_hbm_bandwidth]]\nop = \"softmax\"\npass = \"forward\"\n{table}"
-            ),
+            &format!("static_power_w_per_mm2 = 1.3602{table_head}{tables}"),
         );
-        assert_mentions(&m, &[name, "efficiency.row_hbm_bandwidth[4]", expected]);
+        let field = format!("efficiency.row_hbm_bandwidth{field}");
+        assert_mentions(&m, &[name, &field, expected]);
     }
 
     let m = chip_error(
