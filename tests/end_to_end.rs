@@ -1307,8 +1307,11 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
     let gpt = workload("gpt-1.7b");
     assert!(gpt.gradient_accumulation_fusion);
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let energy =
-        |dp: u32, zero: ZeroStage| one_stage_a100_plan(&gpt, dp, zero, &cache).energy_per_sample_j;
+    // The events' energy: what static power adds follows the time per batch (tested below).
+    let energy = |dp: u32, zero: ZeroStage| {
+        let e = one_stage_a100_plan(&gpt, dp, zero, &cache);
+        e.energy_per_sample_j - e.static_energy_per_sample_j
+    };
     let (params, _) = gpt_1_7b_params(&cache);
     assert!((1.6e9..1.8e9).contains(&(params as f64)), "{params}");
     let per_sample = |joules_per_param: f64| params as f64 * joules_per_param / 512.0;
@@ -1327,6 +1330,28 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
         "ZeRO-1 copy adds {} J per sample, expected {expected}",
         two_zero1 - one
     );
+}
+
+/// Energy per sample adds static power for the time the plan runs: the A100's 1.3602 W/mm²
+/// (the H100's fit, written out in `a100.toml`) over its 205.2 mm² template area is 279.1 W per
+/// device, times the devices used and the time per batch, over the global batch of 512.
+#[test]
+fn energy_per_sample_adds_static_power_over_the_time_per_batch() {
+    let gpt = workload("gpt-1.7b");
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let static_w = tandem::cost::static_power_w(&chip("a100"));
+    assert!((static_w - 279.1).abs() < 0.1, "{static_w} W");
+    for dp in [1, 2] {
+        let e = one_stage_a100_plan(&gpt, dp, ZeroStage::Replicated, &cache);
+        let device_seconds = f64::from(e.plan.devices_used) * e.plan.time_per_batch_s;
+        let expected = static_w * device_seconds / 512.0;
+        assert!(
+            (e.static_energy_per_sample_j - expected).abs() <= 1e-12 * expected,
+            "{} J vs {expected} J",
+            e.static_energy_per_sample_j
+        );
+        assert!(e.energy_per_sample_j > e.static_energy_per_sample_j);
+    }
 }
 
 /// Every micro-batch after a copy's first adds its weight gradients into the iteration's: one
@@ -1381,7 +1406,9 @@ fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
         (run_s - 31.0 * per_iteration_s).abs() <= 1e-9 * run_s,
         "{run_s} s vs 31 x {per_iteration_s} s"
     );
-    let extra_j = separate.energy_per_sample_j - together.energy_per_sample_j;
+    let dynamic =
+        |e: &tandem::model::Evaluation| e.energy_per_sample_j - e.static_energy_per_sample_j;
+    let extra_j = dynamic(&separate) - dynamic(&together);
     let expected_j = 31.0 * per_iteration_j / 512.0;
     assert!(
         (extra_j - expected_j).abs() <= 1e-9 * expected_j,

@@ -224,6 +224,143 @@ fn pruning_never_changes_the_best_point_or_the_front() {
     );
 }
 
+/// The tiny workload with a global batch of 512: per-iteration energy (gradient
+/// synchronisation, optimizer steps), which only some plans spend, is then a small share of a
+/// sample's, so the energy bound has something to prune.
+fn tiny_large_batch(dir: &Path) -> PathBuf {
+    let path = tiny_workload(dir);
+    let text = std::fs::read_to_string(&path).expect("workload");
+    std::fs::write(
+        &path,
+        text.replace("global_batch = 16", "global_batch = 512"),
+    )
+    .expect("write");
+    path
+}
+
+/// Per point id: the least energy per sample an `ok` row spends at no larger area (the
+/// staircase an energy sweep must keep exact), as (point, area, J/sample) corners.
+fn energy_front(rows: &[DesignRow]) -> Vec<(u64, f64, f64)> {
+    let mut ok: Vec<(u64, f64, f64)> = rows
+        .iter()
+        .filter_map(|r| Some((r.point?, r.area_mm2, r.plan()?.energy_per_sample_j)))
+        .collect();
+    ok.sort_by(|a, b| {
+        a.1.total_cmp(&b.1)
+            .then(a.2.total_cmp(&b.2))
+            .then(a.0.cmp(&b.0))
+    });
+    let mut least = f64::INFINITY;
+    ok.into_iter()
+        .filter(|&(_, _, e)| {
+            let lower = e < least;
+            least = least.min(e);
+            lower
+        })
+        .collect()
+}
+
+/// Energy sweeps prune by a lower bound on joules per sample: over random small spaces with
+/// two HBM sizes (one refusing some plans) and two micro-batch sizes, the pruned sweep's best
+/// point and its (area, energy) front equal the exhaustive run's; its evaluated rows are the
+/// exhaustive run's rows; every point it prunes spends, exhaustively evaluated, at least what
+/// its witness spends at no larger area; points no plan fits are found without evaluation;
+/// and pruning does happen.
+#[test]
+fn energy_pruning_keeps_the_least_energy_at_every_area() {
+    let tmp = scratch("energy");
+    let dir = tmp.path();
+    let tiny = tiny_large_batch(dir);
+    let (mut pruned_total, mut refused) = (0, 0);
+    for (case, (tc, rows, vc)) in [
+        ((0, 2), (5, 7), (0, 1)),
+        ((1, 3), (6, 7), (2, 3)),
+        ((2, 4), (5, 6), (1, 2)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let space = small_space(dir, &format!("energy{case}"), tc, rows, vc);
+        let with = |prune: bool| SweepRecord {
+            hbm_bytes: vec![6 << 20, 16 << 30],
+            micro_batches: vec![1, 2],
+            ..record(vec![tiny.clone()], space.clone(), Objective::Energy, prune)
+        };
+        let (pruned_dir, full_dir) = (dir.join(format!("ep{case}")), dir.join(format!("ef{case}")));
+        pruned_total += sweep_into(&with(true), &pruned_dir, Shard::WHOLE, false);
+        assert_eq!(sweep_into(&with(false), &full_dir, Shard::WHOLE, false), 0);
+        let mut pruned = read_points(&pruned_dir.join(POINTS_CSV)).expect("points");
+        pruned.sort_by_key(|r| r.point);
+        let full = read_points(&full_dir.join(POINTS_CSV)).expect("points");
+        assert_eq!(pruned.len(), full.len());
+        assert_eq!(energy_front(&pruned), energy_front(&full), "case {case}");
+        assert_eq!(
+            best_without_bounds(&pruned_dir),
+            best_without_bounds(&full_dir),
+            "case {case}"
+        );
+        let spent = |id: u64| full[id as usize].plan().map(|p| p.energy_per_sample_j);
+        for (p, f) in pruned.iter().zip(&full) {
+            assert_eq!(p.point, f.point, "every point has one row");
+            match &p.outcome {
+                Outcome::Ok(_) => assert_eq!(p, f, "case {case}"),
+                Outcome::Infeasible { .. } => {
+                    refused += 1;
+                    assert!(matches!(f.outcome, Outcome::Infeasible { .. }), "{p:?}");
+                }
+                Outcome::Pruned(tandem::search::Pruning::Energy { bound_j, beaten_by }) => {
+                    let own = spent(p.point.expect("id")).expect("a pruned point has a plan");
+                    let witness = spent(beaten_by.by).expect("the witness has a plan");
+                    assert!(own >= witness && full[beaten_by.by as usize].area_mm2 <= p.area_mm2);
+                    // The bound is a lower bound (to the reason's four digits).
+                    assert!(*bound_j <= own * (1.0 + 1e-4), "{bound_j} > {own}");
+                }
+                Outcome::Pruned(other) => panic!("not an energy pruning: {other:?}"),
+            }
+        }
+    }
+    assert!(pruned_total > 0, "no case pruned anything");
+    assert!(refused > 0, "the small HBM size refused no point");
+}
+
+/// A pruned energy sweep cut off mid-row (its `points.csv` holds rows in the order it
+/// settled them, so any cut is where a kill could leave it) and resumed writes the same files
+/// as an uninterrupted one; it refuses to run as shards.
+#[test]
+fn energy_sweep_resumes_to_the_same_files() {
+    let tmp = scratch("energy-resume");
+    let dir = tmp.path();
+    let space = small_space(dir, "space", (1, 3), (5, 7), (0, 2));
+    let rec = SweepRecord {
+        micro_batches: vec![1, 2],
+        ..record(vec![tiny_large_batch(dir)], space, Objective::Energy, true)
+    };
+    let whole = dir.join("whole");
+    assert!(
+        sweep_into(&rec, &whole, Shard::WHOLE, false) > 0,
+        "nothing pruned"
+    );
+    let points = std::fs::read(whole.join(POINTS_CSV)).expect("points");
+    for cut in [points.len() / 3, points.len() / 2 + 7, points.len() - 5] {
+        let killed = dir.join(format!("killed{cut}"));
+        std::fs::create_dir_all(&killed).expect("dir");
+        std::fs::copy(whole.join("run.toml"), killed.join("run.toml")).expect("copy run.toml");
+        std::fs::write(killed.join(POINTS_CSV), &points[..cut]).expect("partial points");
+        sweep_into(&rec, &killed, Shard::WHOLE, true);
+        assert_same_files(&whole, &killed);
+    }
+    let sweep = Sweep::from_record(&rec).expect("valid");
+    let options = RunOptions {
+        out_dir: dir.join("shard"),
+        shard: Shard { index: 0, count: 2 },
+        resume: false,
+        progress: false,
+        phase: Phase::Whole,
+    };
+    let err = run_sweep(&sweep, &rec, &options).expect_err("shards refused");
+    assert!(err.to_string().contains("runs whole"), "{err}");
+}
+
 /// A sweep cut off mid-row (as a kill leaves it) and resumed writes the same files as an
 /// uninterrupted run.
 #[test]
@@ -392,7 +529,10 @@ fn shards_merged_equal_one_run() {
         match &r.outcome {
             Outcome::Ok(plan) => assert!(plan.tp > 0 && plan.time_per_batch_s > 0.0),
             Outcome::Pruned(pruning) => {
-                let by = &rows[pruning.beaten_by.by as usize];
+                let tandem::search::Pruning::Throughput { beaten_by, .. } = pruning else {
+                    panic!("a throughput sweep pruned by energy: {r:?}");
+                };
+                let by = &rows[beaten_by.by as usize];
                 assert!(by.plan().is_some() && by.workload == r.workload, "{r:?}");
             }
             Outcome::Infeasible { reason } => assert!(!reason.is_empty()),

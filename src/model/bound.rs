@@ -9,7 +9,7 @@ use crate::arch::Tier;
 use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::placement::{place_faster_than, LayerCost, LayerCostGraph};
-use crate::schedule::{lower_bound, ScheduleError, ScheduleProblem};
+use crate::schedule::{energy_lower_bound, lower_bound, ScheduleError, ScheduleProblem};
 use crate::workload::{Layer, Workload};
 use std::collections::BTreeMap;
 
@@ -125,6 +125,44 @@ impl LayerWork {
         }
         let t = f64::from(self.tp);
         Ok([t * fwd_bwd, t * (fwd_bwd + selective), t * (fwd_bwd + fwd)])
+    }
+
+    /// Joules one micro-batch costs its tensor group at the least under each recompute mode
+    /// (none, selective, full): `t` devices times every layer's forward, backward and
+    /// recomputation with each operator in its least-energy mode. What a plan adds (pipeline
+    /// sends, gradient synchronisation, optimizer steps, gradient accumulation, all-to-alls)
+    /// is left out, so no plan of this width spends less per micro-batch.
+    pub fn energy_j(&self, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
+        let (mut fwd_bwd, mut fwd, mut selective) = (0.0, 0.0, 0.0);
+        for (count, layer) in &self.unique {
+            let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
+            let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
+            let f = energy_lower_bound(&fwd_problem)?;
+            let b = energy_lower_bound(&bwd_problem)?;
+            let n = *count as f64;
+            fwd_bwd += n * (f + b);
+            if layer.activation_bytes.recomputed_under_full() {
+                fwd += n * f;
+            }
+            // Selective recompute reruns the attention core exactly as evaluation prices it.
+            selective += n * attention_core(&layer.fwd, &fwd_problem).1;
+        }
+        let t = f64::from(self.tp);
+        Ok([t * fwd_bwd, t * (fwd_bwd + selective), t * (fwd_bwd + fwd)])
+    }
+
+    /// Joules the optimizer steps cost per iteration at the least: each dense layer's step
+    /// once on each of the `t` devices of its tensor group (a plan steps every dense layer
+    /// once per data-parallel copy, or once in all under ZeRO-1 and above; expert layers,
+    /// whose steps an expert-parallel plan divides, are left out).
+    pub fn optimizer_energy_j(&self, workload: &Workload, cost: &CostModel) -> f64 {
+        let per_group: f64 = self
+            .unique
+            .iter()
+            .filter(|(_, layer)| layer.expert_params == 0)
+            .map(|(count, layer)| *count as f64 * optimizer_step(workload, cost, layer.params).1)
+            .sum();
+        f64::from(self.tp) * per_group
     }
 }
 

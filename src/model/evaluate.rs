@@ -3,7 +3,7 @@
 
 use super::layers::{layer_costs, LayerCosts};
 use crate::arch::{ArchConfig, Tier};
-use crate::cost::CostModel;
+use crate::cost::{static_power_w, CostModel};
 use crate::error::InputError;
 use crate::placement::{
     place_faster_than, Alternative, BytesPerParam, DeviceLayout, Fixed, Infeasible, LayerCostGraph,
@@ -98,7 +98,13 @@ pub struct Evaluation {
     pub model_flops_per_iteration: f64,
     /// Achieved model FLOP/s per device used.
     pub model_flops_per_s_per_device: f64,
+    /// Joules per sample: the dynamic energy of every event the plan runs
+    /// ([`LayerCosts::dynamic_energy_per_sample_j`](super::LayerCosts::dynamic_energy_per_sample_j))
+    /// plus `static_energy_per_sample_j`.
     pub energy_per_sample_j: f64,
+    /// Static power (`cost::static_power_w`) of every device the plan uses, for the time per
+    /// batch, over the global batch.
+    pub static_energy_per_sample_j: f64,
 }
 
 /// Tensor widths tried: the fixed one, or every width the workload accepts up to
@@ -216,7 +222,7 @@ fn search_plans(
                             .iter()
                             .find(|c| c.graph.tp == plan.tp)
                             .expect("a plan's tensor width is one of the graphs offered");
-                        let energy = costs.energy_per_sample_j(
+                        let energy = costs.dynamic_energy_per_sample_j(
                             &plan,
                             recompute,
                             problem.bytes_per_param,
@@ -309,11 +315,13 @@ fn summarise(
     recompute: RecomputeMode,
     sequence_parallel: bool,
     hbm_bytes: u64,
-    energy_per_sample_j: f64,
+    dynamic_energy_per_sample_j: f64,
 ) -> Evaluation {
     let model_flops = workload.model_flops_per_iteration();
     let device_seconds = plan.time_per_batch_s * f64::from(plan.devices_used);
     let model_flops_per_s_per_device = model_flops / device_seconds;
+    let static_energy_per_sample_j =
+        static_power_w(arch) * device_seconds / workload.global_batch as f64;
     Evaluation {
         workload: workload.name.clone(),
         arch: arch.name.clone(),
@@ -322,7 +330,8 @@ fn summarise(
         mfu: model_flops_per_s_per_device / arch.peak_tensor_flops(),
         model_flops_per_iteration: model_flops,
         model_flops_per_s_per_device,
-        energy_per_sample_j,
+        energy_per_sample_j: dynamic_energy_per_sample_j + static_energy_per_sample_j,
+        static_energy_per_sample_j,
         plan,
         recompute,
         sequence_parallel,

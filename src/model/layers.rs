@@ -63,7 +63,9 @@ pub struct LayerEnergy {
 }
 
 impl LayerCosts {
-    /// Energy of one sample under `plan`: every layer's forward and backward (and
+    /// Dynamic energy (the energy model's events; static power is
+    /// [`Evaluation`](super::Evaluation)'s) of one sample under `plan`: every layer's forward
+    /// and backward (and
     /// recomputation) on each of the `t` devices of its tensor group, per sample of a
     /// micro-batch; and once per iteration, over the global batch, each data-parallel copy's
     /// gradient accumulation (every micro-batch after its first), optimizer step and gradient
@@ -72,7 +74,7 @@ impl LayerCosts {
     /// copy stepping its share; 2: the reduce-scatter in every micro-batch's backward; 3: also
     /// two all-gathers of the weights per micro-batch and none after the step), and the
     /// all-reduce of the gradients a tensor group replicates. Pipeline sends are not counted.
-    pub fn energy_per_sample_j(
+    pub fn dynamic_energy_per_sample_j(
         &self,
         plan: &Plan,
         recompute: RecomputeMode,

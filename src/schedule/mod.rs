@@ -364,6 +364,13 @@ pub fn lower_bound(problem: &ScheduleProblem) -> Result<f64, ScheduleError> {
     Ok(bounds::lower_bound(&prep).makespan_s)
 }
 
+/// Lower bound on the energy of any schedule: every operator in its least-energy mode. Under
+/// serial execution each runs in its fastest mode, which spends no less.
+pub fn energy_lower_bound(problem: &ScheduleProblem) -> Result<f64, ScheduleError> {
+    problem.validate()?;
+    Ok(prepare::min_energy_j(problem))
+}
+
 /// The best of the list-scheduling passes, with status [`SolveStatus::HeuristicOnly`] (under
 /// serial execution, the forced schedule).
 pub fn list_schedule(problem: &ScheduleProblem) -> Result<Schedule, ScheduleError> {

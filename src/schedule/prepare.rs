@@ -129,6 +129,24 @@ impl<'a> Prepared<'a> {
     }
 }
 
+/// The least energy any schedule of `problem` spends: each operator in its least-energy mode
+/// (a schedule runs every operator once, in one of its modes, and energy does not depend on
+/// when). `problem` must have passed `validate`.
+pub(crate) fn min_energy_j(problem: &ScheduleProblem) -> f64 {
+    let capacity = [problem.cores.tensor, problem.cores.vector, 1];
+    problem
+        .ops
+        .iter()
+        .map(|op| {
+            let r = resource_of(op.core);
+            modes_of(op, r, capacity[r])
+                .iter()
+                .map(|m| m.energy_j)
+                .fold(f64::INFINITY, f64::min)
+        })
+        .sum()
+}
+
 /// The modes worth considering. All-core execution runs alone, so it is dominated when it is not
 /// faster than one core (the one-core run fits in the same interval on any core). On a resource
 /// with one unit both variants hold the whole resource, so only the faster one is kept; the link

@@ -12,6 +12,9 @@
 //!   in order of falling bound that prices points with `throughput_bound` (schedule lower
 //!   bounds) and list-schedule plans only while they might beat the per-workload staircase of
 //!   achievable throughput at their area.
+//! - `energy.rs`: pruned energy sweeps (one workload) — a lower bound on joules per sample
+//!   per point, then exact points in order of rising bound while they might beat the
+//!   staircase of least energy at their area.
 //! - `finish.rs`: `pareto.csv`, `best.json`, `pareto.svg` from `points.csv` alone (drawn by
 //!   `report::svg`), and `merge`.
 //! - `compare.rs`: the baseline / decoupled / co-design table (`Comparison`, `BaselinePlans`
@@ -19,6 +22,7 @@
 //!   `report` (CSV, Markdown, SVG).
 
 mod compare;
+mod energy;
 mod finish;
 mod row;
 mod screen;
@@ -31,7 +35,7 @@ pub use compare::{
 };
 pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{
-    append_rows, DesignRow, Outcome, PlanSummary, PointRecord, Pruning, Reached, Status,
+    append_rows, DesignRow, Outcome, PlanSummary, PointRecord, Pruning, Reached, SpentBy, Status,
 };
 pub use screen::screen_blocks;
 pub use status::{host_name, read_status, DirStatus, RunState, SweepStatus, STATUS_JSON};

@@ -67,16 +67,22 @@ pub struct PlanSummary {
     pub energy_per_sample_j: f64,
 }
 
-/// Why a point was pruned: its screen bound (the row's `bound_samples_per_s`) is below what
-/// another point of its workload reaches at no larger area, and with several workloads its
-/// hardware's mean bound is below what another configuration reaches.
+/// Why a point was pruned.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pruning {
-    /// The point that beats the bound (`by` its id).
-    pub beaten_by: Reached,
-    /// With several workloads: the hardware's mean bound over workloads, and the
-    /// configuration that beats it (`by` its index, the samples/s its mean over workloads).
-    pub set: Option<(f64, Reached)>,
+pub enum Pruning {
+    /// Throughput sweeps: the screen bound (the row's `bound_samples_per_s`) is below what
+    /// another point reaches at no larger area.
+    Throughput {
+        /// The point that beats the bound (`by` its id).
+        beaten_by: Reached,
+        /// With several workloads: the hardware's mean bound over workloads, and the
+        /// configuration that beats it (`by` its index, the samples/s its mean over
+        /// workloads).
+        set: Option<(f64, Reached)>,
+    },
+    /// Energy sweeps: the point's lower bound on joules per sample is above what an evaluated
+    /// point spends at no larger area.
+    Energy { bound_j: f64, beaten_by: SpentBy },
 }
 
 /// A throughput reached at an area, and what reached it.
@@ -87,25 +93,43 @@ pub struct Reached {
     pub area_mm2: f64,
 }
 
+/// Joules per sample an evaluated point spends at an area, and which point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpentBy {
+    pub by: u64,
+    pub energy_per_sample_j: f64,
+    pub area_mm2: f64,
+}
+
 impl Pruning {
-    /// The `reason` column of a pruned row of `workload` with screen bound `bound`.
+    /// The `reason` column of a pruned row of `workload`, whose screen bound on samples/s is
+    /// `bound` (throughput sweeps).
     fn reason(&self, workload: &str, bound: f64) -> String {
-        let Reached {
-            by,
-            samples_per_s,
-            area_mm2,
-        } = self.beaten_by;
-        let set = self.set.map_or(String::new(), |(mean_bound, r)| {
-            format!(
-                "; mean over workloads at most {mean_bound:.4e} < {:.4e} reachable by \
-                 configuration {} at {:.1} mm²",
-                r.samples_per_s, r.by, r.area_mm2
-            )
-        });
-        format!(
-            "pruned: {workload}: at most {bound:.4e} samples/s < {samples_per_s:.4e} reachable \
-             by point {by} at {area_mm2:.1} mm²{set}"
-        )
+        match *self {
+            Pruning::Throughput { beaten_by, set } => {
+                let Reached {
+                    by,
+                    samples_per_s,
+                    area_mm2,
+                } = beaten_by;
+                let set = set.map_or(String::new(), |(mean_bound, r)| {
+                    format!(
+                        "; mean over workloads at most {mean_bound:.4e} < {:.4e} reachable by \
+                         configuration {} at {:.1} mm²",
+                        r.samples_per_s, r.by, r.area_mm2
+                    )
+                });
+                format!(
+                    "pruned: {workload}: at most {bound:.4e} samples/s < {samples_per_s:.4e} \
+                     reachable by point {by} at {area_mm2:.1} mm²{set}"
+                )
+            }
+            Pruning::Energy { bound_j, beaten_by } => format!(
+                "pruned: {workload}: at least {bound_j:.4e} J/sample > {:.4e} spent by point {} \
+                 at {:.1} mm²",
+                beaten_by.energy_per_sample_j, beaten_by.by, beaten_by.area_mm2
+            ),
+        }
     }
 
     /// The pruning a `reason` column states (the inverse of [`Pruning::reason`], to its
@@ -120,10 +144,20 @@ impl Pruning {
                 area_mm2: area.parse().ok()?,
             })
         };
-        let rest = reason
-            .strip_prefix("pruned: ")?
-            .strip_prefix(workload)?
-            .strip_prefix(": at most ")?;
+        let rest = reason.strip_prefix("pruned: ")?.strip_prefix(workload)?;
+        if let Some(rest) = rest.strip_prefix(": at least ") {
+            let (bound_j, rest) = rest.split_once(" J/sample > ")?;
+            let spent = reached(rest.strip_suffix(" mm²")?, " spent by point ")?;
+            return Some(Pruning::Energy {
+                bound_j: bound_j.parse().ok()?,
+                beaten_by: SpentBy {
+                    by: spent.by,
+                    energy_per_sample_j: spent.samples_per_s,
+                    area_mm2: spent.area_mm2,
+                },
+            });
+        }
+        let rest = rest.strip_prefix(": at most ")?;
         let (_, rest) = rest.split_once(" samples/s < ")?;
         let (point, set) = rest.split_once(" mm²")?;
         let set = match set.strip_prefix("; mean over workloads at most ") {
@@ -135,7 +169,7 @@ impl Pruning {
                 Some((mean_bound.parse().ok()?, by))
             }
         };
-        Some(Pruning {
+        Some(Pruning::Throughput {
             beaten_by: reached(point, " reachable by point ")?,
             set,
         })
@@ -379,10 +413,14 @@ impl TryFrom<PointRecord> for DesignRow {
                         reason: r.reason.clone(),
                     }
                 } else {
-                    let bound = r
-                        .bound_samples_per_s
-                        .ok_or("a pruned row without its bound_samples_per_s")?;
-                    let pruning = Pruning::from_reason(&r.reason, &r.workload)
+                    let pruning = Pruning::from_reason(&r.reason, &r.workload);
+                    let bound = match pruning {
+                        Some(Pruning::Throughput { .. }) => r
+                            .bound_samples_per_s
+                            .ok_or("a pruned row without its bound_samples_per_s")?,
+                        _ => r.bound_samples_per_s.unwrap_or(0.0),
+                    };
+                    let pruning = pruning
                         .filter(|p| p.reason(&r.workload, bound) == r.reason)
                         .ok_or_else(|| {
                             format!(
@@ -433,15 +471,17 @@ mod tests {
 
     #[test]
     fn a_pruning_reads_back_from_its_reason() {
-        let one = Pruning {
-            beaten_by: Reached {
-                by: 616,
-                samples_per_s: 4205.2,
-                area_mm2: 99.9,
-            },
+        let beaten_by = Reached {
+            by: 616,
+            samples_per_s: 4205.2,
+            area_mm2: 99.9,
+        };
+        let one = Pruning::Throughput {
+            beaten_by,
             set: None,
         };
-        let two = Pruning {
+        let two = Pruning::Throughput {
+            beaten_by,
             set: Some((
                 228.38,
                 Reached {
@@ -450,9 +490,21 @@ mod tests {
                     area_mm2: 99.9,
                 },
             )),
-            ..one
         };
-        for pruning in [one, two] {
+        let three = Pruning::Energy {
+            bound_j: 2.5316,
+            beaten_by: SpentBy {
+                by: 42,
+                energy_per_sample_j: 2.4007,
+                area_mm2: 151.3,
+            },
+        };
+        assert_eq!(
+            three.reason("gpt2-xl", 0.0),
+            "pruned: gpt2-xl: at least 2.5316e0 J/sample > 2.4007e0 spent by point 42 at \
+             151.3 mm²"
+        );
+        for pruning in [one, two, three] {
             let reason = pruning.reason("bert-large", 567.5262766602947);
             assert_eq!(Pruning::from_reason(&reason, "bert-large"), Some(pruning));
         }

@@ -136,7 +136,7 @@ pub(super) struct Staircase(BTreeMap<u64, (f64, u64)>);
 
 impl Staircase {
     /// (area, value, witness) of the best value at an area ≤ `area_mm2`.
-    fn best_up_to(&self, area_mm2: f64) -> Option<(f64, f64, u64)> {
+    pub(super) fn best_up_to(&self, area_mm2: f64) -> Option<(f64, f64, u64)> {
         self.0
             .range(..=area_mm2.to_bits())
             .next_back()
@@ -150,8 +150,11 @@ impl Staircase {
 
     /// Records `value` reached by `id` at `area_mm2`; kept only when strictly better than
     /// what no larger area already reaches.
-    fn insert(&mut self, area_mm2: f64, value: f64, id: u64) {
-        if self.up_to(area_mm2) >= value {
+    pub(super) fn insert(&mut self, area_mm2: f64, value: f64, id: u64) {
+        if self
+            .best_up_to(area_mm2)
+            .is_some_and(|(_, best, _)| best >= value)
+        {
             return;
         }
         let key = area_mm2.to_bits();
@@ -221,7 +224,7 @@ pub(super) struct BlockScreen {
     pub stats: ScreenStats,
 }
 
-fn recompute_index(mode: RecomputeMode) -> usize {
+pub(super) fn recompute_index(mode: RecomputeMode) -> usize {
     match mode {
         RecomputeMode::None => 0,
         RecomputeMode::Selective => 1,

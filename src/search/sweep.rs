@@ -63,7 +63,8 @@ pub enum Objective {
     Throughput,
     /// Samples per second per mm² of die.
     ThroughputPerArea,
-    /// Fewest joules per sample (no pruning: the throughput bound says nothing about energy).
+    /// Fewest joules per sample (pruned by its own lower bound with one workload, see
+    /// `energy.rs`; with several, every point is evaluated).
     Energy,
 }
 
@@ -467,6 +468,12 @@ impl Sweep {
         Ok(sweep)
     }
 
+    /// Whether this sweep prunes by energy ([`super::energy`]): pruning on, the energy
+    /// objective, one workload (with several, the set's mean has no such bound).
+    pub fn prunes_energy(&self) -> bool {
+        self.prune && self.objective == Objective::Energy && self.workloads.len() == 1
+    }
+
     pub(super) fn points_per_config(&self) -> u64 {
         (self.workloads.len()
             * self.hbm_bytes.len()
@@ -612,7 +619,7 @@ impl Sweep {
                         let pruned_by = hardware_beaten.and_then(|set| {
                             screen
                                 .point_beaten(w, id)
-                                .map(|beaten_by| Pruning { beaten_by, set })
+                                .map(|beaten_by| Pruning::Throughput { beaten_by, set })
                         });
                         let decided = |outcome| {
                             DesignRow::new(
@@ -656,9 +663,7 @@ impl Sweep {
             }
         }
         Ok(ChipRows {
-            config,
-            cost: CostModel::new(arch),
-            cache: ScheduleCache::new(self.solver)?,
+            chip: Chip::new(config, arch, self.solver)?,
             rows,
         })
     }
@@ -687,7 +692,7 @@ impl Sweep {
     /// bound down (their layers' ILP schedules only when reached), stopping at the first
     /// whose bound the best plan found already meets (falling back to the full search should
     /// rounding leave none).
-    fn exact_row(&self, chip: &ChipRows, point: &ExactPoint) -> DesignRow {
+    pub(super) fn exact_row(&self, chip: &Chip, point: &ExactPoint) -> DesignRow {
         let workload = &self.workloads[point.workload];
         let (cost, cache) = (&chip.cost, &chip.cache);
         let arch = cost.arch();
@@ -946,13 +951,32 @@ fn plan_difference(was: &PlanSummary, now: &PlanSummary) -> Option<String> {
         .map(|(column, a, b)| format!("{column} {a}, and {b} now"))
 }
 
+/// A configuration's chip as its exact points share it.
+pub(super) struct Chip {
+    pub config: usize,
+    pub cost: CostModel,
+    /// Layer schedules of this chip, shared by its exact points.
+    pub cache: ScheduleCache,
+}
+
+impl Chip {
+    pub(super) fn new(
+        config: usize,
+        arch: &ArchConfig,
+        solver: SolverOptions,
+    ) -> Result<Chip, SweepError> {
+        Ok(Chip {
+            config,
+            cost: CostModel::new(arch),
+            cache: ScheduleCache::new(solver)?,
+        })
+    }
+}
+
 /// One configuration's rows between the screen and the exact evaluation; the exact points of
 /// a chunk of configurations are evaluated in parallel, sharing their chip's memo.
 struct ChipRows {
-    config: usize,
-    cost: CostModel,
-    /// Layer schedules of this chip, shared by its exact points.
-    cache: ScheduleCache,
+    chip: Chip,
     rows: Vec<PendingRow>,
 }
 
@@ -971,14 +995,14 @@ enum PendingRow {
 }
 
 /// A design point to evaluate exactly, with what the screen knows of it.
-struct ExactPoint {
-    id: u64,
-    workload: usize,
-    hbm: u64,
-    micro_batch: u32,
-    recompute: RecomputeMode,
-    achievable: Option<f64>,
-    bound: Option<f64>,
+pub(super) struct ExactPoint {
+    pub id: u64,
+    pub workload: usize,
+    pub hbm: u64,
+    pub micro_batch: u32,
+    pub recompute: RecomputeMode,
+    pub achievable: Option<f64>,
+    pub bound: Option<f64>,
 }
 
 /// Which part of a sweep a run does. A sweep split over machines runs `Screen` for every
@@ -1000,7 +1024,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    fn name(&self) -> &'static str {
+    pub(super) fn name(&self) -> &'static str {
         match self {
             Phase::Whole => "screen+exact",
             Phase::Seed => "seed",
@@ -1044,11 +1068,11 @@ const MAX_CONFIGS_PER_APPEND: usize = 1024;
 /// The rows of `chips` in point order: their exact points evaluated in parallel, with the
 /// rows the screen decided.
 fn evaluate_pending(sweep: &Sweep, chips: Vec<ChipRows>) -> Vec<DesignRow> {
-    let exact: Vec<(&ChipRows, &ExactPoint)> = chips
+    let exact: Vec<(&Chip, &ExactPoint)> = chips
         .iter()
         .flat_map(|chip| {
             chip.rows.iter().filter_map(move |r| match r {
-                PendingRow::Exact(point) => Some((chip, point)),
+                PendingRow::Exact(point) => Some((&chip.chip, point)),
                 PendingRow::Decided(_) => None,
             })
         })
@@ -1098,7 +1122,15 @@ fn run_locked(
     let shard_path = out.join(SHARD_TOML);
     let record = record.with_input_digests()?;
     let record_text = toml::to_string(&record).map_err(|e| io_error(&run_path, e))?;
-    let done = if options.resume {
+    if sweep.prunes_energy() && (options.phase != Phase::Whole || options.shard != Shard::WHOLE) {
+        return Err(SweepError::Input(
+            "--objective energy: a pruned energy sweep runs whole (each point it evaluates \
+             decides which others are pruned); drop --shard/--phase, or pass --no-prune to \
+             split an unpruned one"
+                .into(),
+        ));
+    }
+    let finished: Vec<DesignRow> = if options.resume {
         let previous = std::fs::read_to_string(&run_path).map_err(|e| io_error(&run_path, e))?;
         if previous != record_text {
             let difference = toml::from_str::<SweepRecord>(&previous).map_or_else(
@@ -1125,9 +1157,17 @@ fn run_locked(
             )));
         }
         let rows = finished_rows(&points_path)?;
-        sweep.check_rows(&points_path, &rows, options.shard)?;
+        if sweep.prunes_energy() {
+            // An unfinished energy sweep holds its rows in visiting order, which its resume
+            // replays.
+            let mut sorted = rows.clone();
+            sorted.sort_by_key(|r| r.point);
+            sweep.check_rows(&points_path, &sorted, options.shard)?;
+        } else {
+            sweep.check_rows(&points_path, &rows, options.shard)?;
+        }
         sweep.check_rows_reproduce(&points_path, &rows)?;
-        rows.iter().filter_map(|r| r.point).collect()
+        rows
     } else {
         if points_path.exists() {
             return Err(SweepError::Input(format!(
@@ -1146,8 +1186,12 @@ fn run_locked(
             crate::output::write_atomic(&shard_path, text.as_bytes())
                 .map_err(|e| io_error(&shard_path, e))?;
         }
-        BTreeSet::new()
+        Vec::new()
     };
+    if sweep.prunes_energy() {
+        return super::energy::run(sweep, options, &finished, status);
+    }
+    let done: BTreeSet<u64> = finished.iter().filter_map(|r| r.point).collect();
 
     match &options.phase {
         Phase::Seed => return seed_phase(sweep, options),
@@ -1186,16 +1230,7 @@ fn run_locked(
         "configurations",
     );
     let threads = rayon::current_num_threads().max(1);
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&points_path)
-        .map_err(|e| io_error(&points_path, e))?;
-    let mut header_written = file
-        .metadata()
-        .map_err(|e| io_error(&points_path, e))?
-        .len()
-        > 0;
+    let (mut file, mut header_written) = open_points(&points_path)?;
     let mut pending: Vec<ChipRows> = Vec::new();
     let (mut pending_exact, mut pending_configs) = (0, 0);
     let mut chunks = owned.chunks(threads * CHUNK_PER_THREAD).peekable();
@@ -1511,6 +1546,17 @@ pub(super) fn progress_bar(show: bool, len: u64, what: &str, unit: &str) -> indi
     );
     bar.set_message(what.to_string());
     bar
+}
+
+/// `points.csv` opened for appending, and whether it already holds the header.
+pub(super) fn open_points(path: &Path) -> Result<(File, bool), SweepError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| io_error(path, e))?;
+    let header_written = file.metadata().map_err(|e| io_error(path, e))?.len() > 0;
+    Ok((file, header_written))
 }
 
 /// `rows` as CSV bytes, with the header first when asked.
