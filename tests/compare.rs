@@ -475,6 +475,12 @@ fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
             }
         }
 
+        // Under the throughput objectives the inside chip's area cap excludes co-design's
+        // chip, so the filter is exercised (energy's best chip is smaller than it).
+        if objective != Objective::Energy {
+            assert!(rows[7].area_mm2 < co.area_mm2, "{name}: {:?}", rows[7]);
+        }
+
         // Gains: by hand from the rows, over row 1 (which has a plan here).
         let reference = &rows[0];
         let thr = |r: &CompareRow| r.throughput_samples_per_s.expect("plan");

@@ -275,6 +275,31 @@ fn a_study_summarises_its_compare_folders_and_resumes_to_the_same_bytes() {
         .collect();
     assert!(differ.is_empty(), "differ: {differ:?}");
 
+    // A finished cell of another study file (a baseline dropped) is not taken for this one's.
+    let changed = dir.join("changed.toml");
+    std::fs::write(
+        &changed,
+        std::fs::read_to_string(&config)
+            .expect("study file")
+            .replace(", \"arch_specs/a100.toml\"", ""),
+    )
+    .expect("changed study file");
+    let o = tandem(&[
+        "study",
+        "--config",
+        s(&changed),
+        "--out",
+        s(&out),
+        "--resume",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("compare.csv") && stderr.contains("not those this study file asks for"),
+        "{stderr}"
+    );
+    assert_eq!(files(&out), before);
+
     // Without --resume, a study refuses a directory that holds anything.
     let o = tandem(&["study", "--config", s(&config), "--out", s(&out)]);
     let stderr = String::from_utf8_lossy(&o.stderr);

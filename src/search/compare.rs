@@ -733,7 +733,7 @@ pub fn objective_cell(objective: Objective, value: Option<f64>) -> String {
     value.map_or("-".into(), |v| match objective {
         Objective::Throughput => format!("{v:.2}"),
         Objective::ThroughputPerArea => format!("{v:.4}"),
-        Objective::Energy => format!("{v:.3}"),
+        Objective::Energy => format!("{v:.4}"),
     })
 }
 

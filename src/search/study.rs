@@ -276,6 +276,28 @@ impl Study {
         out.join(format!("d{devices}")).join(objective.to_string())
     }
 
+    /// The rows a cell of `devices` holds, in order (as [`Comparison::compare_workload`]
+    /// names them, less the fixed-plan rows where the cluster size has no plans file).
+    fn row_names(&self, devices: u32) -> Vec<String> {
+        let fixed = self.plans.contains_key(&devices);
+        let mut names = Vec::new();
+        for b in &self.baselines {
+            if fixed {
+                names.push(format!("{} fixed plan", b.name));
+            }
+            names.push(format!("{} searched plan", b.name));
+        }
+        names.extend(["decoupled", "hardware-first", "co-design"].map(String::from));
+        for b in &self.baselines {
+            names.push(format!("co-design ≤ {} area", b.name));
+            names.push(format!("co-design ≤ {} power", b.name));
+        }
+        if fixed {
+            names.push("fixed-plan co-design".into());
+        }
+        names
+    }
+
     fn comparison(&self, devices: u32, objective: Objective, options: &StudyOptions) -> Comparison {
         Comparison {
             space_path: self.space_path.clone(),
@@ -353,8 +375,24 @@ pub fn run_study(
             let folder = Study::folder(out, devices, objective);
             let comparison = study.comparison(devices, objective, options);
             let mut done = read_compare_rows(&folder)?;
+            let expected = study.row_names(devices);
             for (path, workload) in &study.workloads {
-                if done.iter().any(|r| r.workload == workload.name) {
+                let kept: Vec<&CompareRow> = done
+                    .iter()
+                    .filter(|r| r.workload == workload.name)
+                    .collect();
+                if !kept.is_empty() {
+                    // A finished cell is kept only if it is this study file's.
+                    let names: Vec<&str> = kept.iter().map(|r| r.row.as_str()).collect();
+                    if names != expected || kept.iter().any(|r| r.objective != objective) {
+                        return Err(SweepError::Input(format!(
+                            "{}: the rows of `{}` are not those this study file asks for (were \
+                             the baselines or the plans changed?): remove that folder, or use \
+                             another output directory",
+                            folder.join(COMPARE_CSV).display(),
+                            workload.name
+                        )));
+                    }
                     continue;
                 }
                 let start = Instant::now();
