@@ -3,10 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tandem::arch::{load_chip, SearchSpace};
+use tandem::arch::{area_breakdown, load_chip, SearchSpace};
+use tandem::cost::peak_power_w;
 use tandem::placement::{RecomputeMode, ZeroStage};
 use tandem::schedule::SolverOptions;
-use tandem::search::{BaselinePlans, CompareRow, Comparison, COMPARE_CSV, COMPARE_MD, COMPARE_SVG};
+use tandem::search::{
+    read_points, BaselinePlans, CompareRow, Comparison, DesignRow, Objective, COMPARE_CSV,
+    COMPARE_MD, COMPARE_SVG, POINTS_CSV,
+};
 
 /// A fresh directory for one test, removed when the returned guard drops.
 fn scratch(test: &str) -> tempfile::TempDir {
@@ -82,6 +86,7 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
         hbm_bytes: vec![inside.hbm.capacity_bytes],
         zero: vec![ZeroStage::Replicated],
         solver: SolverOptions::default(),
+        objective: Objective::Throughput,
         resume: false,
         progress: false,
     };
@@ -102,6 +107,8 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
             "co-design",
             "co-design ≤ inside area",
             "co-design ≤ inside power",
+            "co-design ≤ a100 area",
+            "co-design ≤ a100 power",
             "fixed-plan co-design"
         ]
     );
@@ -124,10 +131,10 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
         "{iso_power:?}"
     );
     assert!(thr(iso_power) <= thr(co) * (1.0 + 1e-12), "{iso_power:?}");
-    assert!(dir.join("tiny.iso-power").join("run.toml").exists());
+    assert!(dir.join("sweep.iso-power.inside").join("run.toml").exists());
     // Held to the baseline's fixed plan, the sweep still finds the baseline chip's point (it
     // is in the space): no slower than the baseline with that plan, no faster than co-design.
-    let fixed_co = &rows[9];
+    let fixed_co = &rows[11];
     assert_eq!(
         (fixed_co.tp, fixed_co.pp, fixed_co.dp),
         (Some(1), Some(2), Some(4))
@@ -270,6 +277,258 @@ fn fixed_plan_row_equals_tandem_plan_and_the_cli_writes_the_report() {
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("plans.tiny") && stderr.contains("exceeds"),
+        "{stderr}"
+    );
+}
+
+/// The best `ok` row of `rows` by `objective` (ties to the lower point id) among those
+/// `keep` accepts: the brute-force choice.
+fn best_by(
+    rows: &[DesignRow],
+    objective: Objective,
+    keep: impl Fn(&DesignRow) -> bool,
+) -> Option<&DesignRow> {
+    rows.iter()
+        .filter(|r| r.plan().is_some() && keep(r))
+        .max_by(|a, b| {
+            let score = |r: &DesignRow| objective.score(r).expect("ok row");
+            score(a).total_cmp(&score(b)).then(b.point.cmp(&a.point))
+        })
+}
+
+/// A comparison row is the design point `point` of a sweep: same chip, HBM, micro-batch,
+/// recompute and plan numbers.
+fn assert_row_is_point(row: &CompareRow, point: &DesignRow) {
+    let plan = point.plan().expect("ok row");
+    assert_eq!(row.chip, point.arch, "{row:?} vs {point:?}");
+    assert_eq!(row.hbm_bytes, point.hbm_bytes, "{row:?} vs {point:?}");
+    assert_eq!(row.micro_batch, point.micro_batch, "{row:?} vs {point:?}");
+    assert_eq!(row.recompute, point.recompute, "{row:?} vs {point:?}");
+    assert_eq!(row.area_mm2, point.area_mm2, "{row:?} vs {point:?}");
+    assert_eq!(
+        row.throughput_samples_per_s,
+        Some(plan.throughput_samples_per_s),
+        "{row:?} vs {point:?}"
+    );
+    assert_eq!(
+        row.energy_per_sample_j,
+        Some(plan.energy_per_sample_j),
+        "{row:?} vs {point:?}"
+    );
+}
+
+/// An unpruned sweep (`tandem search --no-prune`) of the comparison's space and axes under
+/// `objective`, into `out`: its rows.
+fn unpruned_points(
+    workload: &Path,
+    space: &Path,
+    hbm_gib: f64,
+    objective: &str,
+    out: &Path,
+) -> Vec<DesignRow> {
+    let o = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["search", "--workload"])
+        .arg(workload)
+        .arg("--space")
+        .arg(space)
+        .args([
+            "--devices",
+            "8",
+            "--micro-batch",
+            "1,2",
+            "--recompute",
+            "none,full",
+        ])
+        .args(["--hbm-gib", &hbm_gib.to_string(), "--objective", objective])
+        .args(["--no-prune", "--quiet", "--out"])
+        .arg(out)
+        .output()
+        .expect("run search");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    read_points(&out.join(POINTS_CSV)).expect("points.csv")
+}
+
+/// Under every objective: co-design is the best row of an unpruned sweep by that objective,
+/// the iso-area row of each baseline is the brute-force filter of that sweep's points, the
+/// gain column is the objective over the reference row computed by hand, and the iso-power row
+/// of a baseline whose peak power no configuration exceeds is the co-design row (no sweep).
+#[test]
+fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
+    let tmp = scratch("objectives");
+    let dir = tmp.path();
+    let (workload, space_path, chip, plans) = inputs(dir);
+    let inside = load_chip(&chip).expect("chip loads back");
+    let space = SearchSpace::load(&space_path).expect("space");
+    // The space's most power-hungry configuration: every configuration is under its power.
+    let mut hungriest = (0..space.len())
+        .map(|i| space.get(i).expect("configuration"))
+        .max_by(|a, b| peak_power_w(a).total_cmp(&peak_power_w(b)))
+        .expect("a configuration");
+    hungriest.name = "hungriest".into();
+    let baselines = vec![inside.clone(), hungriest.clone()];
+    let hbm = inside.hbm.capacity_bytes;
+    let hbm_gib = hbm as f64 / (1u64 << 30) as f64;
+    let w = tandem::workload::Workload::load(&workload).expect("workload");
+    for (objective, name) in [
+        (Objective::Throughput, "throughput"),
+        (Objective::ThroughputPerArea, "throughput-per-area"),
+        (Objective::Energy, "energy"),
+    ] {
+        let comparison = Comparison {
+            space_path: space_path.clone(),
+            space: space.clone(),
+            baselines: baselines.clone(),
+            plans: BaselinePlans::load(&plans).expect("plans"),
+            devices: 8,
+            micro_batches: vec![1, 2],
+            recompute: vec![RecomputeMode::None, RecomputeMode::Full],
+            hbm_bytes: vec![hbm],
+            zero: vec![ZeroStage::Replicated],
+            solver: SolverOptions::default(),
+            objective,
+            resume: false,
+            progress: false,
+        };
+        let sweeps = dir.join("sweeps");
+        let sweep_dir = comparison.sweep_dir(&sweeps, "tiny");
+        let expected_dir = match objective {
+            Objective::Throughput => "tiny".to_string(),
+            _ => format!("tiny.{name}"),
+        };
+        assert_eq!(sweep_dir, sweeps.join(&expected_dir));
+        let rows = comparison
+            .compare_workload(&w, &workload, &sweep_dir)
+            .expect("comparison");
+        let names: Vec<&str> = rows.iter().map(|r| r.row.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "inside fixed plan",
+                "inside searched plan",
+                "hungriest fixed plan",
+                "hungriest searched plan",
+                "decoupled",
+                "hardware-first",
+                "co-design",
+                "co-design ≤ inside area",
+                "co-design ≤ inside power",
+                "co-design ≤ hungriest area",
+                "co-design ≤ hungriest power",
+                "fixed-plan co-design"
+            ],
+            "{name}"
+        );
+        for r in &rows {
+            assert_eq!(r.objective, objective, "{r:?}");
+        }
+        let run_toml =
+            std::fs::read_to_string(sweep_dir.join("run.toml")).expect("co-design run.toml");
+        assert!(
+            run_toml.contains(&format!("objective = \"{name}\"")),
+            "{run_toml}"
+        );
+        for sibling in ["fixed-plan", "iso-power.inside"] {
+            let d = sweeps.join(format!("{expected_dir}.{sibling}"));
+            let text = std::fs::read_to_string(d.join("run.toml"))
+                .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+            assert!(text.contains(&format!("objective = \"{name}\"")), "{text}");
+        }
+        // No configuration is over the hungriest chip's power: no second sweep, the row is
+        // co-design's.
+        assert!(!sweeps
+            .join(format!("{expected_dir}.iso-power.hungriest"))
+            .exists());
+        let co = &rows[6];
+        let reused = &rows[10];
+        assert_eq!(
+            reused.note,
+            "every configuration is under this power: the co-design row"
+        );
+        assert_eq!(
+            CompareRow {
+                row: co.row.clone(),
+                note: co.note.clone(),
+                ..reused.clone()
+            },
+            *co
+        );
+
+        // Against the unpruned sweep of the same space under the same objective.
+        let points = unpruned_points(
+            &workload,
+            &space_path,
+            hbm_gib,
+            name,
+            &dir.join(format!("unpruned-{name}")),
+        );
+        assert!(points
+            .iter()
+            .all(|r| !matches!(r.outcome, tandem::search::Outcome::Pruned(_))));
+        let best = best_by(&points, objective, |_| true).expect("a point fits");
+        assert_row_is_point(co, best);
+        for (i, baseline) in baselines.iter().enumerate() {
+            let cap = area_breakdown(baseline).total_mm2;
+            let iso = &rows[7 + 2 * i];
+            match best_by(&points, objective, |r| r.area_mm2 <= cap) {
+                Some(point) => assert_row_is_point(iso, point),
+                None => assert!(iso.throughput_samples_per_s.is_none(), "{iso:?}"),
+            }
+        }
+
+        // Under the throughput objectives the inside chip's area cap excludes co-design's
+        // chip, so the filter is exercised (energy's best chip is smaller than it).
+        if objective != Objective::Energy {
+            assert!(rows[7].area_mm2 < co.area_mm2, "{name}: {:?}", rows[7]);
+        }
+
+        // Gains: by hand from the rows, over row 1 (which has a plan here).
+        let reference = &rows[0];
+        let thr = |r: &CompareRow| r.throughput_samples_per_s.expect("plan");
+        for r in rows.iter().filter(|r| r.throughput_samples_per_s.is_some()) {
+            let by_hand = match objective {
+                Objective::Throughput => thr(r) / thr(reference),
+                Objective::ThroughputPerArea => {
+                    (thr(r) / r.area_mm2) / (thr(reference) / reference.area_mm2)
+                }
+                Objective::Energy => {
+                    reference.energy_per_sample_j.expect("plan")
+                        / r.energy_per_sample_j.expect("plan")
+                }
+            };
+            let gain = r.gain.expect("a gain");
+            assert!(
+                (gain - by_hand).abs() <= 1e-12 * by_hand,
+                "{}: {gain} vs {by_hand}",
+                r.row
+            );
+            assert_eq!(r.speedup, Some(thr(r) / thr(reference)), "{}", r.row);
+        }
+        assert_eq!(reference.gain, Some(1.0));
+    }
+}
+
+#[test]
+fn an_unknown_objective_is_a_usage_error() {
+    let o = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "compare",
+            "--workload",
+            "workloads/bert-large.toml",
+            "--space",
+            "arch_specs/phaze-small.toml",
+            "--baseline",
+            "arch_specs/a100.toml",
+            "--objective",
+            "speed",
+            "--out",
+            "/nonexistent/never-written",
+        ])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--objective") && stderr.contains("throughput-per-area"),
         "{stderr}"
     );
 }

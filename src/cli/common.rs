@@ -8,7 +8,7 @@ use tandem::model::Evaluation;
 use tandem::placement::{DeviceLayout, Plan, RecomputeMode, ZeroStage};
 use tandem::report::{self, bytes, seconds, table};
 use tandem::schedule::SolverOptions;
-use tandem::search::first_repeated;
+use tandem::search::{first_repeated, Objective};
 use tandem::workload::Workload;
 
 /// The chip and the cluster it is deployed in.
@@ -345,4 +345,26 @@ pub fn print_plan(e: &Evaluation, workload: &Workload) {
         .map(|g| g.layers.into_iter().map(|l| l.name).collect())
         .unwrap_or_default();
     print_plan_body(p, &names, e.hbm_bytes);
+}
+
+/// The library's [`Objective`] as `--objective` names it (`search`, `compare`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ObjectiveArg {
+    /// Samples per second.
+    Throughput,
+    /// Samples per second per mm² of die.
+    ThroughputPerArea,
+    /// Fewest joules per sample (pruned by a lower bound on joules per sample with one
+    /// workload; with several, every point is evaluated).
+    Energy,
+}
+
+impl From<ObjectiveArg> for Objective {
+    fn from(objective: ObjectiveArg) -> Self {
+        match objective {
+            ObjectiveArg::Throughput => Objective::Throughput,
+            ObjectiveArg::ThroughputPerArea => Objective::ThroughputPerArea,
+            ObjectiveArg::Energy => Objective::Energy,
+        }
+    }
 }

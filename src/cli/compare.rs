@@ -1,7 +1,7 @@
 //! `tandem compare`: baseline chips (fixed and searched plans), the decoupled search and
 //! co-design, per workload, in one table.
 
-use super::common::SweepAxes;
+use super::common::{ObjectiveArg, SweepAxes};
 use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -13,9 +13,12 @@ use tandem::workload::Workload;
 
 /// Compare, per workload: each baseline chip with the fixed plan of the plans file and with
 /// the searched plan, the decoupled search (the space's best chip for one layer on one device,
-/// then planned) and co-design (the joint search of `tandem search`; also held to the first
-/// baseline's area, and to its peak power by a sweep capped with `--max-power-w`). Writes
-/// OUT/compare.csv, compare.md, compare.svg, and each workload's sweeps under OUT/sweeps/.
+/// then planned), the hardware-first search, and co-design (the joint search of `tandem
+/// search`; also held to each baseline's area, and to its peak power by a sweep capped with
+/// `--max-power-w`), all by `--objective`. Writes OUT/compare.csv, compare.md, compare.svg,
+/// and each workload's sweeps under OUT/sweeps/ (`<workload>` for throughput,
+/// `<workload>.<objective>` otherwise, and their `.fixed-plan` and `.iso-power.<baseline>`
+/// siblings).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workload file; repeat for several.
@@ -35,6 +38,10 @@ pub struct Args {
     plans: PathBuf,
     #[command(flatten)]
     axes: SweepAxes,
+    /// What the sweeps maximise and the rows choose by (HBM size, the iso-area and iso-power
+    /// rows); the tables add its value and its gain over the reference row.
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::Throughput)]
+    objective: ObjectiveArg,
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
@@ -75,6 +82,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         hbm_bytes,
         zero: args.axes.zero()?,
         solver: SolverOptions::default(),
+        objective: args.objective.into(),
         resume: args.resume,
         progress: std::io::stderr().is_terminal(),
     };
@@ -82,7 +90,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     for path in &args.workload {
         let workload = Workload::load(path)?;
         eprintln!("== {}", workload.name);
-        let sweep_dir = args.out.join("sweeps").join(&workload.name);
+        let sweep_dir = comparison.sweep_dir(&args.out.join("sweeps"), &workload.name);
         let table = comparison
             .compare_workload(&workload, path, &sweep_dir)
             .with_context(|| format!("comparing {}", workload.name))?;

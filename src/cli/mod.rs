@@ -12,6 +12,7 @@ mod power;
 mod schedule;
 mod search;
 mod status;
+mod study;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,7 @@ enum Command {
     Merge(merge::Args),
     Status(status::Args),
     Compare(compare::Args),
+    Study(study::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -58,5 +60,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Merge(args) => merge::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Compare(args) => compare::run(&args),
+        Command::Study(args) => study::run(&args),
     }
 }

@@ -1,7 +1,7 @@
 //! `tandem search`: a design-space sweep (configurations × HBM × micro-batch × recompute) with
 //! the best plan per point, streamed to CSV, and its summaries.
 
-use super::common::{SolverArgs, SweepAxes};
+use super::common::{ObjectiveArg, SolverArgs, SweepAxes};
 use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -76,28 +76,6 @@ enum PhaseArg {
     Seed,
     Screen,
     Exact,
-}
-
-/// The library's [`Objective`] as `--objective` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum ObjectiveArg {
-    /// Samples per second.
-    Throughput,
-    /// Samples per second per mm² of die.
-    ThroughputPerArea,
-    /// Fewest joules per sample (pruned by a lower bound on joules per sample with one
-    /// workload; with several, every point is evaluated).
-    Energy,
-}
-
-impl From<ObjectiveArg> for Objective {
-    fn from(objective: ObjectiveArg) -> Self {
-        match objective {
-            ObjectiveArg::Throughput => Objective::Throughput,
-            ObjectiveArg::ThroughputPerArea => Objective::ThroughputPerArea,
-            ObjectiveArg::Energy => Objective::Energy,
-        }
-    }
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {

@@ -48,3 +48,17 @@ pub fn append<T: Serialize>(path: &Path, rows: &[T], mismatch: &str) -> std::io:
     file.write_all(body)?;
     file.flush()
 }
+
+/// A table of text cells as CSV bytes, `header` first (for tables whose columns are known only
+/// at run time).
+pub fn table_bytes<S: AsRef<str>>(
+    header: &[S],
+    rows: &[Vec<String>],
+) -> Result<Vec<u8>, csv::Error> {
+    let mut writer = csv::WriterBuilder::new().from_writer(Vec::new());
+    writer.write_record(header.iter().map(AsRef::as_ref))?;
+    for row in rows {
+        writer.write_record(row)?;
+    }
+    writer.into_inner().map_err(|e| e.into_error().into())
+}

@@ -4,8 +4,8 @@
 
 use super::finish::reevaluate;
 use super::{
-    finish, pareto_front, read_points, run_sweep, DesignRow, Objective, Phase, RunOptions, Shard,
-    Sweep, SweepError, SweepRecord,
+    finish, read_points, run_sweep, DesignRow, Objective, Phase, RunOptions, Shard, Sweep,
+    SweepError, SweepRecord,
 };
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::{peak_power_w, CostModel};
@@ -89,9 +89,9 @@ pub struct CompareRow {
     pub tp: Option<u32>,
     pub pp: Option<u32>,
     pub dp: Option<u32>,
-    /// The fewest and most replicas of a stage; for the Markdown table only (not a CSV column).
-    #[serde(skip)]
-    pub replicas: Option<(u32, u32)>,
+    /// The fewest and the most replicas of a pipeline stage.
+    pub stage_replicas_min: Option<u32>,
+    pub stage_replicas_max: Option<u32>,
     pub micro_batch: Option<u32>,
     pub recompute: Option<RecomputeMode>,
     pub time_per_batch_s: Option<f64>,
@@ -100,6 +100,13 @@ pub struct CompareRow {
     pub energy_per_sample_j: Option<f64>,
     /// Samples/s over the first row's (over the first row with a plan when row 1 has none).
     pub speedup: Option<f64>,
+    /// What the comparison's sweeps and choices maximise.
+    pub objective: Objective,
+    /// The row's value of the objective in its own unit ([`objective_value`]): samples/s,
+    /// samples/s per mm² of template area, or J/sample.
+    pub objective_value: Option<f64>,
+    /// The objective relative to the speed-up's reference row, > 1 better ([`gain`]).
+    pub gain: Option<f64>,
     /// Why there is no plan, or what to know about the row.
     pub note: String,
 }
@@ -129,7 +136,8 @@ impl CompareRow {
             tp: None,
             pp: None,
             dp: None,
-            replicas: None,
+            stage_replicas_min: None,
+            stage_replicas_max: None,
             micro_batch: None,
             recompute: None,
             time_per_batch_s: None,
@@ -137,6 +145,9 @@ impl CompareRow {
             mfu: None,
             energy_per_sample_j: None,
             speedup: None,
+            objective: Objective::Throughput,
+            objective_value: None,
+            gain: None,
             note: String::new(),
         }
     }
@@ -147,7 +158,9 @@ impl CompareRow {
                 self.tp = Some(e.plan.tp);
                 self.pp = Some(e.plan.pp);
                 self.dp = Some(e.plan.dp);
-                self.replicas = Some(e.plan.replica_range());
+                let (fewest, most) = e.plan.replica_range();
+                self.stage_replicas_min = Some(fewest);
+                self.stage_replicas_max = Some(most);
                 self.micro_batch = Some(e.plan.micro_batch);
                 self.recompute = Some(e.recompute);
                 self.time_per_batch_s = Some(e.plan.time_per_batch_s);
@@ -180,13 +193,85 @@ pub struct Comparison {
     /// Megatron-LM runs without its distributed optimizer).
     pub zero: Vec<ZeroStage>,
     pub solver: SolverOptions,
+    /// What every sweep maximises, and what the rows' choices among HBM sizes and the
+    /// iso-area and iso-power rows choose by.
+    pub objective: Objective,
     /// Continue the co-design sweeps found in their directories (refused otherwise).
     pub resume: bool,
     /// Show each sweep's progress on stderr.
     pub progress: bool,
 }
 
+/// The objective's value of a row in its own unit: samples/s, samples/s per mm² of template
+/// area, or J/sample (`None` without a plan).
+pub fn objective_value(objective: Objective, row: &CompareRow) -> Option<f64> {
+    let thr = row.throughput_samples_per_s?;
+    Some(match objective {
+        Objective::Throughput => thr,
+        Objective::ThroughputPerArea => thr / row.area_mm2,
+        Objective::Energy => row.energy_per_sample_j?,
+    })
+}
+
+/// `value` relative to `reference` under `objective`, > 1 better everywhere: throughput and
+/// throughput per area `value / reference`, energy `reference / value`.
+pub fn gain(objective: Objective, value: f64, reference: f64) -> f64 {
+    match objective {
+        Objective::Throughput | Objective::ThroughputPerArea => value / reference,
+        Objective::Energy => reference / value,
+    }
+}
+
+/// An evaluation's score under `objective` on a chip of `area_mm2`, higher better (as
+/// [`Objective::score`]); no plan scores −∞.
+fn evaluation_score(
+    objective: Objective,
+    outcome: &Result<Evaluation, EvaluateError>,
+    area_mm2: f64,
+) -> f64 {
+    outcome
+        .as_ref()
+        .map_or(f64::NEG_INFINITY, |e| match objective {
+            Objective::Throughput => e.plan.throughput_samples_per_s,
+            Objective::ThroughputPerArea => e.plan.throughput_samples_per_s / area_mm2,
+            Objective::Energy => -e.energy_per_sample_j,
+        })
+}
+
+/// `dir` with `.suffix` appended to its last component: the sibling sweeps of a co-design
+/// sweep.
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    dir.with_file_name(format!("{name}.{suffix}"))
+}
+
+/// A chip name as one path component: characters other than ASCII letters, digits, `-`,
+/// `_` and `.` become `_`.
+fn path_component(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 impl Comparison {
+    /// The co-design sweep's directory for `workload` under `sweeps`: `<workload>` for
+    /// throughput, `<workload>.<objective>` otherwise (so one output directory holds every
+    /// objective's sweeps). Its siblings add `.fixed-plan` and `.iso-power.<baseline>`.
+    pub fn sweep_dir(&self, sweeps: &Path, workload: &str) -> PathBuf {
+        match self.objective {
+            Objective::Throughput => sweeps.join(workload),
+            other => sweeps.join(format!("{workload}.{other}")),
+        }
+    }
+
     fn options(&self, hbm_bytes: Option<u64>) -> PlanOptions {
         PlanOptions {
             hbm_bytes,
@@ -280,7 +365,7 @@ impl Comparison {
     }
 
     /// The row of `chip` with its plan searched at each of the comparison's HBM sizes: the
-    /// fastest (ties to the smaller HBM).
+    /// best by the objective (ties to the smaller HBM).
     fn best_over_hbm(
         &self,
         workload: &Workload,
@@ -298,11 +383,9 @@ impl Comparison {
                 )
             })
             .max_by(|a, b| {
-                let thr = |r: &Result<Evaluation, EvaluateError>| {
-                    r.as_ref()
-                        .map_or(f64::NEG_INFINITY, |e| e.plan.throughput_samples_per_s)
-                };
-                thr(&a.1).total_cmp(&thr(&b.1)).then(b.0.cmp(&a.0))
+                let area = area_breakdown(chip).total_mm2;
+                let score = |r| evaluation_score(self.objective, r, area);
+                score(&a.1).total_cmp(&score(&b.1)).then(b.0.cmp(&a.0))
             });
         match best {
             Some((hbm, outcome)) => {
@@ -340,7 +423,7 @@ impl Comparison {
                 vec![ZeroStage::Replicated]
             },
             fixed,
-            objective: Objective::Throughput,
+            objective: self.objective,
             prune: true,
             ilp_time_limit_s: self.solver.time_limit_s,
             ilp_node_limit: self.solver.node_limit,
@@ -387,28 +470,24 @@ impl Comparison {
         Ok((row, sweep))
     }
 
-    /// Co-design held to `area_mm2`: the fastest point of the sweep in `dir` no larger than it,
-    /// which the sweep's Pareto front (throughput against area) holds exactly.
+    /// Co-design held to `area_mm2`: the best point by the objective (ties to the lower point
+    /// id) among the `ok` rows of the sweep in `dir` no larger than it. The sweep's pruning
+    /// keeps every point that can be the best under any area cap (a pruned point's bound is
+    /// below what a point of no larger area reaches), so filtering its rows is exact.
     fn iso_area_row(
         &self,
         workload: &Workload,
         sweep: &Sweep,
-        dir: &Path,
+        rows: &[DesignRow],
         name: String,
         area_mm2: f64,
         fallback_chip: &ArchConfig,
     ) -> Result<CompareRow, SweepError> {
-        let rows = read_points(&dir.join(super::POINTS_CSV))?;
-        let thr = |r: &DesignRow| r.plan().map_or(0.0, |p| p.throughput_samples_per_s);
-        let best = pareto_front(&rows)
-            .into_iter()
-            .filter(|r| r.workload == workload.name && r.area_mm2 <= area_mm2)
-            .max_by(|a, b| {
-                thr(a)
-                    .total_cmp(&thr(b))
-                    .then(b.area_mm2.total_cmp(&a.area_mm2))
-                    .then(b.point.cmp(&a.point))
-            });
+        let score = |r: &DesignRow| self.objective.score(r).unwrap_or(f64::NEG_INFINITY);
+        let best = rows
+            .iter()
+            .filter(|r| r.workload == workload.name && r.plan().is_some() && r.area_mm2 <= area_mm2)
+            .max_by(|a, b| score(a).total_cmp(&score(b)).then(b.point.cmp(&a.point)));
         let Some(best) = best else {
             let mut row = CompareRow::new(&workload.name, name, fallback_chip, 0, true);
             row.note = "no design point of the space fits in that area".into();
@@ -419,7 +498,7 @@ impl Comparison {
             SweepError::Input(format!("configuration {config} is outside the space"))
         })?;
         let cache = ScheduleCache::new(self.solver)?;
-        let evaluation = reevaluate(sweep, &best, &cache)?;
+        let evaluation = reevaluate(sweep, best, &cache)?;
         Ok(
             CompareRow::new(&workload.name, name, &arch, best.hbm_bytes, true)
                 .with_outcome(Ok(evaluation)),
@@ -428,7 +507,10 @@ impl Comparison {
 
     /// Co-design held to the peak power `max_peak_power_w` (watts): the best point of a sweep
     /// of the space's configurations of peak power at most it, into `dir` (power is no
-    /// dimension of the unrestricted sweep's Pareto front, so that front cannot answer).
+    /// dimension of the unrestricted sweep's Pareto front, so that front cannot answer). When
+    /// every configuration is under the cap the capped space is the space, and the row is
+    /// `codesign` renamed (no second sweep).
+    #[allow(clippy::too_many_arguments)]
     fn iso_power_row(
         &self,
         workload: &Workload,
@@ -436,6 +518,7 @@ impl Comparison {
         dir: &Path,
         name: String,
         max_peak_power_w: f64,
+        codesign: &CompareRow,
         fallback_chip: &ArchConfig,
     ) -> Result<CompareRow, SweepError> {
         let capped = self
@@ -445,6 +528,12 @@ impl Comparison {
         if capped.is_empty() {
             let mut row = CompareRow::new(&workload.name, name, fallback_chip, 0, true);
             row.note = "no design point of the space fits under that power".into();
+            return Ok(row);
+        }
+        if capped.len() == self.space.len() {
+            let mut row = codesign.clone();
+            row.row = name;
+            row.note = "every configuration is under this power: the co-design row".into();
             return Ok(row);
         }
         let (row, _) = self.codesign_row(
@@ -459,9 +548,10 @@ impl Comparison {
         Ok(row)
     }
 
-    /// The table of one workload; the co-design sweep runs into `sweep_dir`, the one held to
-    /// the first baseline's peak power into `<sweep_dir>.iso-power` and the one holding the
-    /// fixed plan into `<sweep_dir>.fixed-plan`.
+    /// The table of one workload; the co-design sweep runs into `sweep_dir` (see
+    /// [`Comparison::sweep_dir`]), the ones held to each baseline's peak power into
+    /// `<sweep_dir>.iso-power.<baseline>` and the one holding the fixed plan into
+    /// `<sweep_dir>.fixed-plan`.
     pub fn compare_workload(
         &self,
         workload: &Workload,
@@ -522,31 +612,36 @@ impl Comparison {
             None,
             &decoupled,
         )?;
-        rows.push(codesign);
-        // Co-design no larger than the reference baseline: a faster chip that is also larger
-        // has not won alone.
-        if let Some(reference) = self.baselines.first() {
+        rows.push(codesign.clone());
+        // Co-design no larger than each baseline: a better chip that is also larger has not
+        // won alone ...
+        let points = read_points(&sweep_dir.join(super::POINTS_CSV))?;
+        for reference in &self.baselines {
             rows.push(self.iso_area_row(
                 workload,
                 &sweep,
-                sweep_dir,
+                &points,
                 format!("co-design ≤ {} area", reference.name),
                 area_breakdown(reference).total_mm2,
                 &decoupled,
             )?);
-            // ... and no hungrier: a faster chip that draws more power has not won alone either.
+            // ... and no hungrier: a better chip that draws more power has not won alone either.
             rows.push(self.iso_power_row(
                 workload,
                 workload_path,
-                &sweep_dir.with_file_name(format!("{}.iso-power", workload.name)),
+                &sibling(
+                    sweep_dir,
+                    &format!("iso-power.{}", path_component(&reference.name)),
+                ),
                 format!("co-design ≤ {} power", reference.name),
                 peak_power_w(reference),
+                &codesign,
                 &decoupled,
             )?);
         }
         match self.plans.plans.get(&workload.name) {
             Some(&widths) => {
-                let dir = sweep_dir.with_file_name(format!("{}.fixed-plan", workload.name));
+                let dir = sibling(sweep_dir, "fixed-plan");
                 let (row, _) = self.codesign_row(
                     workload,
                     workload_path,
@@ -577,11 +672,17 @@ impl Comparison {
             }
         }
 
-        // Speed-ups are over row 1; when it has no plan, over the first row that has one.
+        // Speed-ups and gains are over row 1; when it has no plan, over the first row that has
+        // one.
+        for row in &mut rows {
+            row.objective = self.objective;
+            row.objective_value = objective_value(self.objective, row);
+        }
         let reference_row = rows
             .iter()
             .position(|r| r.throughput_samples_per_s.is_some());
         let reference = reference_row.and_then(|i| rows[i].throughput_samples_per_s);
+        let reference_value = reference_row.and_then(|i| rows[i].objective_value);
         if let Some(i) = reference_row.filter(|&i| i > 0) {
             rows[i].note = "speed-up reference (row 1 has no plan)".into();
         }
@@ -589,6 +690,9 @@ impl Comparison {
             row.speedup = reference
                 .zip(row.throughput_samples_per_s)
                 .map(|(base, thr)| thr / base);
+            row.gain = reference_value
+                .zip(row.objective_value)
+                .map(|(base, value)| gain(self.objective, value, base));
             if !row.in_space && row.note.is_empty() {
                 row.note = "outside the searched space".into();
             }
@@ -606,18 +710,44 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 /// A row's plan in one line (`-` without one).
-fn plan_cell(r: &CompareRow) -> String {
-    match (r.tp, r.dp, r.pp, r.replicas) {
-        (Some(tp), Some(pipelines), Some(stages), Some((fewest, most))) => {
+pub(super) fn plan_cell(r: &CompareRow) -> String {
+    match (r.tp, r.dp, r.pp, r.stage_replicas_min, r.stage_replicas_max) {
+        (Some(tp), Some(pipelines), Some(stages), Some(fewest), Some(most)) => {
             report::plan_line(tp, pipelines, stages, &report::replica_range(fewest, most))
         }
         _ => "-".to_string(),
     }
 }
 
-/// One workload's rows as a Markdown table (also what the CLI prints).
+/// The unit of `objective`'s value, as the tables name it.
+pub fn objective_unit(objective: Objective) -> &'static str {
+    match objective {
+        Objective::Throughput => "samples/s",
+        Objective::ThroughputPerArea => "samples/s/mm²",
+        Objective::Energy => "J/sample",
+    }
+}
+
+/// A value of `objective` for a table cell (`-` without one).
+pub fn objective_cell(objective: Objective, value: Option<f64>) -> String {
+    value.map_or("-".into(), |v| match objective {
+        Objective::Throughput => format!("{v:.2}"),
+        Objective::ThroughputPerArea => format!("{v:.4}"),
+        Objective::Energy => format!("{v:.4}"),
+    })
+}
+
+/// A ratio for a table cell: `1.23×` (`-` without one).
+pub fn ratio_cell(value: Option<f64>) -> String {
+    value.map_or("-".into(), |v| format!("{v:.2}×"))
+}
+
+/// One workload's rows as a Markdown table (also what the CLI prints); the objective column
+/// is the first row's objective.
 pub fn markdown_table(rows: &[CompareRow]) -> String {
-    const HEADER: [&str; 14] = [
+    let objective = rows.first().map_or(Objective::Throughput, |r| r.objective);
+    let objective_header = format!("{objective} ({})", objective_unit(objective));
+    let header: [&str; 16] = [
         "row",
         "chip",
         "mm²",
@@ -630,6 +760,8 @@ pub fn markdown_table(rows: &[CompareRow]) -> String {
         "samples/s",
         "MFU",
         "J/sample",
+        &objective_header,
+        "gain",
         "speed-up",
         "note",
     ];
@@ -651,22 +783,22 @@ pub fn markdown_table(rows: &[CompareRow]) -> String {
                 r.mfu.map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
                 r.energy_per_sample_j
                     .map_or("-".into(), |v| format!("{v:.3}")),
-                r.speedup.map_or("-".into(), |v| format!("{v:.2}×")),
+                objective_cell(r.objective, r.objective_value),
+                ratio_cell(r.gain),
+                ratio_cell(r.speedup),
                 cell(&r.note),
             ]
         })
         .collect();
-    markdown::table(&HEADER, &cells)
+    markdown::table(&header, &cells)
 }
 
 /// Writes `compare.csv` (all rows), `compare.md` (one table per workload) and `compare.svg`
-/// (speed-up over each workload's first row, grouped by workload) into `out`.
+/// (the gain in the objective over each workload's reference row, grouped by workload) into
+/// `out`.
 pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepError> {
     use super::sweep::io_error;
     let _lock = DirLock::acquire(out)?;
-    let csv_path = out.join(COMPARE_CSV);
-    let bytes = report::csv::to_bytes(rows, true).map_err(|e| io_error(&csv_path, e))?;
-    write_atomic(&csv_path, &bytes).map_err(|e| io_error(&csv_path, e))?;
 
     let mut by_workload: Vec<(&str, Vec<CompareRow>)> = Vec::new();
     for row in rows {
@@ -675,7 +807,13 @@ pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepErro
             None => by_workload.push((&row.workload, vec![row.clone()])),
         }
     }
-    let mut md = String::from("# Baselines against co-design\n\n");
+    let objective = rows.first().map_or(Objective::Throughput, |r| r.objective);
+    let mut md = format!(
+        "# Baselines against co-design\n\nObjective: {objective} ({}); gain: the objective \
+         over each workload's reference row (row 1, or the first row with a plan), > 1 better; \
+         speed-up: samples/s over the same row.\n\n",
+        objective_unit(objective)
+    );
     for (workload, list) in &by_workload {
         md += &format!("## {}\n\n{}\n", cell(workload), markdown_table(list));
     }
@@ -686,9 +824,18 @@ pub fn write_comparison(rows: &[CompareRow], out: &Path) -> Result<(), SweepErro
         .iter()
         .map(|(workload, list)| BarGroup {
             name: workload.to_string(),
-            bars: list.iter().map(|r| (r.row.clone(), r.speedup)).collect(),
+            bars: list.iter().map(|r| (r.row.clone(), r.gain)).collect(),
         })
         .collect();
-    let svg = svg::speedup_bars(&groups).map_err(|e| io_error(&svg_path, e))?;
-    write_atomic(&svg_path, svg.as_bytes()).map_err(|e| io_error(&svg_path, e))
+    let svg = svg::speedup_bars(
+        &format!("gain in {objective} over each workload's first row"),
+        "gain (×)",
+        &groups,
+    )
+    .map_err(|e| io_error(&svg_path, e))?;
+    write_atomic(&svg_path, svg.as_bytes()).map_err(|e| io_error(&svg_path, e))?;
+    // The rows last: a folder whose compare.csv holds a workload holds its table and chart.
+    let csv_path = out.join(COMPARE_CSV);
+    let bytes = report::csv::to_bytes(rows, true).map_err(|e| io_error(&csv_path, e))?;
+    write_atomic(&csv_path, &bytes).map_err(|e| io_error(&csv_path, e))
 }

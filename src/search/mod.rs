@@ -19,7 +19,10 @@
 //!   `report::svg`), and `merge`.
 //! - `compare.rs`: the baseline / decoupled / co-design table (`Comparison`, `BaselinePlans`
 //!   from `workloads/plans/phaze.toml`) and its files: cells and bars built here, written by
-//!   `report` (CSV, Markdown, SVG).
+//!   `report` (CSV, Markdown, SVG); one objective's sweeps, choices and gains throughout.
+//! - `study.rs`: `tandem study` — the comparison for every cluster size × objective ×
+//!   workload of a study file (`studies/codesign.toml`) into compare folders, resumable, and
+//!   the per-objective summaries computed from those folders alone.
 
 mod compare;
 mod energy;
@@ -27,11 +30,13 @@ mod finish;
 mod row;
 mod screen;
 mod status;
+mod study;
 mod sweep;
 
 pub use compare::{
-    markdown_table, write_comparison, BaselinePlans, CompareRow, Comparison, FixedWidths,
-    COMPARE_CSV, COMPARE_MD, COMPARE_SVG,
+    gain, markdown_table, objective_cell, objective_unit, objective_value, ratio_cell,
+    write_comparison, BaselinePlans, CompareRow, Comparison, FixedWidths, COMPARE_CSV, COMPARE_MD,
+    COMPARE_SVG,
 };
 pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{
@@ -39,6 +44,10 @@ pub use row::{
 };
 pub use screen::screen_blocks;
 pub use status::{host_name, read_status, DirStatus, RunState, SweepStatus, STATUS_JSON};
+pub use study::{
+    parse_objective, run_study, summarise, summary_paths, summary_rows, write_summaries,
+    BaselineGains, Study, StudyOptions, SummaryRow,
+};
 pub use sweep::{
     first_repeated, read_points, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepError,
     SweepRecord, SweepStats, POINTS_CSV, RUN_TOML, SCREEN_CSV, SEED_CSV, SHARD_TOML,

@@ -1,5 +1,6 @@
-//! Speed-ups as grouped bars: one group per workload, one bar per row of its table (the
-//! first group's rows name the series); a row without a plan is marked `n/a`.
+//! Speed-ups or gains as grouped bars: one group per workload (or workload × cluster), one bar
+//! per row of its table (the first group's rows name the series); a row without a value is
+//! marked `n/a`.
 
 use super::{page, palette, Frame};
 use crate::report;
@@ -25,8 +26,9 @@ const COLOURS: [RGBColor; 8] = [
     palette::ORANGE,
 ];
 
-/// The speed-up chart of `groups` as SVG.
-pub fn speedup_bars(groups: &[BarGroup]) -> Result<String, String> {
+/// The chart of `groups` as SVG, under `caption`, the y axis named `y_desc` (ratios, drawn
+/// with `×`).
+pub fn speedup_bars(caption: &str, y_desc: &str, groups: &[BarGroup]) -> Result<String, String> {
     let kinds: Vec<String> = groups
         .first()
         .map(|g| g.bars.iter().map(|(kind, _)| kind.clone()).collect())
@@ -44,7 +46,7 @@ pub fn speedup_bars(groups: &[BarGroup]) -> Result<String, String> {
             y_labels_px: 60,
         };
         let mut chart = frame
-            .on(root, "speed-up over each workload's first row")
+            .on(root, caption)
             .build_cartesian_2d(0.0..groups.len().max(1) as f64, 0.0..top)
             .map_err(|e| e.to_string())?;
         let names: Vec<String> = groups.iter().map(|g| g.name.clone()).collect();
@@ -61,7 +63,7 @@ pub fn speedup_bars(groups: &[BarGroup]) -> Result<String, String> {
                 }
             })
             .y_label_formatter(&|v| format!("{}×", report::tick(*v)))
-            .y_desc("speed-up (×)")
+            .y_desc(y_desc)
             .draw()
             .map_err(|e| e.to_string())?;
         let width = 0.8 / kinds.len().max(1) as f64;
