@@ -89,6 +89,7 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
         objective: Objective::Throughput,
         resume: false,
         progress: false,
+        bound_memo: Default::default(),
     };
     let w = tandem::workload::Workload::load(&workload).expect("workload");
     let rows = comparison
@@ -386,14 +387,18 @@ fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
             zero: vec![ZeroStage::Replicated],
             solver: SolverOptions::default(),
             objective,
-            resume: false,
+            // Throughput per area reads the sweeps the throughput pass wrote.
+            resume: objective == Objective::ThroughputPerArea,
             progress: false,
+            bound_memo: Default::default(),
         };
         let sweeps = dir.join("sweeps");
         let sweep_dir = comparison.sweep_dir(&sweeps, "tiny");
-        let expected_dir = match objective {
-            Objective::Throughput => "tiny".to_string(),
-            _ => format!("tiny.{name}"),
+        let (expected_dir, recorded) = match objective {
+            Objective::Throughput | Objective::ThroughputPerArea => {
+                ("tiny".to_string(), "throughput")
+            }
+            Objective::Energy => (format!("tiny.{name}"), name),
         };
         assert_eq!(sweep_dir, sweeps.join(&expected_dir));
         let rows = comparison
@@ -424,14 +429,17 @@ fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
         let run_toml =
             std::fs::read_to_string(sweep_dir.join("run.toml")).expect("co-design run.toml");
         assert!(
-            run_toml.contains(&format!("objective = \"{name}\"")),
+            run_toml.contains(&format!("objective = \"{recorded}\"")),
             "{run_toml}"
         );
         for sibling in ["fixed-plan", "iso-power.inside"] {
             let d = sweeps.join(format!("{expected_dir}.{sibling}"));
             let text = std::fs::read_to_string(d.join("run.toml"))
                 .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-            assert!(text.contains(&format!("objective = \"{name}\"")), "{text}");
+            assert!(
+                text.contains(&format!("objective = \"{recorded}\"")),
+                "{text}"
+            );
         }
         // No configuration is over the hungriest chip's power: no second sweep, the row is
         // co-design's.

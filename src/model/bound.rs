@@ -109,61 +109,72 @@ impl LayerWork {
         })
     }
 
-    /// Device-seconds one micro-batch keeps its tensor group busy under each recompute mode
-    /// (in [`RecomputeMode`](crate::placement::RecomputeMode) order: none, selective, full): `t` devices times the summed
-    /// schedule lower bounds of every layer's forward, backward and recomputation.
-    pub fn busy_s(&self, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
-        let (mut fwd_bwd, mut fwd, mut selective) = (0.0, 0.0, 0.0);
-        for (count, layer) in &self.unique {
-            let [f, b, s] = layer_bounds(layer, cost)?;
-            let n = *count as f64;
-            fwd_bwd += n * (f + b);
-            if layer.activation_bytes.recomputed_under_full() {
-                fwd += n * f;
-            }
-            selective += n * s;
-        }
-        let t = f64::from(self.tp);
-        Ok([t * fwd_bwd, t * (fwd_bwd + selective), t * (fwd_bwd + fwd)])
-    }
-
-    /// Joules one micro-batch costs its tensor group at the least under each recompute mode
-    /// (none, selective, full): `t` devices times every layer's forward, backward and
-    /// recomputation with each operator in its least-energy mode. What a plan adds (pipeline
-    /// sends, gradient synchronisation, optimizer steps, gradient accumulation, all-to-alls)
-    /// is left out, so no plan of this width spends less per micro-batch.
-    pub fn energy_j(&self, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
-        let (mut fwd_bwd, mut fwd, mut selective) = (0.0, 0.0, 0.0);
+    /// What this micro-batch's layers cost `cost`'s chip at the least (see [`LayerBounds`]).
+    pub fn bounds(
+        &self,
+        workload: &Workload,
+        cost: &CostModel,
+    ) -> Result<LayerBounds, ScheduleError> {
+        // Per quantity: forward + backward, the forward of the layers full recompute reruns,
+        // and selective recompute's attention core.
+        let (mut busy, mut energy) = ([0.0; 3], [0.0; 3]);
+        let mut optimizer_j = 0.0;
         for (count, layer) in &self.unique {
             let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
             let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
-            let f = energy_lower_bound(&fwd_problem)?;
-            let b = energy_lower_bound(&bwd_problem)?;
+            let (selective_s, selective_j) = attention_core(&layer.fwd, &fwd_problem);
+            let times = [
+                lower_bound(&fwd_problem)?,
+                lower_bound(&bwd_problem)?,
+                selective_s,
+            ];
+            let joules = [
+                energy_lower_bound(&fwd_problem)?,
+                energy_lower_bound(&bwd_problem)?,
+                selective_j,
+            ];
             let n = *count as f64;
-            fwd_bwd += n * (f + b);
-            if layer.activation_bytes.recomputed_under_full() {
-                fwd += n * f;
+            let recomputed = layer.activation_bytes.recomputed_under_full();
+            for (sum, [f, b, s]) in [(&mut busy, times), (&mut energy, joules)] {
+                sum[0] += n * (f + b);
+                if recomputed {
+                    sum[1] += n * f;
+                }
+                sum[2] += n * s;
             }
-            // Selective recompute reruns the attention core exactly as evaluation prices it.
-            selective += n * attention_core(&layer.fwd, &fwd_problem).1;
+            if layer.expert_params == 0 {
+                optimizer_j += n * optimizer_step(workload, cost, layer.params).1;
+            }
         }
         let t = f64::from(self.tp);
-        Ok([t * fwd_bwd, t * (fwd_bwd + selective), t * (fwd_bwd + fwd)])
+        let per_mode = |[fwd_bwd, full, selective]: [f64; 3]| {
+            [t * fwd_bwd, t * (fwd_bwd + selective), t * (fwd_bwd + full)]
+        };
+        Ok(LayerBounds {
+            busy_s: per_mode(busy),
+            energy_j: per_mode(energy),
+            optimizer_energy_j: t * optimizer_j,
+        })
     }
+}
 
-    /// Joules the optimizer steps cost per iteration at the least: each dense layer's step
-    /// once on each of the `t` devices of its tensor group (a plan steps every dense layer
-    /// once per data-parallel copy, or once in all under ZeRO-1 and above; expert layers,
-    /// whose steps an expert-parallel plan divides, are left out).
-    pub fn optimizer_energy_j(&self, workload: &Workload, cost: &CostModel) -> f64 {
-        let per_group: f64 = self
-            .unique
-            .iter()
-            .filter(|(_, layer)| layer.expert_params == 0)
-            .map(|(count, layer)| *count as f64 * optimizer_step(workload, cost, layer.params).1)
-            .sum();
-        f64::from(self.tp) * per_group
-    }
+/// What one micro-batch's layers at one tensor width cost a chip at the least, which no plan
+/// of that width beats ([`LayerWork::bounds`]). Per recompute mode (in
+/// [`RecomputeMode`](crate::placement::RecomputeMode) order: none, selective, full):
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerBounds {
+    /// Device-seconds the micro-batch keeps its tensor group busy: `t` devices times the
+    /// summed schedule lower bounds of every layer's forward, backward and recomputation.
+    pub busy_s: [f64; 3],
+    /// Joules it costs the group: `t` times every layer's forward, backward and recomputation
+    /// with each operator in its least-energy mode. What a plan adds (pipeline sends,
+    /// gradient synchronisation and accumulation, all-to-alls) is left out.
+    pub energy_j: [f64; 3],
+    /// Joules of the optimizer steps per iteration: each dense layer's step once on each of
+    /// the `t` devices (a plan steps every dense layer once per data-parallel copy, or once in
+    /// all under ZeRO-1 and above; expert layers, whose steps expert parallelism divides, are
+    /// left out).
+    pub optimizer_energy_j: f64,
 }
 
 /// What [`throughput_bound`] proves about the plans of a design point.

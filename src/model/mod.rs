@@ -18,7 +18,8 @@ mod evaluate;
 mod layers;
 
 pub use bound::{
-    throughput_bound, throughput_bound_after, HbmOutcome, LayerWork, PlanBound, BOUND_SLACK,
+    throughput_bound, throughput_bound_after, HbmOutcome, LayerBounds, LayerWork, PlanBound,
+    BOUND_SLACK,
 };
 pub use evaluate::{
     evaluate, evaluate_faster_than, evaluate_on, tensor_widths, EvaluateError, Evaluation,

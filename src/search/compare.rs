@@ -4,8 +4,8 @@
 
 use super::finish::reevaluate;
 use super::{
-    finish, read_points, run_sweep, DesignRow, Objective, Phase, RunOptions, Shard, Sweep,
-    SweepError, SweepRecord,
+    finish, read_points, run_sweep, BoundMemo, DesignRow, Objective, Phase, RunOptions, Shard,
+    Sweep, SweepError, SweepRecord,
 };
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
 use crate::cost::{peak_power_w, CostModel};
@@ -22,6 +22,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Fixed (t, p, d) per workload name, for one cluster size (`workloads/plans/phaze.toml`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -200,6 +201,8 @@ pub struct Comparison {
     pub resume: bool,
     /// Show each sweep's progress on stderr.
     pub progress: bool,
+    /// Layer bounds the comparison's sweeps share (one space: see [`BoundMemo`]).
+    pub bound_memo: Arc<BoundMemo>,
 }
 
 /// The objective's value of a row in its own unit: samples/s, samples/s per mm² of template
@@ -266,9 +269,21 @@ impl Comparison {
     /// throughput, `<workload>.<objective>` otherwise (so one output directory holds every
     /// objective's sweeps). Its siblings add `.fixed-plan` and `.iso-power.<baseline>`.
     pub fn sweep_dir(&self, sweeps: &Path, workload: &str) -> PathBuf {
-        match self.objective {
+        match self.sweep_objective() {
             Objective::Throughput => sweeps.join(workload),
             other => sweeps.join(format!("{workload}.{other}")),
+        }
+    }
+
+    /// The objective the comparison's sweeps record. Throughput per area reads the throughput
+    /// sweeps: their points are the same (the screen prunes on throughput against area
+    /// alike), and they hold the point of most samples/s per mm² under any area cap (a point
+    /// strictly dominated in throughput at no larger area is also beaten per mm²); the
+    /// objective then chooses among them.
+    pub fn sweep_objective(&self) -> Objective {
+        match self.objective {
+            Objective::ThroughputPerArea => Objective::Throughput,
+            other => other,
         }
     }
 
@@ -423,7 +438,7 @@ impl Comparison {
                 vec![ZeroStage::Replicated]
             },
             fixed,
-            objective: self.objective,
+            objective: self.sweep_objective(),
             prune: true,
             ilp_time_limit_s: self.solver.time_limit_s,
             ilp_node_limit: self.solver.node_limit,
@@ -433,7 +448,8 @@ impl Comparison {
             inputs_sha256: Vec::new(),
             max_peak_power_w,
         };
-        let sweep = Sweep::from_record(&record)?;
+        let mut sweep = Sweep::from_record(&record)?;
+        sweep.share_bounds(self.bound_memo.clone());
         let resume = dir.join(super::RUN_TOML).exists();
         if resume && !self.resume {
             return Err(SweepError::Input(format!(
@@ -451,6 +467,18 @@ impl Comparison {
         };
         run_sweep(&sweep, &record, &options)?;
         let best = finish(&sweep, dir)?;
+        if self.objective != self.sweep_objective() {
+            let rows = read_points(&dir.join(super::POINTS_CSV))?;
+            let row = self.iso_area_row(
+                workload,
+                &sweep,
+                &rows,
+                name.into(),
+                f64::INFINITY,
+                fallback_chip,
+            )?;
+            return Ok((row, sweep));
+        }
         let row = match best.workloads.into_iter().next() {
             Some(b) => {
                 let config = b.row.config.unwrap_or(0) as usize;
@@ -470,8 +498,9 @@ impl Comparison {
         Ok((row, sweep))
     }
 
-    /// Co-design held to `area_mm2`: the best point by the objective (ties to the lower point
-    /// id) among the `ok` rows of the sweep in `dir` no larger than it. The sweep's pruning
+    /// Co-design held to `area_mm2` (infinite: not held): the best point by the objective
+    /// (ties to the lower point id) among the `ok` rows of the sweep in `dir` no larger than
+    /// it. The sweep's pruning
     /// keeps every point that can be the best under any area cap (a pruned point's bound is
     /// below what a point of no larger area reaches), so filtering its rows is exact.
     fn iso_area_row(
@@ -490,7 +519,11 @@ impl Comparison {
             .max_by(|a, b| score(a).total_cmp(&score(b)).then(b.point.cmp(&a.point)));
         let Some(best) = best else {
             let mut row = CompareRow::new(&workload.name, name, fallback_chip, 0, true);
-            row.note = "no design point of the space fits in that area".into();
+            row.note = if area_mm2.is_finite() {
+                "no design point of the space fits in that area".into()
+            } else {
+                "no design point of the space fits".into()
+            };
             return Ok(row);
         };
         let config = best.config.unwrap_or(0) as usize;

@@ -7,8 +7,7 @@
 //! layer's optimizer step once per iteration on those devices, plus the static power of the
 //! device-seconds the work bound says a sample keeps busy (no plan uses fewer), at the tensor
 //! width that spends least
-//! ([`LayerWork::energy_j`](crate::model::LayerWork::energy_j),
-//! [`LayerWork::optimizer_energy_j`](crate::model::LayerWork::optimizer_energy_j)); what a plan
+//! ([`LayerBounds`](crate::model::LayerBounds)); what a plan
 //! adds (pipeline sends, gradient synchronisation and accumulation, more optimizer steps,
 //! all-to-alls) only raises it. No cheaper
 //! search knows which plan is fastest, so only an exact evaluation says what a point spends.
@@ -73,15 +72,15 @@ impl Sweep {
         let static_w = static_power_w(&arch);
         let batch = self.workloads[0].global_batch as f64;
         let mut energy_j = Vec::with_capacity(self.micro_batches.len() * self.recompute.len());
-        for (widths, &micro_batch) in self.layer_work[0].iter().zip(&self.micro_batches) {
+        let bounds = self.layer_bounds(0, &arch, &cost)?;
+        for (widths, &micro_batch) in bounds.iter().zip(&self.micro_batches) {
             // Per sample: the micro-batch's share of its layers' events and of the static
             // power of the device-seconds they keep busy, and the batch's of the steps.
             let per_sample = 1.0 / f64::from(micro_batch);
             let mut least = [f64::INFINITY; 3];
-            for work in widths {
-                let step_j = work.optimizer_energy_j(&self.workloads[0], &cost) / batch;
-                let busy_s = work.busy_s(&cost)?;
-                for ((l, e), s) in least.iter_mut().zip(work.energy_j(&cost)?).zip(busy_s) {
+            for b in widths {
+                let step_j = b.optimizer_energy_j / batch;
+                for ((l, e), s) in least.iter_mut().zip(b.energy_j).zip(b.busy_s) {
                     *l = l.min((e + static_w * s) * per_sample + step_j);
                 }
             }

@@ -40,10 +40,11 @@
 
 use super::row::Reached;
 use super::sweep::{progress_bar, Sweep, SweepError};
-use crate::arch::area_breakdown;
+use crate::arch::{area_breakdown, ArchConfig};
 use crate::cost::CostModel;
 use crate::model::{
-    evaluate_faster_than, throughput_bound_after, HbmOutcome, LayerWork, PlanBound, PlanOptions,
+    evaluate_faster_than, throughput_bound_after, HbmOutcome, LayerBounds, LayerWork, PlanBound,
+    PlanOptions,
 };
 use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, SolverOptions};
@@ -209,6 +210,71 @@ pub(super) fn layer_work(sweep: &Sweep) -> Vec<Vec<Vec<LayerWork>>> {
         .collect()
 }
 
+/// Per workload and configuration (by name, which is unique within a space), the
+/// [`LayerBounds`] of each (micro-batch, tensor width) priced so far. They depend on neither the
+/// cluster size, the HBM size, the power cap nor the objective, so the sweeps of one space in a
+/// process can share them ([`Sweep::share_bounds`]: a comparison's co-design, iso-power and
+/// fixed-plan sweeps, a study's cluster sizes and objectives).
+#[derive(Debug, Default)]
+pub struct BoundMemo(Mutex<HashMap<MemoKey, Vec<PricedWidth>>>);
+
+/// (workload name, configuration name).
+type MemoKey = (String, String);
+
+/// (micro-batch, tensor width) and its bounds.
+type PricedWidth = (u32, u32, LayerBounds);
+
+impl Sweep {
+    /// Per micro-batch of the sweep, the [`LayerBounds`] of workload `w` at each of its
+    /// tensor widths on `arch`, from the memo where priced before.
+    pub(super) fn layer_bounds(
+        &self,
+        w: usize,
+        arch: &ArchConfig,
+        cost: &CostModel,
+    ) -> Result<Vec<Vec<LayerBounds>>, SweepError> {
+        let workload = &self.workloads[w];
+        let key = (workload.name.clone(), arch.name.clone());
+        let poisoned = || SweepError::Input("a screen thread panicked".into());
+        let known = self
+            .bound_memo
+            .0
+            .lock()
+            .map_err(|_| poisoned())?
+            .get(&key)
+            .cloned()
+            .unwrap_or_default();
+        let mut priced = Vec::new();
+        let mut out = Vec::with_capacity(self.layer_work[w].len());
+        for widths in &self.layer_work[w] {
+            let mut per_width = Vec::with_capacity(widths.len());
+            for work in widths {
+                let (m, t) = (work.micro_batch, work.tp);
+                let bounds = match known.iter().find(|k| (k.0, k.1) == (m, t)) {
+                    Some(k) => k.2,
+                    None => {
+                        let b = work.bounds(workload, cost)?;
+                        priced.push((m, t, b));
+                        b
+                    }
+                };
+                per_width.push(bounds);
+            }
+            out.push(per_width);
+        }
+        if !priced.is_empty() {
+            let mut memo = self.bound_memo.0.lock().map_err(|_| poisoned())?;
+            let entry = memo.entry(key).or_default();
+            for p in priced {
+                if !entry.iter().any(|k| (k.0, k.1) == (p.0, p.1)) {
+                    entry.push(p);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Screen blocks of a space of `configs` configurations: one per 256 configurations, at
 /// least 1 and at most 64, rounded down to a power of two (so shard counts that are powers of
 /// two split them evenly).
@@ -240,19 +306,21 @@ impl Sweep {
         let area_mm2 = area_breakdown(&arch).total_mm2;
         let peak_flops = arch.peak_tensor_flops();
         let mut out = Vec::with_capacity(self.points_per_config() as usize);
-        for (w, per_micro_batch) in self.layer_work.iter().enumerate() {
+        for w in 0..self.workloads.len() {
             // Per micro-batch and recompute mode: the least busy device-seconds over widths.
-            let mut busy = Vec::with_capacity(per_micro_batch.len());
-            for widths in per_micro_batch {
-                let mut least = [f64::INFINITY; 3];
-                for work in widths {
-                    let b = work.busy_s(&cost)?;
-                    for (l, b) in least.iter_mut().zip(b) {
-                        *l = l.min(b);
+            let busy: Vec<[f64; 3]> = self
+                .layer_bounds(w, &arch, &cost)?
+                .iter()
+                .map(|widths| {
+                    let mut least = [f64::INFINITY; 3];
+                    for b in widths {
+                        for (l, b) in least.iter_mut().zip(b.busy_s) {
+                            *l = l.min(b);
+                        }
                     }
-                }
-                busy.push(least);
-            }
+                    least
+                })
+                .collect();
             for _ in &self.hbm_bytes {
                 for (m, &micro_batch) in self.micro_batches.iter().enumerate() {
                     for &recompute in &self.recompute {

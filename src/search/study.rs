@@ -7,8 +7,8 @@
 use super::compare::{objective_value, plan_cell};
 use super::sweep::io_error;
 use super::{
-    gain, objective_cell, objective_unit, ratio_cell, write_comparison, BaselinePlans, CompareRow,
-    Comparison, Objective, SweepError, COMPARE_CSV,
+    gain, objective_cell, objective_unit, ratio_cell, write_comparison, BaselinePlans, BoundMemo,
+    CompareRow, Comparison, Objective, SweepError, COMPARE_CSV,
 };
 use crate::arch::{load_chip, ArchConfig, SearchSpace};
 use crate::error::{parse_toml, read_input, InputError};
@@ -22,6 +22,7 @@ use crate::workload::Workload;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The study file as written (paths relative to the current directory).
@@ -298,7 +299,13 @@ impl Study {
         names
     }
 
-    fn comparison(&self, devices: u32, objective: Objective, options: &StudyOptions) -> Comparison {
+    fn comparison(
+        &self,
+        devices: u32,
+        objective: Objective,
+        options: &StudyOptions,
+        memo: &Arc<BoundMemo>,
+    ) -> Comparison {
         Comparison {
             space_path: self.space_path.clone(),
             space: self.space.clone(),
@@ -314,8 +321,11 @@ impl Study {
             zero: vec![ZeroStage::Replicated],
             solver: SolverOptions::default(),
             objective,
-            resume: options.resume,
+            // A study starts in an empty directory unless resumed, so any sweep it finds is
+            // its own: a cell cut off, or the throughput sweeps that throughput per area reads.
+            resume: true,
             progress: options.progress,
+            bound_memo: memo.clone(),
         }
     }
 }
@@ -370,10 +380,12 @@ pub fn run_study(
         )));
     }
     let _lock = DirLock::acquire(out)?;
+    // Layer bounds depend on neither the cluster size nor the objective: priced once.
+    let memo = Arc::new(BoundMemo::default());
     for &devices in &study.devices {
         for &objective in &study.objectives {
             let folder = Study::folder(out, devices, objective);
-            let comparison = study.comparison(devices, objective, options);
+            let comparison = study.comparison(devices, objective, options, &memo);
             let mut done = read_compare_rows(&folder)?;
             let expected = study.row_names(devices);
             for (path, workload) in &study.workloads {
@@ -396,7 +408,10 @@ pub fn run_study(
                     continue;
                 }
                 let start = Instant::now();
-                let sweep_dir = comparison.sweep_dir(&folder.join("sweeps"), &workload.name);
+                // Throughput per area reads the throughput sweeps (`Comparison::sweep_objective`).
+                let sweeps =
+                    Study::folder(out, devices, comparison.sweep_objective()).join("sweeps");
+                let sweep_dir = comparison.sweep_dir(&sweeps, &workload.name);
                 let mut rows = comparison
                     .compare_workload(workload, path, &sweep_dir)
                     .map_err(|e| match e {

@@ -31,7 +31,7 @@
 //! as one run does.
 
 use super::row::{Outcome, PlanSummary, Pruning};
-use super::screen::Screen;
+use super::screen::{BoundMemo, Screen};
 use super::status::StatusFile;
 use super::DesignRow;
 use crate::arch::{ArchConfig, SearchSpace};
@@ -53,6 +53,7 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What the sweep's best point maximises (several workloads: the mean over workloads).
@@ -146,6 +147,8 @@ pub struct Sweep {
     /// Per workload and micro-batch: the unique layers at each tensor width, which the
     /// screen's work bound prices on every configuration.
     pub(super) layer_work: Vec<Vec<Vec<LayerWork>>>,
+    /// Layer bounds priced on each configuration, shared with other sweeps of the space.
+    pub(super) bound_memo: Arc<BoundMemo>,
 }
 
 /// The sweep's inputs as written to `run.toml`: enough to run it again or merge its shards.
@@ -462,10 +465,17 @@ impl Sweep {
             max_peak_power_w: record.max_peak_power_w,
             hardware_flops,
             layer_work: Vec::new(),
+            bound_memo: Arc::default(),
         };
         sweep.validate()?;
         sweep.layer_work = super::screen::layer_work(&sweep);
         Ok(sweep)
+    }
+
+    /// Prices layer bounds through `memo`, shared with other sweeps of the same space (see
+    /// [`BoundMemo`]): they then price each configuration's layers once between them.
+    pub fn share_bounds(&mut self, memo: Arc<BoundMemo>) {
+        self.bound_memo = memo;
     }
 
     /// Whether this sweep prunes by energy ([`super::energy`]): pruning on, the energy
@@ -1188,6 +1198,27 @@ fn run_locked(
         }
         Vec::new()
     };
+    let owned_points = sweep.shard_points(options.shard);
+    let evaluating = matches!(options.phase, Phase::Whole | Phase::Exact { .. });
+    if evaluating && options.resume && finished.len() as u64 == owned_points {
+        // A finished sweep resumed (`compare --resume`, `study --resume`): nothing to screen.
+        StatusFile::start(
+            out,
+            options.phase.name(),
+            "points",
+            owned_points,
+            owned_points,
+        )
+        .done();
+        return Ok(SweepStats {
+            configurations: (0..sweep.space.len())
+                .filter(|&c| options.shard.owns(c))
+                .count(),
+            points: owned_points,
+            skipped: owned_points,
+            ..SweepStats::default()
+        });
+    }
     if sweep.prunes_energy() {
         return super::energy::run(sweep, options, &finished, status);
     }
