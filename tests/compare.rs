@@ -89,7 +89,7 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
         objective: Objective::Throughput,
         resume: false,
         progress: false,
-        bound_memo: Default::default(),
+        space_memo: Default::default(),
     };
     let w = tandem::workload::Workload::load(&workload).expect("workload");
     let rows = comparison
@@ -390,7 +390,7 @@ fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
             // Throughput per area reads the sweeps the throughput pass wrote.
             resume: objective == Objective::ThroughputPerArea,
             progress: false,
-            bound_memo: Default::default(),
+            space_memo: Default::default(),
         };
         let sweeps = dir.join("sweeps");
         let sweep_dir = comparison.sweep_dir(&sweeps, "tiny");

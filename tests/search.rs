@@ -361,7 +361,7 @@ fn energy_sweep_resumes_to_the_same_files() {
     assert!(err.to_string().contains("runs whole"), "{err}");
 }
 
-/// Sweeps of one space that share their layer bounds (`Sweep::share_bounds`, as a comparison's
+/// Sweeps of one space that share their layer bounds (`Sweep::share_memo`, as a comparison's
 /// and a study's do) write the same files as sweeps that price them alone: a throughput sweep
 /// after an energy sweep of another cluster size and a power-capped sweep, all on one memo.
 #[test]
@@ -370,11 +370,11 @@ fn sweeps_sharing_layer_bounds_write_the_same_files() {
     let dir = tmp.path();
     let space = small_space(dir, "space", (1, 3), (5, 7), (0, 2));
     let workload = tiny_large_batch(dir);
-    let memo = std::sync::Arc::new(tandem::search::BoundMemo::default());
+    let memo = std::sync::Arc::new(tandem::search::SpaceMemo::default());
     let run = |rec: &SweepRecord, out: &Path, shared: bool| {
         let mut sweep = Sweep::from_record(rec).expect("valid sweep");
         if shared {
-            sweep.share_bounds(memo.clone());
+            sweep.share_memo(memo.clone());
         }
         let options = RunOptions {
             out_dir: out.to_path_buf(),
@@ -389,7 +389,12 @@ fn sweeps_sharing_layer_bounds_write_the_same_files() {
     let energy = SweepRecord {
         devices: 16,
         micro_batches: vec![1, 2],
-        ..record(vec![workload.clone()], space.clone(), Objective::Energy, true)
+        ..record(
+            vec![workload.clone()],
+            space.clone(),
+            Objective::Energy,
+            true,
+        )
     };
     let throughput = SweepRecord {
         micro_batches: vec![1, 2],
@@ -400,7 +405,10 @@ fn sweeps_sharing_layer_bounds_write_the_same_files() {
         ..throughput.clone()
     };
     for (i, rec) in [energy, capped, throughput].iter().enumerate() {
-        let (alone, shared) = (dir.join(format!("alone{i}")), dir.join(format!("shared{i}")));
+        let (alone, shared) = (
+            dir.join(format!("alone{i}")),
+            dir.join(format!("shared{i}")),
+        );
         run(rec, &alone, false);
         run(rec, &shared, true);
         assert_same_files(&alone, &shared);

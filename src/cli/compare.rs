@@ -85,7 +85,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         objective: args.objective.into(),
         resume: args.resume,
         progress: std::io::stderr().is_terminal(),
-        bound_memo: Default::default(),
+        space_memo: Default::default(),
     };
     let mut rows = Vec::new();
     for path in &args.workload {

@@ -4,7 +4,7 @@
 
 use super::finish::reevaluate;
 use super::{
-    finish, read_points, run_sweep, BoundMemo, DesignRow, Objective, Phase, RunOptions, Shard,
+    finish, read_points, run_sweep, DesignRow, Objective, Phase, RunOptions, Shard, SpaceMemo,
     Sweep, SweepError, SweepRecord,
 };
 use crate::arch::{area_breakdown, ArchConfig, SearchSpace};
@@ -201,8 +201,9 @@ pub struct Comparison {
     pub resume: bool,
     /// Show each sweep's progress on stderr.
     pub progress: bool,
-    /// Layer bounds the comparison's sweeps share (one space: see [`BoundMemo`]).
-    pub bound_memo: Arc<BoundMemo>,
+    /// What the comparison's sweeps and hardware-first rows share (one space: see
+    /// [`SpaceMemo`]).
+    pub space_memo: Arc<SpaceMemo>,
 }
 
 /// The objective's value of a row in its own unit: samples/s, samples/s per mm² of template
@@ -320,7 +321,7 @@ impl Comparison {
     /// workload's most frequent layer on one device (t = 1, micro-batch 1; list schedules),
     /// ties to the lowest index.
     fn decoupled_choice(&self, workload: &Workload) -> Result<ArchConfig, EvaluateError> {
-        self.lowest_latency_configuration(workload, 1, |costs| {
+        self.lowest_latency_configuration(workload, "decoupled", 1, |costs| {
             costs
                 .unique
                 .iter()
@@ -340,17 +341,19 @@ impl Comparison {
             .plans
             .get(&workload.name)
             .map_or(1, |widths| widths.tp);
-        self.lowest_latency_configuration(workload, tp, |costs| {
+        self.lowest_latency_configuration(workload, "hardware-first", tp, |costs| {
             costs.graph.layers.iter().map(|l| l.fwd_s + l.bwd_s).sum()
         })
     }
 
     /// The configuration of the space whose layer costs at width `tp` and micro-batch 1 (list
     /// schedules) give the lowest `latency_s`, ties to the lowest index: hardware chosen before
-    /// any plan.
+    /// any plan. Kept in the comparison's [`SpaceMemo`] under `rule` (it depends on the space,
+    /// the workload and `tp` alone).
     fn lowest_latency_configuration(
         &self,
         workload: &Workload,
+        rule: &'static str,
         tp: u32,
         latency_s: impl Fn(&LayerCosts) -> f64 + Sync,
     ) -> Result<ArchConfig, EvaluateError> {
@@ -358,22 +361,30 @@ impl Comparison {
             use_ilp: false,
             ..self.solver
         };
-        let latencies: Vec<(f64, usize)> = (0..self.space.len())
-            .into_par_iter()
-            .map(|i| {
-                let arch = self.space.get(i).ok_or_else(|| {
-                    InputError::invalid(&self.space_path, "configurations", "index out of range")
-                })?;
-                let cache = ScheduleCache::new(heuristic)?;
-                let costs = layer_costs(workload, &CostModel::new(&arch), &cache, tp, 1, false)?;
-                Ok((latency_s(&costs), i))
-            })
-            .collect::<Result<_, EvaluateError>>()?;
-        let best = latencies
-            .into_iter()
-            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
-            .map(|(_, i)| i)
-            .unwrap_or(0);
+        let best = self.space_memo.choice(&workload.name, rule, tp, || {
+            let latencies: Vec<(f64, usize)> = (0..self.space.len())
+                .into_par_iter()
+                .map(|i| {
+                    let arch = self.space.get(i).ok_or_else(|| {
+                        InputError::invalid(
+                            &self.space_path,
+                            "configurations",
+                            "index out of range",
+                        )
+                    })?;
+                    let cache = ScheduleCache::new(heuristic)?;
+                    let costs =
+                        layer_costs(workload, &CostModel::new(&arch), &cache, tp, 1, false)?;
+                    Ok((latency_s(&costs), i))
+                })
+                .collect::<Result<_, EvaluateError>>()?;
+            Ok::<usize, EvaluateError>(
+                latencies
+                    .into_iter()
+                    .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+                    .map_or(0, |(_, i)| i),
+            )
+        })?;
         self.space.get(best).ok_or_else(|| {
             InputError::invalid(&self.space_path, "configurations", "the space is empty").into()
         })
@@ -449,7 +460,7 @@ impl Comparison {
             max_peak_power_w,
         };
         let mut sweep = Sweep::from_record(&record)?;
-        sweep.share_bounds(self.bound_memo.clone());
+        sweep.share_memo(self.space_memo.clone());
         let resume = dir.join(super::RUN_TOML).exists();
         if resume && !self.resume {
             return Err(SweepError::Input(format!(

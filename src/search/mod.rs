@@ -42,7 +42,7 @@ pub use finish::{finish, merge, pareto_front, BestPoints};
 pub use row::{
     append_rows, DesignRow, Outcome, PlanSummary, PointRecord, Pruning, Reached, SpentBy, Status,
 };
-pub use screen::{screen_blocks, BoundMemo};
+pub use screen::{screen_blocks, SpaceMemo};
 pub use status::{host_name, read_status, DirStatus, RunState, SweepStatus, STATUS_JSON};
 pub use study::{
     parse_objective, run_study, summarise, summary_paths, summary_rows, write_summaries,

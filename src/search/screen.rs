@@ -210,13 +210,41 @@ pub(super) fn layer_work(sweep: &Sweep) -> Vec<Vec<Vec<LayerWork>>> {
         .collect()
 }
 
-/// Per workload and configuration (by name, which is unique within a space), the
-/// [`LayerBounds`] of each (micro-batch, tensor width) priced so far. They depend on neither the
-/// cluster size, the HBM size, the power cap nor the objective, so the sweeps of one space in a
-/// process can share them ([`Sweep::share_bounds`]: a comparison's co-design, iso-power and
-/// fixed-plan sweeps, a study's cluster sizes and objectives).
+/// What one space's sweeps and comparisons work out that depends on neither the cluster size,
+/// the HBM size, the power cap nor the objective, kept so that the sweeps of one space in a
+/// process share it ([`Sweep::share_memo`]: a comparison's co-design, iso-power and fixed-plan
+/// sweeps, a study's cluster sizes and objectives).
 #[derive(Debug, Default)]
-pub struct BoundMemo(Mutex<HashMap<MemoKey, Vec<PricedWidth>>>);
+pub struct SpaceMemo {
+    /// Per workload and configuration (by name, which is unique within a space), the
+    /// [`LayerBounds`] of each (micro-batch, tensor width) priced so far.
+    bounds: Mutex<HashMap<MemoKey, Vec<PricedWidth>>>,
+    /// Per (workload name, rule, tensor width): the configuration a hardware-first rule of
+    /// `compare` chose (`search::compare`).
+    choices: Mutex<BTreeMap<(String, &'static str, u32), usize>>,
+}
+
+impl SpaceMemo {
+    /// The configuration `rule` chose for `workload` at width `tp`, chosen by `choose` the
+    /// first time.
+    pub(super) fn choice<E>(
+        &self,
+        workload: &str,
+        rule: &'static str,
+        tp: u32,
+        choose: impl FnOnce() -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let key = (workload.to_string(), rule, tp);
+        if let Some(known) = self.choices.lock().ok().and_then(|m| m.get(&key).copied()) {
+            return Ok(known);
+        }
+        let chosen = choose()?;
+        if let Ok(mut memo) = self.choices.lock() {
+            memo.insert(key, chosen);
+        }
+        Ok(chosen)
+    }
+}
 
 /// (workload name, configuration name).
 type MemoKey = (String, String);
@@ -237,8 +265,8 @@ impl Sweep {
         let key = (workload.name.clone(), arch.name.clone());
         let poisoned = || SweepError::Input("a screen thread panicked".into());
         let known = self
-            .bound_memo
-            .0
+            .space_memo
+            .bounds
             .lock()
             .map_err(|_| poisoned())?
             .get(&key)
@@ -263,7 +291,7 @@ impl Sweep {
             out.push(per_width);
         }
         if !priced.is_empty() {
-            let mut memo = self.bound_memo.0.lock().map_err(|_| poisoned())?;
+            let mut memo = self.space_memo.bounds.lock().map_err(|_| poisoned())?;
             let entry = memo.entry(key).or_default();
             for p in priced {
                 if !entry.iter().any(|k| (k.0, k.1) == (p.0, p.1)) {

@@ -7,8 +7,8 @@
 use super::compare::{objective_value, plan_cell};
 use super::sweep::io_error;
 use super::{
-    gain, objective_cell, objective_unit, ratio_cell, write_comparison, BaselinePlans, BoundMemo,
-    CompareRow, Comparison, Objective, SweepError, COMPARE_CSV,
+    gain, objective_cell, objective_unit, ratio_cell, write_comparison, BaselinePlans, CompareRow,
+    Comparison, Objective, SpaceMemo, SweepError, COMPARE_CSV,
 };
 use crate::arch::{load_chip, ArchConfig, SearchSpace};
 use crate::error::{parse_toml, read_input, InputError};
@@ -304,7 +304,7 @@ impl Study {
         devices: u32,
         objective: Objective,
         options: &StudyOptions,
-        memo: &Arc<BoundMemo>,
+        memo: &Arc<SpaceMemo>,
     ) -> Comparison {
         Comparison {
             space_path: self.space_path.clone(),
@@ -325,7 +325,7 @@ impl Study {
             // its own: a cell cut off, or the throughput sweeps that throughput per area reads.
             resume: true,
             progress: options.progress,
-            bound_memo: memo.clone(),
+            space_memo: memo.clone(),
         }
     }
 }
@@ -381,7 +381,7 @@ pub fn run_study(
     }
     let _lock = DirLock::acquire(out)?;
     // Layer bounds depend on neither the cluster size nor the objective: priced once.
-    let memo = Arc::new(BoundMemo::default());
+    let memo = Arc::new(SpaceMemo::default());
     for &devices in &study.devices {
         for &objective in &study.objectives {
             let folder = Study::folder(out, devices, objective);

@@ -31,7 +31,7 @@
 //! as one run does.
 
 use super::row::{Outcome, PlanSummary, Pruning};
-use super::screen::{BoundMemo, Screen};
+use super::screen::{Screen, SpaceMemo};
 use super::status::StatusFile;
 use super::DesignRow;
 use crate::arch::{ArchConfig, SearchSpace};
@@ -148,7 +148,7 @@ pub struct Sweep {
     /// screen's work bound prices on every configuration.
     pub(super) layer_work: Vec<Vec<Vec<LayerWork>>>,
     /// Layer bounds priced on each configuration, shared with other sweeps of the space.
-    pub(super) bound_memo: Arc<BoundMemo>,
+    pub(super) space_memo: Arc<SpaceMemo>,
 }
 
 /// The sweep's inputs as written to `run.toml`: enough to run it again or merge its shards.
@@ -465,7 +465,7 @@ impl Sweep {
             max_peak_power_w: record.max_peak_power_w,
             hardware_flops,
             layer_work: Vec::new(),
-            bound_memo: Arc::default(),
+            space_memo: Arc::default(),
         };
         sweep.validate()?;
         sweep.layer_work = super::screen::layer_work(&sweep);
@@ -473,9 +473,9 @@ impl Sweep {
     }
 
     /// Prices layer bounds through `memo`, shared with other sweeps of the same space (see
-    /// [`BoundMemo`]): they then price each configuration's layers once between them.
-    pub fn share_bounds(&mut self, memo: Arc<BoundMemo>) {
-        self.bound_memo = memo;
+    /// [`SpaceMemo`]): they then price each configuration's layers once between them.
+    pub fn share_memo(&mut self, memo: Arc<SpaceMemo>) {
+        self.space_memo = memo;
     }
 
     /// Whether this sweep prunes by energy ([`super::energy`]): pruning on, the energy
