@@ -231,6 +231,18 @@ fn a_study_summarises_its_compare_folders_and_resumes_to_the_same_bytes() {
                     }
                 }
             }
+            for (field, row) in [
+                ("gain_over_decoupled", "decoupled"),
+                ("gain_over_hardware_first", "hardware-first"),
+            ] {
+                let other = value(row).expect("a chip chosen first has a plan here");
+                let by_hand = match objective {
+                    Objective::Energy => other / co,
+                    _ => co / other,
+                };
+                assert_eq!(record[column(field)].parse::<f64>(), Ok(by_hand), "{field}");
+                checked += 1;
+            }
         }
         assert!(checked >= 12, "{checked} gains checked");
     }

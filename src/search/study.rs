@@ -463,6 +463,10 @@ pub struct SummaryRow {
     /// and the gain of co-design held to its area and to its peak power over its
     /// searched-plan row.
     pub gains: Vec<BaselineGains>,
+    /// Co-design's gain over the decoupled and the hardware-first rows (hardware chosen
+    /// before the plan): what searching both together adds (`None`: a row has no plan).
+    pub over_decoupled: Option<f64>,
+    pub over_hardware_first: Option<f64>,
     /// Whether co-design's chip (configuration or HBM size) differs from the decoupled and
     /// the hardware-first rows' (`None`: a row has no plan).
     pub differs_from_decoupled: Option<bool>,
@@ -534,6 +538,8 @@ pub fn summarise(
             Some(SummaryRow {
                 workload: w.to_string(),
                 devices,
+                over_decoupled: ratio(co, value("decoupled")),
+                over_hardware_first: ratio(co, value("hardware-first")),
                 differs_from_decoupled: differs("decoupled"),
                 differs_from_hardware_first: differs("hardware-first"),
                 codesign,
@@ -605,6 +611,8 @@ pub fn write_summaries(study: &Study, out: &Path) -> Result<(), SweepError> {
             header.push(format!("gain_at_{b}_area"));
             header.push(format!("gain_at_{b}_power"));
         }
+        header.push("gain_over_decoupled".into());
+        header.push("gain_over_hardware_first".into());
         header.push("chip_differs_from_decoupled".into());
         header.push("chip_differs_from_hardware_first".into());
         let opt = |v: Option<u32>| v.map_or(String::new(), |v| v.to_string());
@@ -630,6 +638,8 @@ pub fn write_summaries(study: &Study, out: &Path) -> Result<(), SweepError> {
                         [g.over_searched, g.over_fixed, g.iso_area, g.iso_power].map(number),
                     );
                 }
+                record.push(number(r.over_decoupled));
+                record.push(number(r.over_hardware_first));
                 record.push(yes_no(r.differs_from_decoupled));
                 record.push(yes_no(r.differs_from_hardware_first));
                 record
@@ -658,6 +668,8 @@ pub fn write_summaries(study: &Study, out: &Path) -> Result<(), SweepError> {
             md_header.push(format!("≤ {b} area"));
             md_header.push(format!("≤ {b} power"));
         }
+        md_header.push("over decoupled".into());
+        md_header.push("over hardware-first".into());
         md_header.push("chip ≠ decoupled".into());
         md_header.push("chip ≠ hardware-first".into());
         let cells: Vec<Vec<String>> = rows
@@ -679,6 +691,8 @@ pub fn write_summaries(study: &Study, out: &Path) -> Result<(), SweepError> {
                         [g.over_searched, g.over_fixed, g.iso_area, g.iso_power].map(ratio_cell),
                     );
                 }
+                line.push(ratio_cell(r.over_decoupled));
+                line.push(ratio_cell(r.over_hardware_first));
                 line.push(yes_no(r.differs_from_decoupled));
                 line.push(yes_no(r.differs_from_hardware_first));
                 line
@@ -688,8 +702,9 @@ pub fn write_summaries(study: &Study, out: &Path) -> Result<(), SweepError> {
         let md = format!(
             "# Co-design study: {objective}\n\nObjective: {objective} ({unit}). Gains are > 1 \
              when co-design is better: over a baseline's searched-plan and fixed-plan rows \
-             (the same cluster), and co-design held to the baseline's template area (`≤ area`) \
-             or peak power (`≤ power`) over the baseline's searched-plan row. Compare folders: \
+             (the same cluster), co-design held to the baseline's template area (`≤ area`) \
+             or peak power (`≤ power`) over the baseline's searched-plan row, and co-design over \
+             the decoupled and hardware-first rows (hardware chosen before the plan). Compare folders: \
              `d<devices>/{objective}/`.\n\n{}",
             markdown::table(&md_header_refs, &cells)
         );
