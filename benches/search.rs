@@ -34,6 +34,7 @@ fn record() -> SweepRecord {
         use_ilp: solver.use_ilp,
         inputs_sha256: Vec::new(),
         max_peak_power_w: None,
+        power_levels_w: Vec::new(),
     }
 }
 

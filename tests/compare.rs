@@ -121,7 +121,7 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
     assert!(iso.area_mm2 <= rows[0].area_mm2, "{iso:?}");
     assert!(thr(iso) >= thr(&rows[1]) * (1.0 - 1e-12), "{iso:?}");
     assert!(thr(iso) <= thr(co) * (1.0 + 1e-12), "{iso:?}");
-    // Held to its peak power, likewise: the capped sweep still holds the chip.
+    // Held to its peak power, likewise: the sweep's points under that power still hold the chip.
     let iso_power = &rows[8];
     assert!(
         iso_power.peak_power_w <= rows[0].peak_power_w,
@@ -132,7 +132,10 @@ fn co_design_is_never_worse_than_the_rows_it_contains() {
         "{iso_power:?}"
     );
     assert!(thr(iso_power) <= thr(co) * (1.0 + 1e-12), "{iso_power:?}");
-    assert!(dir.join("sweep.iso-power.inside").join("run.toml").exists());
+    // One sweep answers it: the co-design sweep keeps each baseline's power as a level.
+    assert!(!dir.join("sweep.iso-power.inside").exists());
+    let run_toml = std::fs::read_to_string(dir.join("sweep").join("run.toml")).expect("run.toml");
+    assert!(run_toml.contains("power_levels_w"), "{run_toml}");
     // Held to the baseline's fixed plan, the sweep still finds the baseline chip's point (it
     // is in the space): no slower than the baseline with that plan, no faster than co-design.
     let fixed_co = &rows[11];
@@ -352,7 +355,8 @@ fn unpruned_points(
 /// Under every objective: co-design is the best row of an unpruned sweep by that objective,
 /// the iso-area row of each baseline is the brute-force filter of that sweep's points, the
 /// gain column is the objective over the reference row computed by hand, and the iso-power row
-/// of a baseline whose peak power no configuration exceeds is the co-design row (no sweep).
+/// of each baseline is the brute-force filter of its points by peak power (one sweep, the
+/// baselines' powers kept as levels): the co-design row where no configuration is hungrier.
 #[test]
 fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
     let tmp = scratch("objectives");
@@ -432,26 +436,20 @@ fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
             run_toml.contains(&format!("objective = \"{recorded}\"")),
             "{run_toml}"
         );
-        for sibling in ["fixed-plan", "iso-power.inside"] {
-            let d = sweeps.join(format!("{expected_dir}.{sibling}"));
-            let text = std::fs::read_to_string(d.join("run.toml"))
-                .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-            assert!(
-                text.contains(&format!("objective = \"{recorded}\"")),
-                "{text}"
-            );
-        }
-        // No configuration is over the hungriest chip's power: no second sweep, the row is
-        // co-design's.
-        assert!(!sweeps
-            .join(format!("{expected_dir}.iso-power.hungriest"))
-            .exists());
+        let fixed_plan = sweeps.join(format!("{expected_dir}.fixed-plan"));
+        let text = std::fs::read_to_string(fixed_plan.join("run.toml"))
+            .unwrap_or_else(|e| panic!("{}: {e}", fixed_plan.display()));
+        assert!(
+            text.contains(&format!("objective = \"{recorded}\"")),
+            "{text}"
+        );
+        // The co-design sweep keeps the baselines' powers as levels; no capped sweeps.
+        assert!(run_toml.contains("power_levels_w"), "{run_toml}");
+        assert!(!sweeps.join(format!("{expected_dir}.iso-power.inside")).exists());
+        // No configuration is over the hungriest chip's power: its iso-power row is the
+        // co-design point.
         let co = &rows[6];
         let reused = &rows[10];
-        assert_eq!(
-            reused.note,
-            "every configuration is under this power: the co-design row"
-        );
         assert_eq!(
             CompareRow {
                 row: co.row.clone(),
@@ -474,6 +472,14 @@ fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
             .all(|r| !matches!(r.outcome, tandem::search::Outcome::Pruned(_))));
         let best = best_by(&points, objective, |_| true).expect("a point fits");
         assert_row_is_point(co, best);
+        let power_of = |r: &DesignRow| {
+            peak_power_w(
+                &space
+                    .get(r.config.expect("config") as usize)
+                    .expect("in the space"),
+            )
+        };
+        let mut power_excluded = false;
         for (i, baseline) in baselines.iter().enumerate() {
             let cap = area_breakdown(baseline).total_mm2;
             let iso = &rows[7 + 2 * i];
@@ -481,7 +487,18 @@ fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
                 Some(point) => assert_row_is_point(iso, point),
                 None => assert!(iso.throughput_samples_per_s.is_none(), "{iso:?}"),
             }
+            // Held to its peak power: the brute-force filter of the unpruned sweep.
+            let watts = peak_power_w(baseline);
+            power_excluded |= points
+                .iter()
+                .any(|r| r.plan().is_some() && power_of(r) > watts);
+            let iso = &rows[8 + 2 * i];
+            match best_by(&points, objective, |r| power_of(r) <= watts) {
+                Some(point) => assert_row_is_point(iso, point),
+                None => assert!(iso.throughput_samples_per_s.is_none(), "{iso:?}"),
+            }
         }
+        assert!(power_excluded, "no baseline's power excluded a point");
 
         // Under the throughput objectives the inside chip's area cap excludes co-design's
         // chip, so the filter is exercised (energy's best chip is smaller than it).

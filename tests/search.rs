@@ -115,6 +115,7 @@ fn record(
         use_ilp: true,
         inputs_sha256: Vec::new(),
         max_peak_power_w: None,
+        power_levels_w: Vec::new(),
     }
 }
 
@@ -359,6 +360,105 @@ fn energy_sweep_resumes_to_the_same_files() {
     };
     let err = run_sweep(&sweep, &rec, &options).expect_err("shards refused");
     assert!(err.to_string().contains("runs whole"), "{err}");
+}
+
+/// A sweep that keeps power levels (`--power-levels-w`) has the exhaustive run's best point
+/// under each level and any area cap, for throughput and energy, on random small spaces; and
+/// without levels the same sweep would have pruned some of those answers away (the levels
+/// are what keeps them).
+#[test]
+fn power_levels_keep_the_best_point_under_each_power() {
+    let tmp = scratch("levels");
+    let dir = tmp.path();
+    let workload = tiny_large_batch(dir);
+    let (mut checked, mut lost) = (0, 0);
+    for (case, (tc, rows, vc)) in [((0, 3), (5, 7), (0, 2)), ((1, 4), (5, 7), (1, 3))]
+        .into_iter()
+        .enumerate()
+    {
+        let space_path = small_space(dir, &format!("levels{case}"), tc, rows, vc);
+        let space = SearchSpace::load(&space_path).expect("space");
+        let mut powers: Vec<f64> = (0..space.len())
+            .map(|i| peak_power_w(&space.get(i).expect("configuration")))
+            .collect();
+        powers.sort_by(f64::total_cmp);
+        let levels = vec![powers[powers.len() / 4], powers[powers.len() / 2]];
+        let power_of = |r: &DesignRow| {
+            peak_power_w(
+                &space
+                    .get(r.config.expect("config") as usize)
+                    .expect("in the space"),
+            )
+        };
+        for objective in [Objective::Throughput, Objective::Energy] {
+            let with = |prune: bool, levels: Vec<f64>| SweepRecord {
+                micro_batches: vec![1, 2],
+                power_levels_w: levels,
+                ..record(vec![workload.clone()], space_path.clone(), objective, prune)
+            };
+            let out = |name: &str| dir.join(format!("{name}{case}-{objective}"));
+            sweep_into(
+                &with(true, levels.clone()),
+                &out("kept"),
+                Shard::WHOLE,
+                false,
+            );
+            sweep_into(&with(false, Vec::new()), &out("full"), Shard::WHOLE, false);
+            sweep_into(&with(true, Vec::new()), &out("plain"), Shard::WHOLE, false);
+            let kept = read_points(&out("kept").join(POINTS_CSV)).expect("points");
+            let full = read_points(&out("full").join(POINTS_CSV)).expect("points");
+            let plain = read_points(&out("plain").join(POINTS_CSV)).expect("points");
+            let best = |rows: &[DesignRow], watts: f64, area: f64| {
+                rows.iter()
+                    .filter(|r| r.plan().is_some() && power_of(r) <= watts && r.area_mm2 <= area)
+                    .max_by(|a, b| {
+                        let s = |r: &DesignRow| objective.score(r).expect("ok");
+                        s(a).total_cmp(&s(b)).then(b.point.cmp(&a.point))
+                    })
+                    .map(|r| (r.point, r.plan().copied()))
+            };
+            let areas: Vec<f64> = full.iter().map(|r| r.area_mm2).collect();
+            for &watts in levels.iter().chain(&[f64::INFINITY]) {
+                for area in [
+                    f64::INFINITY,
+                    areas[areas.len() / 2],
+                    areas[areas.len() / 5],
+                ] {
+                    assert_eq!(
+                        best(&kept, watts, area),
+                        best(&full, watts, area),
+                        "case {case} {objective} {watts} W {area} mm²"
+                    );
+                    checked += 1;
+                    lost += usize::from(best(&plain, watts, area) != best(&full, watts, area));
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 2 * 3 * 3);
+    assert!(lost > 0, "the levels kept no answer a plain sweep loses");
+    // Levels are refused unless positive, rising and with one workload.
+    let space = small_space(dir, "refused", (0, 1), (5, 6), (0, 1));
+    for (levels, two, message) in [
+        (vec![0.0], false, "positive"),
+        (vec![300.0, 200.0], false, "rising"),
+        (vec![300.0], true, "one workload"),
+    ] {
+        let other = dir.join("other.toml");
+        let text = std::fs::read_to_string(&workload).expect("workload");
+        std::fs::write(&other, text.replace("name = \"tiny\"", "name = \"other\"")).expect("write");
+        let workloads = if two {
+            vec![workload.clone(), other]
+        } else {
+            vec![workload.clone()]
+        };
+        let rec = SweepRecord {
+            power_levels_w: levels,
+            ..record(workloads, space.clone(), Objective::Throughput, true)
+        };
+        let err = Sweep::from_record(&rec).expect_err("refused");
+        assert!(err.to_string().contains(message), "{err}");
+    }
 }
 
 /// Sweeps of one space that share their layer bounds (`Sweep::share_memo`, as a comparison's

@@ -64,6 +64,16 @@ pub struct Args {
     /// the dynamic power of the densest kernel: `tandem power`) is at most this many watts.
     #[arg(long, value_name = "W", allow_negative_numbers = true)]
     max_power_w: Option<f64>,
+    /// Also keep the best point exact under each of these peak powers (watts, comma-separated,
+    /// rising; one workload): a point is pruned only by one of no larger area that is no
+    /// hungrier, so `points.csv` answers "the best chip under W watts" for each level.
+    #[arg(
+        long,
+        value_name = "W",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    power_levels_w: Vec<f64>,
     #[command(flatten)]
     solver: SolverArgs,
     /// No progress bar.
@@ -113,6 +123,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         use_ilp: !args.solver.no_ilp,
         inputs_sha256: Vec::new(),
         max_peak_power_w: args.max_power_w,
+        power_levels_w: args.power_levels_w.clone(),
     };
     let sweep = Sweep::from_record(&record)?;
     eprintln!(

@@ -251,24 +251,10 @@ fn sibling(dir: &Path, suffix: &str) -> PathBuf {
     dir.with_file_name(format!("{name}.{suffix}"))
 }
 
-/// A chip name as one path component: characters other than ASCII letters, digits, `-`,
-/// `_` and `.` become `_`.
-fn path_component(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 impl Comparison {
     /// The co-design sweep's directory for `workload` under `sweeps`: `<workload>` for
     /// throughput, `<workload>.<objective>` otherwise (so one output directory holds every
-    /// objective's sweeps). Its siblings add `.fixed-plan` and `.iso-power.<baseline>`.
+    /// objective's sweeps). Its sibling adds `.fixed-plan`.
     pub fn sweep_dir(&self, sweeps: &Path, workload: &str) -> PathBuf {
         match self.sweep_objective() {
             Objective::Throughput => sweeps.join(workload),
@@ -432,7 +418,7 @@ impl Comparison {
         dir: &Path,
         name: &str,
         fixed: Fixed,
-        max_peak_power_w: Option<f64>,
+        power_levels_w: Vec<f64>,
         fallback_chip: &ArchConfig,
     ) -> Result<(CompareRow, Sweep), SweepError> {
         let record = SweepRecord {
@@ -457,7 +443,8 @@ impl Comparison {
             search_node_limit: self.solver.search_node_limit,
             use_ilp: self.solver.use_ilp,
             inputs_sha256: Vec::new(),
-            max_peak_power_w,
+            max_peak_power_w: None,
+            power_levels_w,
         };
         let mut sweep = Sweep::from_record(&record)?;
         sweep.share_memo(self.space_memo.clone());
@@ -511,9 +498,9 @@ impl Comparison {
 
     /// Co-design held to `area_mm2` (infinite: not held): the best point by the objective
     /// (ties to the lower point id) among the `ok` rows of the sweep in `dir` no larger than
-    /// it. The sweep's pruning
-    /// keeps every point that can be the best under any area cap (a pruned point's bound is
-    /// below what a point of no larger area reaches), so filtering its rows is exact.
+    /// it. The sweep's pruning keeps every point that can be the best under any area cap (a
+    /// pruned point's bound is below what a point of no larger area reaches), so filtering its
+    /// rows is exact.
     fn iso_area_row(
         &self,
         workload: &Workload,
@@ -523,18 +510,85 @@ impl Comparison {
         area_mm2: f64,
         fallback_chip: &ArchConfig,
     ) -> Result<CompareRow, SweepError> {
+        let empty = if area_mm2.is_finite() {
+            "no design point of the space fits in that area"
+        } else {
+            "no design point of the space fits"
+        };
+        self.best_row(
+            workload,
+            sweep,
+            rows,
+            name,
+            |r| r.area_mm2 <= area_mm2,
+            empty,
+            fallback_chip,
+        )
+    }
+
+    /// Co-design held to the peak power `max_peak_power_w` (watts): the best point by the
+    /// objective among the sweep's `ok` rows whose configuration's peak power (§3) is at most
+    /// it. Exact when the sweep kept that power as a level (`power_levels_w`): a point is then
+    /// pruned only by one of no larger area at no higher level.
+    fn iso_power_row(
+        &self,
+        workload: &Workload,
+        sweep: &Sweep,
+        rows: &[DesignRow],
+        name: String,
+        max_peak_power_w: f64,
+        fallback_chip: &ArchConfig,
+    ) -> Result<CompareRow, SweepError> {
+        let mut power_w: BTreeMap<u64, f64> = BTreeMap::new();
+        for config in rows
+            .iter()
+            .filter(|r| r.plan().is_some())
+            .filter_map(|r| r.config)
+        {
+            if let std::collections::btree_map::Entry::Vacant(slot) = power_w.entry(config) {
+                let arch = sweep.space.get(config as usize).ok_or_else(|| {
+                    SweepError::Input(format!("configuration {config} is outside the space"))
+                })?;
+                slot.insert(peak_power_w(&arch));
+            }
+        }
+        let under = |r: &DesignRow| {
+            r.config
+                .and_then(|c| power_w.get(&c))
+                .is_some_and(|&w| w <= max_peak_power_w)
+        };
+        self.best_row(
+            workload,
+            sweep,
+            rows,
+            name,
+            under,
+            "no design point of the space fits under that power",
+            fallback_chip,
+        )
+    }
+
+    /// The best `ok` row of `rows` by the objective among those `keep` keeps (ties to the lower
+    /// point id), evaluated again for its plan; a row noted `empty` when there is none.
+    #[allow(clippy::too_many_arguments)]
+    fn best_row(
+        &self,
+        workload: &Workload,
+        sweep: &Sweep,
+        rows: &[DesignRow],
+        name: String,
+        keep: impl Fn(&DesignRow) -> bool,
+        empty: &str,
+        fallback_chip: &ArchConfig,
+    ) -> Result<CompareRow, SweepError> {
         let score = |r: &DesignRow| self.objective.score(r).unwrap_or(f64::NEG_INFINITY);
         let best = rows
             .iter()
-            .filter(|r| r.workload == workload.name && r.plan().is_some() && r.area_mm2 <= area_mm2)
+            .filter(|r| r.workload == workload.name && r.plan().is_some() && keep(r))
             .max_by(|a, b| score(a).total_cmp(&score(b)).then(b.point.cmp(&a.point)));
         let Some(best) = best else {
             let mut row = CompareRow::new(&workload.name, name, fallback_chip, 0, true);
-            row.note = if area_mm2.is_finite() {
-                "no design point of the space fits in that area".into()
-            } else {
-                "no design point of the space fits".into()
-            };
+            row.note = empty.into();
             return Ok(row);
         };
         let config = best.config.unwrap_or(0) as usize;
@@ -549,52 +603,9 @@ impl Comparison {
         )
     }
 
-    /// Co-design held to the peak power `max_peak_power_w` (watts): the best point of a sweep
-    /// of the space's configurations of peak power at most it, into `dir` (power is no
-    /// dimension of the unrestricted sweep's Pareto front, so that front cannot answer). When
-    /// every configuration is under the cap the capped space is the space, and the row is
-    /// `codesign` renamed (no second sweep).
-    #[allow(clippy::too_many_arguments)]
-    fn iso_power_row(
-        &self,
-        workload: &Workload,
-        workload_path: &Path,
-        dir: &Path,
-        name: String,
-        max_peak_power_w: f64,
-        codesign: &CompareRow,
-        fallback_chip: &ArchConfig,
-    ) -> Result<CompareRow, SweepError> {
-        let capped = self
-            .space
-            .clone()
-            .with_power_cap(max_peak_power_w, peak_power_w);
-        if capped.is_empty() {
-            let mut row = CompareRow::new(&workload.name, name, fallback_chip, 0, true);
-            row.note = "no design point of the space fits under that power".into();
-            return Ok(row);
-        }
-        if capped.len() == self.space.len() {
-            let mut row = codesign.clone();
-            row.row = name;
-            row.note = "every configuration is under this power: the co-design row".into();
-            return Ok(row);
-        }
-        let (row, _) = self.codesign_row(
-            workload,
-            workload_path,
-            dir,
-            &name,
-            Fixed::default(),
-            Some(max_peak_power_w),
-            fallback_chip,
-        )?;
-        Ok(row)
-    }
-
     /// The table of one workload; the co-design sweep runs into `sweep_dir` (see
-    /// [`Comparison::sweep_dir`]), the ones held to each baseline's peak power into
-    /// `<sweep_dir>.iso-power.<baseline>` and the one holding the fixed plan into
+    /// [`Comparison::sweep_dir`]) with each baseline's peak power as a level (its points then
+    /// answer the iso-area and iso-power rows), and the one holding the fixed plan into
     /// `<sweep_dir>.fixed-plan`.
     pub fn compare_workload(
         &self,
@@ -647,16 +658,21 @@ impl Comparison {
             .map_err(|e| SweepError::Input(e.to_string()))?;
         rows.push(self.best_over_hbm(workload, "hardware-first", &hardware_first, &cache));
 
+        // The sweep keeps each baseline's peak power as a level, so that its points answer the
+        // iso-power rows too.
+        let mut levels: Vec<f64> = self.baselines.iter().map(peak_power_w).collect();
+        levels.sort_by(f64::total_cmp);
+        levels.dedup();
         let (codesign, sweep) = self.codesign_row(
             workload,
             workload_path,
             sweep_dir,
             "co-design",
             Fixed::default(),
-            None,
+            levels,
             &decoupled,
         )?;
-        rows.push(codesign.clone());
+        rows.push(codesign);
         // Co-design no larger than each baseline: a better chip that is also larger has not
         // won alone ...
         let points = read_points(&sweep_dir.join(super::POINTS_CSV))?;
@@ -672,14 +688,10 @@ impl Comparison {
             // ... and no hungrier: a better chip that draws more power has not won alone either.
             rows.push(self.iso_power_row(
                 workload,
-                workload_path,
-                &sibling(
-                    sweep_dir,
-                    &format!("iso-power.{}", path_component(&reference.name)),
-                ),
+                &sweep,
+                &points,
                 format!("co-design ≤ {} power", reference.name),
                 peak_power_w(reference),
-                &codesign,
                 &decoupled,
             )?);
         }
@@ -698,7 +710,7 @@ impl Comparison {
                         virtual_stages: None,
                         ep: None,
                     },
-                    None,
+                    Vec::new(),
                     &decoupled,
                 )?;
                 rows.push(row);

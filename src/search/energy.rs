@@ -247,8 +247,8 @@ pub(super) fn run(
         *left.entry((id / per_config) as usize).or_default() += 1;
     }
 
-    // Least energy at each area, kept as the staircase of its negation.
-    let mut stairs = Staircase::default();
+    // Least energy at each area per power level, kept as staircases of its negation.
+    let mut stairs = vec![Staircase::default(); sweep.lanes()];
     let mut chips: BTreeMap<usize, Chip> = BTreeMap::new();
     let mut next = 0;
     while next < candidates.len() {
@@ -265,7 +265,7 @@ pub(super) fn run(
                 continue;
             }
             let area_mm2 = bounds[config].area_mm2;
-            let beaten = stairs
+            let beaten = stairs[sweep.lane(id as usize)]
                 .best_up_to(area_mm2)
                 .filter(|&(_, least, _)| bound_j.is_finite() && bound_j > -least * (1.0 + SLACK));
             match beaten {
@@ -335,7 +335,9 @@ pub(super) fn run(
                 (_, None) => continue,
             };
             if let (Some(plan), Some(id)) = (row.plan(), row.point) {
-                stairs.insert(row.area_mm2, -plan.energy_per_sample_j, id);
+                for lane in sweep.lanes_from(id as usize) {
+                    stairs[lane].insert(row.area_mm2, -plan.energy_per_sample_j, id);
+                }
             }
         }
         record(&fresh, &mut stats)?;

@@ -95,8 +95,9 @@ pub(super) struct Screen {
     /// By point id, the points this run evaluates (all of them unless it is one shard's
     /// exact pass); empty when pruning is off.
     pub points: HashMap<u64, Screened>,
-    /// Per workload: the best achievable samples/s at each area (witness: the point).
-    per_workload: Vec<Staircase>,
+    /// Per workload and power level ([`Sweep::lane`]): the best achievable samples/s at each
+    /// area (witness: the point) of the points at that level or below.
+    per_lane: Vec<Staircase>,
     /// The best mean over workloads of the hardware's (configuration × HBM) best achievable
     /// samples/s at each area (witness: the configuration). Several workloads only.
     per_hardware: Staircase,
@@ -571,19 +572,21 @@ impl Sweep {
 
     /// The screen of block 0 from empty staircases: the seed of every other block.
     pub(super) fn seed_block(&self) -> Result<BlockScreen, SweepError> {
-        let empty: Vec<Staircase> = vec![Staircase::default(); self.workloads.len()];
+        let empty: Vec<Staircase> = vec![Staircase::default(); self.lanes()];
         self.screen_block(0, screen_blocks(self.space.len()), &empty)
     }
 
     /// Per workload, the staircase of a block's achievable throughputs.
     fn staircases(&self, block: &BlockScreen) -> Vec<Staircase> {
-        let mut per_workload = vec![Vec::new(); self.workloads.len()];
+        let mut per_lane = vec![Vec::new(); self.lanes()];
         for &(id, p) in &block.points {
             if let Some(a) = p.achievable {
-                per_workload[self.point_hardware(id as usize).1].push((p.area_mm2, a, id));
+                for lane in self.lanes_from(id as usize) {
+                    per_lane[lane].push((p.area_mm2, a, id));
+                }
             }
         }
-        per_workload.into_iter().map(Staircase::of).collect()
+        per_lane.into_iter().map(Staircase::of).collect()
     }
 
     /// The screen of block `block` of `count`: work bounds of its configurations, then the
@@ -632,7 +635,7 @@ impl Sweep {
                 let i = order[next];
                 next += 1;
                 let p = points[i];
-                let staircase = stairs[self.point_hardware(ids[i]).1].up_to(p.area_mm2);
+                let staircase = stairs[self.lane(ids[i])].up_to(p.area_mm2);
                 if staircase <= bound_of(&p) {
                     batch.push((i, bound_of(&p), staircase));
                 }
@@ -676,7 +679,9 @@ impl Sweep {
                 p.bound = bound;
                 p.achievable = achievable;
                 if let Some(a) = achievable {
-                    stairs[self.point_hardware(ids[i]).1].insert(p.area_mm2, a, ids[i] as u64);
+                    for lane in self.lanes_from(ids[i]) {
+                        stairs[lane].insert(p.area_mm2, a, ids[i] as u64);
+                    }
                 }
                 stats.achievable_found += u64::from(achievable.is_some());
             }
@@ -757,14 +762,16 @@ impl Screen {
     }
 
     fn new(sweep: &Sweep, points: &[(u64, Screened)]) -> Screen {
-        let mut per_workload = vec![Vec::new(); sweep.workloads.len()];
+        let mut per_lane = vec![Vec::new(); sweep.lanes()];
         let mut hardware: BTreeMap<(usize, usize), HardwareBest> = BTreeMap::new();
         for &(id, p) in points {
             let (config, w, h) = sweep.point_hardware(id as usize);
             let Some(thr) = p.achievable else {
                 continue;
             };
-            per_workload[w].push((p.area_mm2, thr, id));
+            for lane in sweep.lanes_from(id as usize) {
+                per_lane[lane].push((p.area_mm2, thr, id));
+            }
             let slots = &mut hardware
                 .entry((config, h))
                 .or_insert_with(|| (p.area_mm2, vec![None; sweep.workloads.len()]))
@@ -784,18 +791,18 @@ impl Screen {
             .collect();
         Screen {
             points: HashMap::new(),
-            per_workload: per_workload.into_iter().map(Staircase::of).collect(),
+            per_lane: per_lane.into_iter().map(Staircase::of).collect(),
             per_hardware: Staircase::of(per_hardware),
             stats: ScreenStats::default(),
         }
     }
 
-    /// The point of workload `w` that beats point `id`'s bound at no larger area, or `None`
-    /// if the point might matter.
-    pub(super) fn point_beaten(&self, w: usize, id: u64) -> Option<Reached> {
+    /// The point of the staircase `lane` (point `id`'s: [`Sweep::lane`]) that beats its bound
+    /// at no larger area, or `None` if the point might matter.
+    pub(super) fn point_beaten(&self, lane: usize, id: u64) -> Option<Reached> {
         let p = self.points.get(&id)?;
         let bound = p.bound.unwrap_or(0.0);
-        let (area_mm2, samples_per_s, by) = self.per_workload[w].best_up_to(p.area_mm2)?;
+        let (area_mm2, samples_per_s, by) = self.per_lane[lane].best_up_to(p.area_mm2)?;
         (samples_per_s > bound).then_some(Reached {
             by,
             samples_per_s,

@@ -53,7 +53,7 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// What the sweep's best point maximises (several workloads: the mean over workloads).
@@ -141,6 +141,11 @@ pub struct Sweep {
     pub solver: SolverOptions,
     /// The space's configurations are those of peak power at most this (watts; none: all).
     pub max_peak_power_w: Option<f64>,
+    /// Peak powers (watts, rising) under which the best point is kept exact too.
+    pub power_levels_w: Vec<f64>,
+    /// Per configuration, the first power level at or above its peak power (the count of
+    /// levels when above them all); worked out when first needed.
+    config_levels: OnceLock<Vec<u8>>,
     /// Per workload: hardware FLOPs per iteration without and with full recompute (the
     /// peak-FLOP bound needs them for every point; building them walks the model).
     hardware_flops: Vec<[f64; 2]>,
@@ -190,6 +195,11 @@ pub struct SweepRecord {
     /// all), the space filtered before any point is screened or evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_peak_power_w: Option<f64>,
+    /// Peak powers (watts) under which the best point is kept exact too (`--power-levels-w`;
+    /// absent: none): a point is pruned only by one of no larger area whose peak power is
+    /// within every level its own is, so one sweep answers the comparisons at each power.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub power_levels_w: Vec<f64>,
 }
 
 fn all_searched(fixed: &Fixed) -> bool {
@@ -265,7 +275,7 @@ impl SweepRecord {
                 &now[..now.len().min(12)]
             ));
         }
-        let settings: [(&str, String, String); 15] = [
+        let settings: [(&str, String, String); 16] = [
             (
                 "tandem version",
                 previous.tandem_version.clone(),
@@ -340,6 +350,11 @@ impl SweepRecord {
                 "--max-power-w",
                 format!("{:?}", previous.max_peak_power_w),
                 format!("{:?}", self.max_peak_power_w),
+            ),
+            (
+                "--power-levels-w",
+                format!("{:?}", previous.power_levels_w),
+                format!("{:?}", self.power_levels_w),
             ),
         ];
         settings
@@ -463,6 +478,8 @@ impl Sweep {
             prune: record.prune,
             solver,
             max_peak_power_w: record.max_peak_power_w,
+            power_levels_w: record.power_levels_w.clone(),
+            config_levels: OnceLock::new(),
             hardware_flops,
             layer_work: Vec::new(),
             space_memo: Arc::default(),
@@ -476,6 +493,49 @@ impl Sweep {
     /// [`SpaceMemo`]): they then price each configuration's layers once between them.
     pub fn share_memo(&mut self, memo: Arc<SpaceMemo>) {
         self.space_memo = memo;
+    }
+
+    /// Staircases the screens keep: one per workload and power level (the levels, then
+    /// above them all).
+    pub(super) fn lanes(&self) -> usize {
+        self.workloads.len() * (self.power_levels_w.len() + 1)
+    }
+
+    /// The power level of configuration `config` (see `config_levels`).
+    fn config_level(&self, config: usize) -> usize {
+        if self.power_levels_w.is_empty() {
+            return 0;
+        }
+        let levels = self.config_levels.get_or_init(|| {
+            (0..self.space.len())
+                .into_par_iter()
+                .map(|c| {
+                    let power_w = self
+                        .space
+                        .get(c)
+                        .map_or(f64::INFINITY, |a| peak_power_w(&a));
+                    self.power_levels_w
+                        .iter()
+                        .position(|&level| power_w <= level)
+                        .unwrap_or(self.power_levels_w.len()) as u8
+                })
+                .collect()
+        });
+        usize::from(levels[config])
+    }
+
+    /// The staircase of point `id`: its workload's at its configuration's power level. A
+    /// point is pruned only against it, which holds the points of no higher level.
+    pub(super) fn lane(&self, id: usize) -> usize {
+        let (config, w, _) = self.point_hardware(id);
+        w * (self.power_levels_w.len() + 1) + self.config_level(config)
+    }
+
+    /// The staircases point `id` reaches into: its own and those of its workload's higher
+    /// levels.
+    pub(super) fn lanes_from(&self, id: usize) -> std::ops::Range<usize> {
+        let w = self.point_hardware(id).1;
+        self.lane(id)..(w + 1) * (self.power_levels_w.len() + 1)
     }
 
     /// Whether this sweep prunes by energy ([`super::energy`]): pruning on, the energy
@@ -529,6 +589,19 @@ impl Sweep {
     /// Checks the lists; the space and workloads validated themselves when loaded.
     pub fn validate(&self) -> Result<(), SweepError> {
         let bad = |what: &str| Err(SweepError::Input(what.to_string()));
+        if self
+            .power_levels_w
+            .iter()
+            .any(|&w| !(w.is_finite() && w > 0.0))
+        {
+            return bad("--power-levels-w: give positive numbers of watts");
+        }
+        if self.power_levels_w.windows(2).any(|p| p[0] >= p[1]) {
+            return bad("--power-levels-w: give each level once, rising");
+        }
+        if !self.power_levels_w.is_empty() && self.workloads.len() > 1 {
+            return bad("--power-levels-w: with one workload only (the set's mean has no levels)");
+        }
         if self.workloads.is_empty() {
             return bad("--workload: give at least one workload");
         }
@@ -628,7 +701,7 @@ impl Sweep {
                         let bound = screened.map(|p| p.bound);
                         let pruned_by = hardware_beaten.and_then(|set| {
                             screen
-                                .point_beaten(w, id)
+                                .point_beaten(self.lane(id as usize), id)
                                 .map(|beaten_by| Pruning::Throughput { beaten_by, set })
                         });
                         let decided = |outcome| {
