@@ -445,7 +445,9 @@ fn every_objective_chooses_its_rows_and_each_baseline_gets_iso_rows() {
         );
         // The co-design sweep keeps the baselines' powers as levels; no capped sweeps.
         assert!(run_toml.contains("power_levels_w"), "{run_toml}");
-        assert!(!sweeps.join(format!("{expected_dir}.iso-power.inside")).exists());
+        assert!(!sweeps
+            .join(format!("{expected_dir}.iso-power.inside"))
+            .exists());
         // No configuration is over the hungriest chip's power: its iso-power row is the
         // co-design point.
         let co = &rows[6];

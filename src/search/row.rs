@@ -414,11 +414,13 @@ impl TryFrom<PointRecord> for DesignRow {
                     }
                 } else {
                     let pruning = Pruning::from_reason(&r.reason, &r.workload);
+                    // An energy pruning states its bound in the reason; any other needs the
+                    // bound column.
                     let bound = match pruning {
-                        Some(Pruning::Throughput { .. }) => r
+                        Some(Pruning::Energy { .. }) => r.bound_samples_per_s.unwrap_or(0.0),
+                        _ => r
                             .bound_samples_per_s
                             .ok_or("a pruned row without its bound_samples_per_s")?,
-                        _ => r.bound_samples_per_s.unwrap_or(0.0),
                     };
                     let pruning = pruning
                         .filter(|p| p.reason(&r.workload, bound) == r.reason)
