@@ -14,11 +14,11 @@ use tandem::workload::Workload;
 /// Compare, per workload: each baseline chip with the fixed plan of the plans file and with
 /// the searched plan, the decoupled search (the space's best chip for one layer on one device,
 /// then planned), the hardware-first search, and co-design (the joint search of `tandem
-/// search`; also held to each baseline's area, and to its peak power by a sweep capped with
-/// `--max-power-w`), all by `--objective`. Writes OUT/compare.csv, compare.md, compare.svg,
-/// and each workload's sweeps under OUT/sweeps/ (`<workload>` for throughput,
-/// `<workload>.<objective>` otherwise, and their `.fixed-plan` and `.iso-power.<baseline>`
-/// siblings).
+/// search`, with each baseline's peak power as a power level; also held to each baseline's area
+/// and to its peak power, read off that sweep's points), all by `--objective`. Writes
+/// OUT/compare.csv, compare.md, compare.svg, and each workload's sweeps under OUT/sweeps/
+/// (`<workload>` for throughput and throughput per area, `<workload>.energy` for energy, and
+/// their `.fixed-plan` siblings).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workload file; repeat for several.
