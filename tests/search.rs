@@ -146,6 +146,22 @@ fn assert_same_files(a: &Path, b: &Path) {
     }
 }
 
+/// Resumes copies of the finished sweep in `whole` cut off at three places in its
+/// `points.csv` (mid-row, as a kill leaves it) into `dir`, and checks that each gives the
+/// same files; returns the whole `points.csv`.
+fn resume_from_cuts(rec: &SweepRecord, whole: &Path, dir: &Path) -> Vec<u8> {
+    let points = std::fs::read(whole.join(POINTS_CSV)).expect("points");
+    for cut in [points.len() / 3, points.len() / 2 + 7, points.len() - 5] {
+        let killed = dir.join(format!("killed{cut}"));
+        std::fs::create_dir_all(&killed).expect("dir");
+        std::fs::copy(whole.join("run.toml"), killed.join("run.toml")).expect("copy run.toml");
+        std::fs::write(killed.join(POINTS_CSV), &points[..cut]).expect("partial points");
+        sweep_into(rec, &killed, Shard::WHOLE, true);
+        assert_same_files(whole, &killed);
+    }
+    points
+}
+
 fn front_without_bounds(dir: &Path) -> Vec<tandem::search::DesignRow> {
     let mut rows = tandem::search::read_points(&dir.join("pareto.csv")).expect("pareto.csv");
     for r in &mut rows {
@@ -341,15 +357,7 @@ fn energy_sweep_resumes_to_the_same_files() {
         sweep_into(&rec, &whole, Shard::WHOLE, false) > 0,
         "nothing pruned"
     );
-    let points = std::fs::read(whole.join(POINTS_CSV)).expect("points");
-    for cut in [points.len() / 3, points.len() / 2 + 7, points.len() - 5] {
-        let killed = dir.join(format!("killed{cut}"));
-        std::fs::create_dir_all(&killed).expect("dir");
-        std::fs::copy(whole.join("run.toml"), killed.join("run.toml")).expect("copy run.toml");
-        std::fs::write(killed.join(POINTS_CSV), &points[..cut]).expect("partial points");
-        sweep_into(&rec, &killed, Shard::WHOLE, true);
-        assert_same_files(&whole, &killed);
-    }
+    resume_from_cuts(&rec, &whole, dir);
     let sweep = Sweep::from_record(&rec).expect("valid");
     let options = RunOptions {
         out_dir: dir.join("shard"),
@@ -525,15 +533,7 @@ fn resume_after_interruption_gives_the_same_files() {
     let rec = record(vec![tiny_workload(dir)], space, Objective::Throughput, true);
     let whole = dir.join("whole");
     sweep_into(&rec, &whole, Shard::WHOLE, false);
-    let points = std::fs::read(whole.join(POINTS_CSV)).expect("points");
-    for cut in [points.len() / 3, points.len() / 2 + 7, points.len() - 5] {
-        let killed = dir.join(format!("killed{cut}"));
-        std::fs::create_dir_all(&killed).expect("dir");
-        std::fs::copy(whole.join("run.toml"), killed.join("run.toml")).expect("copy run.toml");
-        std::fs::write(killed.join(POINTS_CSV), &points[..cut]).expect("partial points");
-        sweep_into(&rec, &killed, Shard::WHOLE, true);
-        assert_same_files(&whole, &killed);
-    }
+    let points = resume_from_cuts(&rec, &whole, dir);
     // Resuming with other inputs is refused.
     let mut other = rec.clone();
     other.devices = 16;

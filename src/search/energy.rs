@@ -177,17 +177,7 @@ pub(super) fn run(
         "points",
     );
     let mut record = |rows: &[DesignRow], stats: &mut SweepStats| -> Result<(), SweepError> {
-        for row in rows {
-            match row.outcome {
-                Outcome::Ok(_) => stats.ok += 1,
-                Outcome::Infeasible { .. } => stats.infeasible += 1,
-                Outcome::Pruned(_) => stats.pruned += 1,
-            }
-        }
-        stats.evaluated += rows
-            .iter()
-            .filter(|r| !matches!(r.outcome, Outcome::Pruned(_)))
-            .count() as u64;
+        stats.count(rows);
         write_rows(&mut file, &points_path, rows, !header_written)?;
         header_written |= !rows.is_empty();
         bar.inc(rows.len() as u64);
@@ -197,7 +187,10 @@ pub(super) fn run(
     let fits_point = |id: u64| fits[(id % per_config) as usize];
 
     // Points where no plan fits are decided at once, in point order.
-    for chunk in (0..configs).collect::<Vec<_>>().chunks(CONFIGS_PER_WRITE) {
+    for chunk in (0..configs)
+        .collect::<Vec<usize>>()
+        .chunks(CONFIGS_PER_WRITE)
+    {
         let rows: Vec<DesignRow> = chunk
             .par_iter()
             .map(|&c| {

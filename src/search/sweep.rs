@@ -412,6 +412,18 @@ pub struct SweepStats {
 }
 
 impl SweepStats {
+    /// Counts `rows` by outcome (every row not pruned was evaluated, or decided infeasible).
+    pub(super) fn count(&mut self, rows: &[DesignRow]) {
+        for row in rows {
+            match row.outcome {
+                Outcome::Ok(_) => self.ok += 1,
+                Outcome::Infeasible { .. } => self.infeasible += 1,
+                Outcome::Pruned(_) => self.pruned += 1,
+            }
+            self.evaluated += u64::from(!matches!(row.outcome, Outcome::Pruned(_)));
+        }
+    }
+
     /// Takes the screen's times and counts.
     fn set_screen(&mut self, screen: &super::screen::ScreenStats) {
         self.work_bound_time_s = screen.work_bound_time_s;
@@ -1356,17 +1368,7 @@ fn run_locked(
             continue;
         }
         let rows = evaluate_pending(sweep, std::mem::take(&mut pending));
-        for row in &rows {
-            match row.outcome {
-                Outcome::Ok(_) => stats.ok += 1,
-                Outcome::Infeasible { .. } => stats.infeasible += 1,
-                Outcome::Pruned(_) => stats.pruned += 1,
-            }
-        }
-        stats.evaluated += rows
-            .iter()
-            .filter(|r| !matches!(r.outcome, Outcome::Pruned(_)))
-            .count() as u64;
+        stats.count(&rows);
         write_rows(&mut file, &points_path, &rows, !header_written)?;
         header_written |= !rows.is_empty();
         bar.inc(pending_configs as u64);
