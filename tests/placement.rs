@@ -81,6 +81,7 @@ fn uniform_problem(devices: u32, global_batch: u64) -> PlacementProblem {
         constraints: Default::default(),
         allow_idle_devices: false,
         allow_uneven_batch: false,
+        experts: 0,
     }
 }
 
@@ -715,6 +716,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
         // Drawn last, so the other fields are those of the seeds before it existed.
         overlap_efficiency: [1.0, 0.5, 0.0][r.below(3) as usize],
         allow_uneven_batch: false,
+        experts: 0,
     };
     // Drawn after everything else, for the same reason.
     problem.layout = if r.below(2) == 0 {
@@ -834,6 +836,8 @@ fn expert_parallel_plans_equal_brute_force() {
                 }
             }
         }
+        // Expert counts with divisors that d has and lacks (3, 6: ep = 4 is never allowed).
+        problem.experts = [2, 3, 4, 6, 8][(seed % 5) as usize];
         if seed % 5 == 0 {
             problem.constraints.ep = Some(2);
         }
@@ -850,6 +854,7 @@ fn expert_parallel_plans_equal_brute_force() {
                 );
                 check_invariants(&problem, a);
                 assert_eq!(a.dp % a.ep, 0);
+                assert_eq!(problem.experts % a.ep, 0, "seed {seed}: ep {}", a.ep);
                 if let Some(ep) = problem.constraints.ep {
                     assert_eq!(a.ep, ep);
                 }
@@ -878,6 +883,7 @@ fn expert_parallelism_divides_expert_state_and_pays_all_to_all() {
         layer.expert_params = 3 * P / 4;
         layer.all_to_all_bytes = 4 << 20;
     }
+    problem.experts = 2;
     problem.constraints.ep = Some(2);
     let fixed = fixed_plan(1, 4, &[(&[0, 1, 2, 3], 1)]);
     let plan = evaluate_fixed(&problem, &fixed).unwrap();
@@ -925,7 +931,20 @@ fn expert_parallelism_divides_expert_state_and_pays_all_to_all() {
     // Expert parallelism must divide the pipelines.
     problem.constraints.ep = Some(3);
     let err = evaluate_fixed(&problem, &fixed).expect_err("3 does not divide 4");
-    assert!(err.to_string().contains("does not divide"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("does not divide the 4 data-parallel"),
+        "{err}"
+    );
+    // And the experts: two experts cannot be spread over four pipelines.
+    problem.constraints.ep = Some(4);
+    let err = evaluate_fixed(&problem, &fixed).expect_err("4 does not divide 2 experts");
+    assert!(
+        err.to_string().contains("does not divide the 2 experts"),
+        "{err}"
+    );
+    problem.experts = 4;
+    assert_eq!(evaluate_fixed(&problem, &fixed).unwrap().ep, 4);
 }
 
 #[test]
@@ -1218,6 +1237,7 @@ fn random_large_chain(seed: u64) -> PlacementProblem {
         constraints: Default::default(),
         allow_idle_devices: r.below(4) == 0,
         allow_uneven_batch: false,
+        experts: 0,
     };
     if r.below(5) == 0 {
         problem.constraints.pp = Some(1 + r.below(8) as u32);

@@ -305,6 +305,7 @@ pub(super) fn placement_problem(
                 && options.fixed.pp.is_some()
                 && options.fixed.dp.is_some()),
         allow_uneven_batch: options.allow_uneven_batch,
+        experts: workload.experts(),
     }
 }
 

@@ -391,6 +391,11 @@ pub struct PlacementProblem {
     /// `⌈global batch / (d × micro-batch)⌉` micro-batches (PHAZE's convention).
     #[serde(default)]
     pub allow_uneven_batch: bool,
+    /// Routed experts of each mixture-of-experts layer (0 without experts): an expert-parallel
+    /// width divides them, as Megatron-LM requires (`num_experts % expert_model_parallel_size
+    /// == 0`): a device holds whole experts.
+    #[serde(default)]
+    pub experts: u32,
 }
 
 fn all_hidden() -> f64 {

@@ -719,6 +719,15 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
             problem.overlap_efficiency
         ));
     }
+    let holds_experts = problem
+        .graphs
+        .iter()
+        .any(|g| g.layers.iter().any(|l| l.expert_params > 0));
+    if holds_experts && problem.experts == 0 {
+        return Err(
+            "experts must be positive: some layers hold expert parameters (expert_params)".into(),
+        );
+    }
     let fixed = &problem.constraints;
     for (name, value) in [("tp", fixed.tp), ("pp", fixed.pp), ("dp", fixed.dp)] {
         if value == Some(0) {
@@ -842,8 +851,8 @@ fn has_experts(problem: &PlacementProblem) -> bool {
         .any(|g| g.layers.iter().any(|l| l.expert_params > 0))
 }
 
-/// The expert-parallel widths for `d` pipelines: every divisor of `d` the constraint allows
-/// (only 1 without experts).
+/// The expert-parallel widths for `d` pipelines: every divisor of `d` that divides the expert
+/// count and the constraint allows (only 1 without experts).
 fn expert_widths(problem: &PlacementProblem, experts: bool, d: u32) -> Vec<u32> {
     if !experts {
         return match problem.constraints.ep {
@@ -852,7 +861,7 @@ fn expert_widths(problem: &PlacementProblem, experts: bool, d: u32) -> Vec<u32> 
         };
     }
     (1..=d)
-        .filter(|e| d.is_multiple_of(*e))
+        .filter(|&e| d.is_multiple_of(e) && problem.experts.is_multiple_of(e))
         .filter(|&e| problem.constraints.ep.is_none_or(|fixed| fixed == e))
         .collect()
 }
@@ -912,6 +921,11 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
     if let Some(e) = fixed.ep.filter(|&e| e > 1) {
         if !experts {
             rejected.push(format!("ep={e}: the model has no expert layers to divide"));
+        } else if !problem.experts.is_multiple_of(e) {
+            rejected.push(format!(
+                "ep={e}: does not divide the {} experts of each expert layer (a device holds whole experts)",
+                problem.experts
+            ));
         } else if !ok.iter().any(|c| c.e == e) {
             rejected.push(format!(
                 "ep={e}: no data-parallel width d that it divides is possible"
@@ -1174,6 +1188,13 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
             "expert-parallel width {e} does not divide the {d} data-parallel pipelines"
         )));
     }
+    if !problem.experts.is_multiple_of(e) {
+        return Err(Infeasible::reason(format!(
+            "expert-parallel width {e} does not divide the {} experts of each expert layer (a \
+             device holds whole experts)",
+            problem.experts
+        )));
+    }
     let ctx = Ctx {
         problem,
         graph_index,
@@ -1280,6 +1301,7 @@ mod tests {
             constraints: Default::default(),
             allow_idle_devices: false,
             allow_uneven_batch: false,
+            experts: 0,
         }
     }
 

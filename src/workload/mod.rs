@@ -422,6 +422,15 @@ impl Workload {
         matches!(&self.model, Model::Template(t) if t.moe.is_some())
     }
 
+    /// Routed experts of each mixture-of-experts layer (0 without experts; at most 4096, as
+    /// the template checks).
+    pub fn experts(&self) -> u32 {
+        match &self.model {
+            Model::Template(t) => t.moe.as_ref().map_or(0, |m| m.experts as u32),
+            Model::Dag(_) => 0,
+        }
+    }
+
     /// Tokens per sample.
     pub fn tokens_per_sample(&self) -> u64 {
         self.seq_len
