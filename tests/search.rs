@@ -277,33 +277,36 @@ fn energy_front(rows: &[DesignRow]) -> Vec<(u64, f64, f64)> {
         .collect()
 }
 
-/// Energy sweeps prune by a lower bound on joules per sample: over random small spaces with
-/// two HBM sizes (one refusing some plans) and two micro-batch sizes, the pruned sweep's best
-/// point and its (area, energy) front equal the exhaustive run's; its evaluated rows are the
-/// exhaustive run's rows; every point it prunes spends, exhaustively evaluated, at least what
-/// its witness spends at no larger area; points no plan fits are found without evaluation;
-/// and pruning does happen.
-#[test]
-fn energy_pruning_keeps_the_least_energy_at_every_area() {
-    let tmp = scratch("energy");
-    let dir = tmp.path();
-    let tiny = tiny_large_batch(dir);
+/// Exponent ranges of `small_space`: tensor cores, tensor rows, vector cores.
+type SpaceRanges = ((u32, u32), (u32, u32), (u32, u32));
+
+/// Runs a pruned and an exhaustive energy sweep of `workload` over each small space of `cases`
+/// at `hbm_bytes` and micro-batches 1 and 2, and checks that the pruned sweep's best point and
+/// (area, energy) front equal the exhaustive run's; that its evaluated rows are the
+/// exhaustive run's rows; that every point it prunes spends, exhaustively evaluated, at least
+/// what its witness spends at no larger area and at least its bound; and that points no plan
+/// fits are found without evaluation. Returns the points pruned and refused.
+fn energy_pruning_matches_exhaustive(
+    dir: &Path,
+    workload: &Path,
+    hbm_bytes: &[u64],
+    cases: &[SpaceRanges],
+) -> (u64, usize) {
     let (mut pruned_total, mut refused) = (0, 0);
-    for (case, (tc, rows, vc)) in [
-        ((0, 2), (5, 7), (0, 1)),
-        ((1, 3), (6, 7), (2, 3)),
-        ((2, 4), (5, 6), (1, 2)),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let space = small_space(dir, &format!("energy{case}"), tc, rows, vc);
+    for (case, &(tc, rows, vc)) in cases.iter().enumerate() {
+        let name = format!("{}-{case}", workload.display()).replace(['/', '.'], "_");
+        let space = small_space(dir, &name, tc, rows, vc);
         let with = |prune: bool| SweepRecord {
-            hbm_bytes: vec![6 << 20, 16 << 30],
+            hbm_bytes: hbm_bytes.to_vec(),
             micro_batches: vec![1, 2],
-            ..record(vec![tiny.clone()], space.clone(), Objective::Energy, prune)
+            ..record(
+                vec![workload.to_path_buf()],
+                space.clone(),
+                Objective::Energy,
+                prune,
+            )
         };
-        let (pruned_dir, full_dir) = (dir.join(format!("ep{case}")), dir.join(format!("ef{case}")));
+        let (pruned_dir, full_dir) = (dir.join(format!("p{name}")), dir.join(format!("f{name}")));
         pruned_total += sweep_into(&with(true), &pruned_dir, Shard::WHOLE, false);
         assert_eq!(sweep_into(&with(false), &full_dir, Shard::WHOLE, false), 0);
         let mut pruned = read_points(&pruned_dir.join(POINTS_CSV)).expect("points");
@@ -336,8 +339,50 @@ fn energy_pruning_keeps_the_least_energy_at_every_area() {
             }
         }
     }
+    (pruned_total, refused)
+}
+
+/// Energy sweeps prune by a lower bound on joules per sample: over random small spaces with
+/// two HBM sizes (one refusing some plans), the pruned sweep keeps the exhaustive run's
+/// answers (`energy_pruning_matches_exhaustive`), and pruning does happen.
+#[test]
+fn energy_pruning_keeps_the_least_energy_at_every_area() {
+    let tmp = scratch("energy");
+    let dir = tmp.path();
+    let tiny = tiny_large_batch(dir);
+    let cases = [
+        ((0, 2), (5, 7), (0, 1)),
+        ((1, 3), (6, 7), (2, 3)),
+        ((2, 4), (5, 6), (1, 2)),
+    ];
+    let (pruned_total, refused) =
+        energy_pruning_matches_exhaustive(dir, &tiny, &[6 << 20, 16 << 30], &cases);
     assert!(pruned_total > 0, "no case pruned anything");
     assert!(refused > 0, "the small HBM size refused no point");
+}
+
+/// The same for a mixture-of-experts model (4 experts, top-2), whose bound adds the
+/// all-to-alls at the cheapest expert-parallel width some plan fits with, and the expert
+/// layers' optimizer steps. The HBM sizes are where no plan fits, where only plans of some
+/// widths divide the experts (18 MiB: a plan with e = 1 needs t = 4 and two stages on the
+/// template chip), where plans of every e fit (40 MiB) and where memory never binds.
+#[test]
+fn energy_pruning_holds_for_experts() {
+    let tmp = scratch("energy-moe");
+    let dir = tmp.path();
+    let moe = dir.join("tiny-moe.toml");
+    std::fs::write(
+        &moe,
+        "name = \"tiny-moe\"\nfamily = \"llama\"\nlayers = 2\nhidden = 256\nheads = 4\n\
+         kv_heads = 2\nffn_hidden = 1024\nvocab = 1024\nseq_len = 128\nglobal_batch = 512\n\n\
+         [moe]\nexperts = 4\ntop_k = 2\n",
+    )
+    .expect("write workload");
+    let hbm = [12 << 20, 18 << 20, 40 << 20, 16 << 30];
+    let (pruned_total, refused) =
+        energy_pruning_matches_exhaustive(dir, &moe, &hbm, &[((1, 3), (5, 7), (0, 2))]);
+    assert!(pruned_total > 0, "nothing pruned");
+    assert!(refused > 0, "the smallest HBM size refused no point");
 }
 
 /// A pruned energy sweep cut off mid-row (its `points.csv` holds rows in the order it

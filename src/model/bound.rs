@@ -119,6 +119,7 @@ impl LayerWork {
         // and selective recompute's attention core.
         let (mut busy, mut energy) = ([0.0; 3], [0.0; 3]);
         let mut optimizer_j = 0.0;
+        let mut all_to_all_bytes = 0;
         for (count, layer) in &self.unique {
             let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
             let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
@@ -142,9 +143,8 @@ impl LayerWork {
                 }
                 sum[2] += n * s;
             }
-            if layer.expert_params == 0 {
-                optimizer_j += n * optimizer_step(workload, cost, layer.params).1;
-            }
+            optimizer_j += n * optimizer_step(workload, cost, layer.params).1;
+            all_to_all_bytes += *count as u64 * layer.all_to_all_bytes;
         }
         let t = f64::from(self.tp);
         let per_mode = |[fwd_bwd, full, selective]: [f64; 3]| {
@@ -154,6 +154,7 @@ impl LayerWork {
             busy_s: per_mode(busy),
             energy_j: per_mode(energy),
             optimizer_energy_j: t * optimizer_j,
+            all_to_all_bytes,
         })
     }
 }
@@ -170,11 +171,15 @@ pub struct LayerBounds {
     /// with each operator in its least-energy mode. What a plan adds (pipeline sends,
     /// gradient synchronisation and accumulation, all-to-alls) is left out.
     pub energy_j: [f64; 3],
-    /// Joules of the optimizer steps per iteration: each dense layer's step once on each of
-    /// the `t` devices (a plan steps every dense layer once per data-parallel copy, or once in
-    /// all under ZeRO-1 and above; expert layers, whose steps expert parallelism divides, are
-    /// left out).
+    /// Joules of the optimizer steps per iteration: each layer's step once on each of the `t`
+    /// devices (a plan steps every dense layer once per data-parallel copy, or once in all
+    /// under ZeRO-1 and above; an expert layer's `d·k` copies each step their `1/e` of the
+    /// experts, and `e` divides `d`, so no fewer than once either).
     pub optimizer_energy_j: f64,
+    /// Bytes each device dispatches to the experts per micro-batch, summed over the expert
+    /// layers: what each of a micro-batch's four all-to-alls moves over the expert-parallel
+    /// group of a plan that divides the experts (none at `e` = 1).
+    pub all_to_all_bytes: u64,
 }
 
 /// What [`throughput_bound`] proves about the plans of a design point.

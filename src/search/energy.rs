@@ -1,21 +1,24 @@
 //! Energy sweeps that prune (`--objective energy`, one workload): a branch and bound on
 //! joules per sample, exact at every area.
 //!
-//! A point's energy per sample (that of its fastest plan: dynamic and static) has a plan-free
-//! lower bound: every layer's forward, backward and recomputation with each operator in its
-//! least-energy mode, on the `t` devices of its tensor group, per sample, plus each dense
-//! layer's optimizer step once per iteration on those devices, plus the static power of the
-//! device-seconds the work bound says a sample keeps busy (no plan uses fewer), at the tensor
-//! width that spends least
-//! ([`LayerBounds`](crate::model::LayerBounds)); what a plan
-//! adds (pipeline sends, gradient synchronisation and accumulation, more optimizer steps,
-//! all-to-alls) only raises it. No cheaper
-//! search knows which plan is fastest, so only an exact evaluation says what a point spends.
+//! A point's energy per sample (that of its fastest plan: dynamic and static) has a lower
+//! bound that needs no plan: every layer's forward, backward and recomputation with each
+//! operator in its least-energy mode, on the `t` devices of its tensor group, per sample, plus
+//! each layer's optimizer step once per iteration on those devices, plus the static power of
+//! the device-seconds the work bound says a sample keeps busy (no plan uses fewer), plus the
+//! expert layers' four all-to-alls per micro-batch at the expert-parallel width `e` that
+//! spends least among those some plan of width `t` fits in memory with, at the tensor width
+//! `t` that spends least among those some plan fits with
+//! ([`LayerBounds`](crate::model::LayerBounds)); what a plan adds (pipeline sends, gradient
+//! synchronisation and accumulation, more optimizer steps, a wider expert group) only raises
+//! it. No cheaper search knows which plan is fastest, so only an exact evaluation says what a
+//! point spends.
 //!
-//! 1. **Bounds**: the lower bound of every point (it depends on neither the HBM size nor the
-//!    plan), and whether any plan fits in memory at each (HBM, micro-batch, recompute):
-//!    memory follows the workload, the plan and the HBM capacity, never the chip's latencies,
-//!    so one plan search per combination settles it for every configuration.
+//! 1. **Bounds**: which tensor widths, and with them which expert-parallel widths, some plan
+//!    fits in memory with at each (HBM, micro-batch, recompute): memory follows the workload,
+//!    the plan and the HBM capacity, never the chip's latencies, so one plan search per
+//!    combination and width settles it for every configuration; then the lower bound of every
+//!    point.
 //! 2. **Branch and bound**: points are visited in order of rising bound (ties by id), in
 //!    batches of [`BATCH`] points evaluated exactly in parallel. A staircase holds the least
 //!    energy an evaluated point spends at each area; a point whose bound is above it at its
@@ -37,8 +40,9 @@ use super::sweep::{
 };
 use super::DesignRow;
 use crate::arch::{area_breakdown, ArchConfig};
-use crate::cost::{static_power_w, CostModel};
-use crate::model::{throughput_bound, PlanBound};
+use crate::cost::{collective_cost, static_power_w, CostModel};
+use crate::model::{throughput_bound, PlanBound, PlanOptions};
+use crate::workload::CollectiveKind;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -57,35 +61,74 @@ const NO_PLAN_FITS: &str = "no plan fits in memory: every t, p, d and stage spli
 /// Configurations whose decided rows are written together.
 const CONFIGS_PER_WRITE: usize = 1024;
 
-/// One configuration's area and, per (micro-batch, recompute) in sweep order, the lower bound
-/// on joules per sample.
+/// What fits in memory at one (HBM, micro-batch, recompute), for every chip of the space.
+struct MemoryFit {
+    /// Some plan fits.
+    any: bool,
+    /// The tensor widths some plan fits with, each with the expert-parallel widths (`[1]`
+    /// without experts) some plan of that width fits with.
+    widths: Vec<(u32, Vec<u32>)>,
+}
+
+/// One configuration's area and, per (HBM, micro-batch, recompute) in point order, the lower
+/// bound on joules per sample (infinite where nothing fits).
 struct ConfigBounds {
     area_mm2: f64,
     energy_j: Vec<f64>,
 }
 
 impl Sweep {
-    /// Stage 1 for configuration `config` (the sweep's one workload).
-    fn energy_bounds(&self, config: usize) -> Result<ConfigBounds, SweepError> {
+    /// Stage 1 for configuration `config` (the sweep's one workload), given what fits in
+    /// memory at each (HBM, micro-batch, recompute) in point order.
+    fn energy_bounds(&self, config: usize, fits: &[MemoryFit]) -> Result<ConfigBounds, SweepError> {
         let arch = self.config(config)?;
         let cost = CostModel::new(&arch);
         let static_w = static_power_w(&arch);
         let batch = self.workloads[0].global_batch as f64;
-        let mut energy_j = Vec::with_capacity(self.micro_batches.len() * self.recompute.len());
         let bounds = self.layer_bounds(0, &arch, &cost)?;
-        for (widths, &micro_batch) in bounds.iter().zip(&self.micro_batches) {
-            // Per sample: the micro-batch's share of its layers' events and of the static
-            // power of the device-seconds they keep busy, and the batch's of the steps.
-            let per_sample = 1.0 / f64::from(micro_batch);
-            let mut least = [f64::INFINITY; 3];
-            for b in widths {
-                let step_j = b.optimizer_energy_j / batch;
-                for ((l, e), s) in least.iter_mut().zip(b.energy_j).zip(b.busy_s) {
-                    *l = l.min((e + static_w * s) * per_sample + step_j);
+        let mut fit = fits.iter();
+        let mut energy_j = Vec::with_capacity(fits.len());
+        for _ in &self.hbm_bytes {
+            for ((widths, work), &micro_batch) in bounds
+                .iter()
+                .zip(&self.layer_work[0])
+                .zip(&self.micro_batches)
+            {
+                // Per sample: the micro-batch's share of its layers' events, of the static
+                // power of the device-seconds they keep busy and of its all-to-alls; the
+                // batch's of the steps.
+                let per_sample = 1.0 / f64::from(micro_batch);
+                for &recompute in &self.recompute {
+                    let fit = fit.next().ok_or_else(|| {
+                        SweepError::Input("memory checks fewer than the points".into())
+                    })?;
+                    let mut least = f64::INFINITY;
+                    for (b, w) in widths.iter().zip(work) {
+                        let Some((t, experts)) = fit.widths.iter().find(|(t, _)| *t == w.tp) else {
+                            continue;
+                        };
+                        // Each all-to-all's energy is linear in its bytes, so the layers'
+                        // sum prices all of them at once.
+                        let all_to_all_j = experts
+                            .iter()
+                            .map(|&e| {
+                                4.0 * collective_cost(
+                                    &arch,
+                                    CollectiveKind::AllGather,
+                                    b.all_to_all_bytes,
+                                    e,
+                                )
+                                .energy_j
+                            })
+                            .fold(f64::INFINITY, f64::min);
+                        let r = recompute_index(recompute);
+                        let per_micro_batch_j =
+                            b.energy_j[r] + static_w * b.busy_s[r] + f64::from(*t) * all_to_all_j;
+                        least = least
+                            .min(per_micro_batch_j * per_sample + b.optimizer_energy_j / batch);
+                    }
+                    energy_j.push(least);
                 }
-            }
-            for &recompute in &self.recompute {
-                energy_j.push(least[recompute_index(recompute)]);
             }
         }
         Ok(ConfigBounds {
@@ -94,27 +137,71 @@ impl Sweep {
         })
     }
 
-    /// Whether some plan fits in memory at each (HBM, micro-batch, recompute), in point
-    /// order; `true` where the search failed (the evaluation reports why).
-    fn plans_fit(&self) -> Result<Vec<bool>, SweepError> {
+    /// What fits in memory at each (HBM, micro-batch, recompute), in point order: one plan
+    /// search for the combination, then one per tensor width and expert-parallel width
+    /// (divisors of the expert count). A search that fails counts as fitting (the
+    /// evaluation reports why), which only lowers a bound.
+    fn memory_fits(&self) -> Result<Vec<MemoryFit>, SweepError> {
+        let workload = &self.workloads[0];
         let cost = CostModel::new(&self.config(0)?);
+        let fits = |options: &PlanOptions| {
+            !matches!(
+                throughput_bound(workload, &cost, options, 0.0),
+                Ok(PlanBound::NoPlanFits)
+            )
+        };
+        let experts = workload.experts();
+        let expert_widths: Vec<Option<u32>> = if experts == 0 {
+            vec![None]
+        } else {
+            (1..=experts)
+                .filter(|e| experts.is_multiple_of(*e))
+                .filter(|&e| self.fixed.ep.is_none_or(|fixed| fixed == e))
+                .map(Some)
+                .collect()
+        };
         let mut combinations = Vec::new();
         for &hbm in &self.hbm_bytes {
-            for &micro_batch in &self.micro_batches {
+            for (m, &micro_batch) in self.micro_batches.iter().enumerate() {
                 for &recompute in &self.recompute {
-                    combinations.push(self.plan_options(hbm, micro_batch, recompute));
+                    let options = self.plan_options(hbm, micro_batch, recompute);
+                    let widths: Vec<u32> = self.layer_work[0][m].iter().map(|w| w.tp).collect();
+                    combinations.push((options, widths));
                 }
             }
         }
-        Ok(combinations
+        combinations
             .par_iter()
-            .map(|options| {
-                !matches!(
-                    throughput_bound(&self.workloads[0], &cost, options, 0.0),
-                    Ok(PlanBound::NoPlanFits)
-                )
+            .map(|(options, widths)| {
+                if !fits(options) {
+                    return Ok(MemoryFit {
+                        any: false,
+                        widths: Vec::new(),
+                    });
+                }
+                let mut fitting = Vec::new();
+                for &t in widths {
+                    let mut with = Vec::new();
+                    for &e in &expert_widths {
+                        let mut narrowed = PlanOptions {
+                            only_widths: Some(vec![t]),
+                            ..options.clone()
+                        };
+                        narrowed.fixed.ep = e.or(narrowed.fixed.ep);
+                        if fits(&narrowed) {
+                            with.push(e.unwrap_or(1));
+                        }
+                    }
+                    if !with.is_empty() {
+                        fitting.push((t, with));
+                    }
+                }
+                Ok(MemoryFit {
+                    any: true,
+                    widths: fitting,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -130,7 +217,6 @@ pub(super) fn run(
     let points_path = out.join(POINTS_CSV);
     let configs = sweep.space.len();
     let per_config = sweep.points_per_config();
-    let per_hardware = sweep.points_per_hardware() as u64;
     let done: BTreeSet<u64> = finished.iter().filter_map(|r| r.point).collect();
     let status = status.insert(StatusFile::start(
         out,
@@ -146,25 +232,25 @@ pub(super) fn run(
         "bounding energy",
         "configurations",
     );
+    let fits = sweep.memory_fits()?;
+    let memory_time_s = started.elapsed().as_secs_f64();
     let bounds: Vec<ConfigBounds> = (0..configs)
         .into_par_iter()
         .map(|c| {
-            let b = sweep.energy_bounds(c);
+            let b = sweep.energy_bounds(c, &fits);
             bar.inc(1);
             b
         })
         .collect::<Result<_, _>>()?;
     bar.finish_and_clear();
-    let work_bound_time_s = started.elapsed().as_secs_f64();
-    let fits = sweep.plans_fit()?;
     let screen_time_s = started.elapsed().as_secs_f64();
     let mut stats = SweepStats {
         configurations: configs,
         points: configs as u64 * per_config,
         skipped: done.len() as u64,
         screen_time_s,
-        work_bound_time_s,
-        plan_bound_time_s: screen_time_s - work_bound_time_s,
+        work_bound_time_s: screen_time_s - memory_time_s,
+        plan_bound_time_s: memory_time_s,
         plan_bounded: fits.len() as u64,
         ..SweepStats::default()
     };
@@ -184,7 +270,7 @@ pub(super) fn run(
         status.progress(stats.skipped + stats.ok + stats.infeasible + stats.pruned);
         Ok(())
     };
-    let fits_point = |id: u64| fits[(id % per_config) as usize];
+    let fits_point = |id: u64| fits[(id % per_config) as usize].any;
 
     // Points where no plan fits are decided at once, in point order.
     for chunk in (0..configs)
@@ -225,8 +311,7 @@ pub(super) fn run(
         .filter(|&id| fits_point(id))
         .map(|id| {
             let config = (id / per_config) as usize;
-            let within = (id % per_hardware) as usize;
-            (bounds[config].energy_j[within], id)
+            (bounds[config].energy_j[(id % per_config) as usize], id)
         })
         .collect();
     candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -295,6 +380,14 @@ pub(super) fn run(
                             recompute: sweep.recompute[r],
                             achievable: None,
                             bound: None,
+                            fitting_widths: Some(
+                                fits[(id % per_config) as usize]
+                                    .widths
+                                    .iter()
+                                    .map(|w| w.0)
+                                    .collect(),
+                            )
+                            .filter(|w: &Vec<u32>| !w.is_empty()),
                         },
                     ));
                     exact += 1;
@@ -363,4 +456,139 @@ fn point_row(sweep: &Sweep, arch: &ArchConfig, id: u64, outcome: Outcome) -> Des
     );
     row.point = Some(id);
     row
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MemoryFit, Sweep};
+    use crate::placement::{RecomputeMode, ZeroStage};
+    use crate::schedule::SolverOptions;
+    use crate::search::sweep::{Chip, ExactPoint};
+    use crate::search::{Objective, SweepRecord};
+
+    /// A mixture-of-experts model (4 experts, top-2) on 8 devices over 8 chips of the PHAZE
+    /// space, at HBM sizes where memory decides which widths and expert-parallel widths some
+    /// plan fits with: every point's energy bound is at most what its exact evaluation spends,
+    /// and the memory checks raise some bounds above the bound that lets every width and
+    /// `e` = 1 (no all-to-all) through.
+    #[test]
+    fn expert_bounds_are_lower_bounds_and_memory_raises_them() {
+        let dir = tempfile::tempdir().expect("scratch");
+        let workload = dir.path().join("tiny-moe.toml");
+        std::fs::write(
+            &workload,
+            "name = \"tiny-moe\"\nfamily = \"llama\"\nlayers = 2\nhidden = 256\nheads = 4\n\
+             kv_heads = 2\nffn_hidden = 1024\nvocab = 1024\nseq_len = 128\nglobal_batch = 512\n\n\
+             [moe]\nexperts = 4\ntop_k = 2\n",
+        )
+        .expect("write workload");
+        let space = dir.path().join("space.toml");
+        let text = std::fs::read_to_string("arch_specs/phaze.toml").expect("phaze.toml");
+        let narrowed = [
+            (
+                "\"tensor.count\" = { min = 1, max = 4096 }",
+                "\"tensor.count\" = { min = 2, max = 4 }",
+            ),
+            (
+                "\"tensor.rows\" = { min = 2, max = 256 }",
+                "\"tensor.rows\" = { min = 64, max = 128 }",
+            ),
+            (
+                "\"tensor.cols\" = { min = 2, max = 256 }",
+                "\"tensor.cols\" = { min = 128, max = 128 }",
+            ),
+            (
+                "\"vector.count\" = { min = 1, max = 4096 }",
+                "\"vector.count\" = { min = 2, max = 4 }",
+            ),
+            (
+                "\"glb.bytes\" = { min = 2_097_152, max = 134_217_728 }",
+                "\"glb.bytes\" = { min = 33_554_432, max = 33_554_432 }",
+            ),
+        ];
+        let text = narrowed
+            .iter()
+            .fold(text, |t, (from, to)| t.replace(from, to));
+        std::fs::write(&space, text).expect("write space");
+        let solver = SolverOptions::default();
+        let record = SweepRecord {
+            tandem_version: "test".into(),
+            workloads: vec![workload],
+            space,
+            devices: 8,
+            micro_batches: vec![1, 2],
+            recompute: vec![RecomputeMode::None, RecomputeMode::Full],
+            hbm_bytes: vec![18 << 20, 40 << 20, 16 << 30],
+            zero: vec![ZeroStage::Replicated],
+            fixed: Default::default(),
+            objective: Objective::Energy,
+            prune: true,
+            ilp_time_limit_s: solver.time_limit_s,
+            ilp_node_limit: solver.node_limit,
+            ilp_relative_gap: solver.relative_gap,
+            search_node_limit: solver.search_node_limit,
+            use_ilp: true,
+            inputs_sha256: Vec::new(),
+            max_peak_power_w: None,
+            power_levels_w: Vec::new(),
+        };
+        let sweep = Sweep::from_record(&record).expect("valid sweep");
+        let fits = sweep.memory_fits().expect("memory checks");
+        let per_config = sweep.points_per_config() as usize;
+        assert_eq!(fits.len(), per_config);
+        // Every width fits, with no all-to-all: the bound without the memory checks.
+        let free: Vec<MemoryFit> = fits
+            .iter()
+            .enumerate()
+            .map(|(i, f)| MemoryFit {
+                any: f.any,
+                widths: sweep.layer_work[0][i / sweep.recompute.len() % sweep.micro_batches.len()]
+                    .iter()
+                    .map(|w| (w.tp, vec![1]))
+                    .collect(),
+            })
+            .collect();
+        let (mut checked, mut raised) = (0, 0);
+        for config in 0..sweep.space.len() {
+            let bounds = sweep.energy_bounds(config, &fits).expect("bounds");
+            let loose = sweep.energy_bounds(config, &free).expect("bounds");
+            let chip = Chip::new(config, &sweep.config(config).expect("chip"), sweep.solver)
+                .expect("chip");
+            for (within, fit) in fits.iter().enumerate().filter(|(_, f)| f.any) {
+                let id = (config * per_config + within) as u64;
+                let (_, _, h, m, r) = sweep.point_parts(id as usize);
+                let point = ExactPoint {
+                    id,
+                    workload: 0,
+                    hbm: sweep.hbm_bytes[h],
+                    micro_batch: sweep.micro_batches[m],
+                    recompute: sweep.recompute[r],
+                    achievable: None,
+                    bound: None,
+                    fitting_widths: None,
+                };
+                let row = sweep.exact_row(&chip, &point);
+                let spent = row.plan().expect("a plan fits").energy_per_sample_j;
+                let bound = bounds.energy_j[within];
+                assert!(
+                    bound <= spent * (1.0 + 1e-9),
+                    "point {id}: bound {bound} > {spent} J"
+                );
+                assert!(bound >= loose.energy_j[within] * (1.0 - 1e-12));
+                assert!(fit
+                    .widths
+                    .iter()
+                    .any(|(t, _)| *t == row.plan().expect("plan").tp));
+                checked += 1;
+                raised += usize::from(bound > loose.energy_j[within] * (1.0 + 1e-6));
+            }
+        }
+        assert!(sweep.space.len() >= 2);
+        assert_eq!(
+            checked,
+            sweep.space.len() * per_config,
+            "every point has a plan"
+        );
+        assert!(raised > 0, "the memory checks raised no bound");
+    }
 }

@@ -741,6 +741,7 @@ impl Sweep {
                                     recompute,
                                     achievable: screened.and_then(|p| p.achievable),
                                     bound: bound.map(|b| b.unwrap_or(0.0)),
+                                    fitting_widths: None,
                                 }));
                                 continue;
                             }
@@ -791,7 +792,10 @@ impl Sweep {
         let workload = &self.workloads[point.workload];
         let (cost, cache) = (&chip.cost, &chip.cache);
         let arch = cost.arch();
-        let options = self.plan_options(point.hbm, point.micro_batch, point.recompute);
+        let options = PlanOptions {
+            only_widths: point.fitting_widths.clone(),
+            ..self.plan_options(point.hbm, point.micro_batch, point.recompute)
+        };
         let narrowed = point.achievable.and_then(|a| {
             let only = |t: u32| PlanOptions {
                 only_widths: Some(vec![t]),
@@ -1098,6 +1102,10 @@ pub(super) struct ExactPoint {
     pub recompute: RecomputeMode,
     pub achievable: Option<f64>,
     pub bound: Option<f64>,
+    /// The tensor widths the evaluation searches, where a memory check showed that no plan of
+    /// the others fits (so the answer is the same, without scheduling their layers); `None`:
+    /// every width.
+    pub fitting_widths: Option<Vec<u32>>,
 }
 
 /// Which part of a sweep a run does. A sweep split over machines runs `Screen` for every
