@@ -576,6 +576,11 @@ fn yes_no(v: Option<bool>) -> String {
     v.map_or("-".into(), |v| if v { "yes" } else { "no" }.into())
 }
 
+/// A header of owned names as the Markdown table takes it.
+fn str_refs(names: &[String]) -> Vec<&str> {
+    names.iter().map(String::as_str).collect()
+}
+
 /// An exact number for the CSV (empty without one).
 fn number(v: Option<f64>) -> String {
     v.map_or(String::new(), |v| v.to_string())
@@ -648,9 +653,10 @@ pub fn write_summaries(study: &Study, out: &Path) -> Result<(), SweepError> {
         let bytes =
             report::csv::table_bytes(&header, &records).map_err(|e| io_error(&csv_path, e))?;
 
-        // Markdown: the same, rounded, with the plan in words.
+        // Markdown: the same, rounded, with the plan in words, as two tables (co-design and
+        // its gains over the searched plans; the fixed-plan, iso-area and iso-power gains).
         let unit = objective_unit(objective);
-        let mut md_header: Vec<String> = [
+        let mut main_header: Vec<String> = [
             "workload",
             "devices",
             "co-design chip",
@@ -661,52 +667,60 @@ pub fn write_summaries(study: &Study, out: &Path) -> Result<(), SweepError> {
         ]
         .map(String::from)
         .to_vec();
-        md_header.push(format!("{objective} ({unit})"));
+        main_header.push(format!("{objective} ({unit})"));
+        main_header.extend(names.iter().map(|b| format!("over {b}")));
+        main_header.extend(
+            [
+                "over decoupled",
+                "over hardware-first",
+                "chip ≠ decoupled",
+                "chip ≠ hardware-first",
+            ]
+            .map(String::from),
+        );
+        let mut iso_header: Vec<String> = vec!["workload".into(), "devices".into()];
         for b in &names {
-            md_header.push(format!("over {b} searched plan"));
-            md_header.push(format!("over {b} fixed plan"));
-            md_header.push(format!("≤ {b} area"));
-            md_header.push(format!("≤ {b} power"));
+            iso_header.push(format!("over {b} fixed plan"));
+            iso_header.push(format!("≤ {b} area"));
+            iso_header.push(format!("≤ {b} power"));
         }
-        md_header.push("over decoupled".into());
-        md_header.push("over hardware-first".into());
-        md_header.push("chip ≠ decoupled".into());
-        md_header.push("chip ≠ hardware-first".into());
-        let cells: Vec<Vec<String>> = rows
-            .iter()
-            .map(|r| {
-                let c = &r.codesign;
-                let mut line = vec![
-                    cell(&r.workload),
-                    r.devices.to_string(),
-                    cell(&c.chip),
-                    format!("{:.0}", report::gib(c.hbm_bytes)),
-                    plan_cell(c),
-                    c.micro_batch.map_or("-".into(), |b| b.to_string()),
-                    c.recompute.map_or("-".into(), |m| m.to_string()),
-                    objective_cell(objective, objective_value(objective, c)),
-                ];
-                for g in &r.gains {
-                    line.extend(
-                        [g.over_searched, g.over_fixed, g.iso_area, g.iso_power].map(ratio_cell),
-                    );
-                }
-                line.push(ratio_cell(r.over_decoupled));
-                line.push(ratio_cell(r.over_hardware_first));
-                line.push(yes_no(r.differs_from_decoupled));
-                line.push(yes_no(r.differs_from_hardware_first));
-                line
-            })
-            .collect();
-        let md_header_refs: Vec<&str> = md_header.iter().map(String::as_str).collect();
+        let (mut main_cells, mut iso_cells) = (Vec::new(), Vec::new());
+        for r in &rows {
+            let c = &r.codesign;
+            let mut line = vec![
+                cell(&r.workload),
+                r.devices.to_string(),
+                cell(&c.chip),
+                format!("{:.0}", report::gib(c.hbm_bytes)),
+                plan_cell(c),
+                c.micro_batch.map_or("-".into(), |b| b.to_string()),
+                c.recompute.map_or("-".into(), |m| m.to_string()),
+                objective_cell(objective, objective_value(objective, c)),
+            ];
+            line.extend(r.gains.iter().map(|g| ratio_cell(g.over_searched)));
+            line.push(ratio_cell(r.over_decoupled));
+            line.push(ratio_cell(r.over_hardware_first));
+            line.push(yes_no(r.differs_from_decoupled));
+            line.push(yes_no(r.differs_from_hardware_first));
+            main_cells.push(line);
+            let mut iso = vec![cell(&r.workload), r.devices.to_string()];
+            for g in &r.gains {
+                iso.extend([g.over_fixed, g.iso_area, g.iso_power].map(ratio_cell));
+            }
+            iso_cells.push(iso);
+        }
         let md = format!(
             "# Co-design study: {objective}\n\nObjective: {objective} ({unit}). Gains are > 1 \
-             when co-design is better: over a baseline's searched-plan and fixed-plan rows \
-             (the same cluster), co-design held to the baseline's template area (`≤ area`) \
-             or peak power (`≤ power`) over the baseline's searched-plan row, and co-design over \
-             the decoupled and hardware-first rows (hardware chosen before the plan). Compare folders: \
-             `d<devices>/{objective}/`.\n\n{}",
-            markdown::table(&md_header_refs, &cells)
+             when co-design is better. Compare folders: `d<devices>/{objective}/`.\n\n\
+             ## Co-design and its gains\n\nCo-design's point, and its gain over each \
+             baseline's searched-plan row (the baseline chip with tandem's plan search, same \
+             cluster) and over the decoupled and hardware-first rows (hardware chosen before \
+             the plan).\n\n{}\n## Fixed plans, iso-area and iso-power\n\nCo-design's gain \
+             over each baseline's fixed-plan row, and co-design held to the baseline's \
+             template area (`≤ area`) or peak power (`≤ power`) over the baseline's \
+             searched-plan row.\n\n{}",
+            markdown::table(&str_refs(&main_header), &main_cells),
+            markdown::table(&str_refs(&iso_header), &iso_cells)
         );
 
         // SVG: co-design's gain over each baseline's searched plan, per workload × devices.
