@@ -294,7 +294,8 @@ fn energy_pruning_matches_exhaustive(
 ) -> (u64, usize) {
     let (mut pruned_total, mut refused) = (0, 0);
     for (case, &(tc, rows, vc)) in cases.iter().enumerate() {
-        let name = format!("{}-{case}", workload.display()).replace(['/', '.'], "_");
+        let stem = workload.file_stem().expect("a file").to_string_lossy();
+        let name = format!("{stem}-{case}");
         let space = small_space(dir, &name, tc, rows, vc);
         let with = |prune: bool| SweepRecord {
             hbm_bytes: hbm_bytes.to_vec(),
@@ -370,17 +371,10 @@ fn energy_pruning_keeps_the_least_energy_at_every_area() {
 fn energy_pruning_holds_for_experts() {
     let tmp = scratch("energy-moe");
     let dir = tmp.path();
-    let moe = dir.join("tiny-moe.toml");
-    std::fs::write(
-        &moe,
-        "name = \"tiny-moe\"\nfamily = \"llama\"\nlayers = 2\nhidden = 256\nheads = 4\n\
-         kv_heads = 2\nffn_hidden = 1024\nvocab = 1024\nseq_len = 128\nglobal_batch = 512\n\n\
-         [moe]\nexperts = 4\ntop_k = 2\n",
-    )
-    .expect("write workload");
+    let moe = Path::new("tests/data/tiny-moe.toml");
     let hbm = [12 << 20, 18 << 20, 40 << 20, 16 << 30];
     let (pruned_total, refused) =
-        energy_pruning_matches_exhaustive(dir, &moe, &hbm, &[((1, 3), (5, 7), (0, 2))]);
+        energy_pruning_matches_exhaustive(dir, moe, &hbm, &[((1, 3), (5, 7), (0, 2))]);
     assert!(pruned_total > 0, "nothing pruned");
     assert!(refused > 0, "the smallest HBM size refused no point");
 }

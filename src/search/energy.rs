@@ -369,26 +369,14 @@ pub(super) fn run(
                     if let std::collections::btree_map::Entry::Vacant(slot) = chips.entry(config) {
                         slot.insert(Chip::new(config, &sweep.config(config)?, sweep.solver)?);
                     }
-                    let (_, _, h, m, r) = sweep.point_parts(id as usize);
+                    let fitting: Vec<u32> = fits[(id % per_config) as usize]
+                        .widths
+                        .iter()
+                        .map(|w| w.0)
+                        .collect();
                     visited.push(Visit::Exact(
                         config,
-                        ExactPoint {
-                            id,
-                            workload: 0,
-                            hbm: sweep.hbm_bytes[h],
-                            micro_batch: sweep.micro_batches[m],
-                            recompute: sweep.recompute[r],
-                            achievable: None,
-                            bound: None,
-                            fitting_widths: Some(
-                                fits[(id % per_config) as usize]
-                                    .widths
-                                    .iter()
-                                    .map(|w| w.0)
-                                    .collect(),
-                            )
-                            .filter(|w: &Vec<u32>| !w.is_empty()),
-                        },
+                        sweep.unscreened_point(id, Some(fitting).filter(|w| !w.is_empty())),
                     ));
                     exact += 1;
                 }
@@ -463,7 +451,7 @@ mod tests {
     use super::{MemoryFit, Sweep};
     use crate::placement::{RecomputeMode, ZeroStage};
     use crate::schedule::SolverOptions;
-    use crate::search::sweep::{Chip, ExactPoint};
+    use crate::search::sweep::Chip;
     use crate::search::{Objective, SweepRecord};
 
     /// A mixture-of-experts model (4 experts, top-2) on 8 devices over 8 chips of the PHAZE
@@ -474,14 +462,7 @@ mod tests {
     #[test]
     fn expert_bounds_are_lower_bounds_and_memory_raises_them() {
         let dir = tempfile::tempdir().expect("scratch");
-        let workload = dir.path().join("tiny-moe.toml");
-        std::fs::write(
-            &workload,
-            "name = \"tiny-moe\"\nfamily = \"llama\"\nlayers = 2\nhidden = 256\nheads = 4\n\
-             kv_heads = 2\nffn_hidden = 1024\nvocab = 1024\nseq_len = 128\nglobal_batch = 512\n\n\
-             [moe]\nexperts = 4\ntop_k = 2\n",
-        )
-        .expect("write workload");
+        let workload = "tests/data/tiny-moe.toml".into();
         let space = dir.path().join("space.toml");
         let text = std::fs::read_to_string("arch_specs/phaze.toml").expect("phaze.toml");
         let narrowed = [
@@ -556,18 +537,7 @@ mod tests {
                 .expect("chip");
             for (within, fit) in fits.iter().enumerate().filter(|(_, f)| f.any) {
                 let id = (config * per_config + within) as u64;
-                let (_, _, h, m, r) = sweep.point_parts(id as usize);
-                let point = ExactPoint {
-                    id,
-                    workload: 0,
-                    hbm: sweep.hbm_bytes[h],
-                    micro_batch: sweep.micro_batches[m],
-                    recompute: sweep.recompute[r],
-                    achievable: None,
-                    bound: None,
-                    fitting_widths: None,
-                };
-                let row = sweep.exact_row(&chip, &point);
+                let row = sweep.exact_row(&chip, &sweep.unscreened_point(id, None));
                 let spent = row.plan().expect("a plan fits").energy_per_sample_j;
                 let bound = bounds.energy_j[within];
                 assert!(

@@ -847,6 +847,22 @@ impl Sweep {
         row
     }
 
+    /// Point `id` of the one-workload sweep to evaluate exactly with no screen figures, over
+    /// `fitting_widths` (`None`: every width).
+    pub(super) fn unscreened_point(&self, id: u64, fitting_widths: Option<Vec<u32>>) -> ExactPoint {
+        let (_, workload, h, m, r) = self.point_parts(id as usize);
+        ExactPoint {
+            id,
+            workload,
+            hbm: self.hbm_bytes[h],
+            micro_batch: self.micro_batches[m],
+            recompute: self.recompute[r],
+            achievable: None,
+            bound: None,
+            fitting_widths,
+        }
+    }
+
     /// The plan options of point `id`.
     pub(super) fn point_options(&self, id: usize) -> PlanOptions {
         let (_, _, h, m, r) = self.point_parts(id);
