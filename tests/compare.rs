@@ -1,6 +1,9 @@
 //! Baselines against co-design (docs/design.md §8): the joint search is never worse than the
 //! rows it contains, and the fixed-plan row is exactly `tandem plan` with the same options.
 
+mod common;
+use common::scratch;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tandem::arch::{area_breakdown, load_chip, SearchSpace};
@@ -11,14 +14,6 @@ use tandem::search::{
     read_points, BaselinePlans, CompareRow, Comparison, DesignRow, Objective, COMPARE_CSV,
     COMPARE_MD, COMPARE_SVG, POINTS_CSV,
 };
-
-/// A fresh directory for one test, removed when the returned guard drops.
-fn scratch(test: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("tandem-compare-{test}-"))
-        .tempdir()
-        .expect("scratch dir")
-}
 
 /// A small GPT, a narrowed PHAZE space, one of its chips as a baseline file, a foreign chip
 /// (the A100) and a plans file holding t = 1, p = 2, d = 4 on 8 devices.

@@ -2,8 +2,10 @@
 //! on every shipped chip, plans and their invariants, the command line (output fields, exit
 //! status, errors naming file and field), and the published Megatron-LM runs.
 
+mod common;
+use common::{scratch, tandem};
+
 use std::path::Path;
-use std::process::{Command, Output};
 use tandem::arch::load_chip;
 use tandem::calibrate::{
     calibrate, composite_latency, gpt_block_latency, load_measurements, summarise, validate_runs,
@@ -61,22 +63,6 @@ fn tandem_json(args: &[&str]) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
-
-/// A fresh directory for one test, removed when the returned guard drops.
-fn scratch_dir(test: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("tandem-{test}-"))
-        .tempdir()
-        .expect("scratch dir")
-}
-
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("run tandem")
-}
-
 #[test]
 fn every_layer_on_every_chip_lies_between_its_bounds() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
@@ -265,7 +251,7 @@ fn infeasible_plan_says_which_stage_overflows_and_exits_3() {
 
 #[test]
 fn bad_input_names_file_field_and_reason_and_exits_1() {
-    let tmp = scratch_dir("e2e");
+    let tmp = scratch("e2e");
     let dir = tmp.path();
     let bad = dir.join("bad.toml");
     std::fs::write(
@@ -339,7 +325,7 @@ fn bad_input_names_file_field_and_reason_and_exits_1() {
 
 #[test]
 fn plan_csv_appends_one_row_per_run_with_the_design_columns() {
-    let tmp = scratch_dir("csv");
+    let tmp = scratch("csv");
     let dir = tmp.path();
     let csv = dir.join("plans.csv");
     for recompute in ["full", "none"] {
@@ -499,7 +485,7 @@ fn published_megatron_runs_with_their_plans_held() {
 #[test]
 fn comm_overlap_sets_how_much_of_the_overlapped_all_reduce_is_hidden() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let tmp = scratch_dir("comm-overlap");
+    let tmp = scratch("comm-overlap");
     let dir = tmp.path();
     let after = dir.join("plans.csv");
     let text = std::fs::read_to_string("calibration/published_run_plans.csv").expect("plans");
@@ -554,7 +540,7 @@ fn comm_overlap_sets_how_much_of_the_overlapped_all_reduce_is_hidden() {
 #[test]
 fn run_plans_hold_each_run_s_pipeline_schedule() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let tmp = scratch_dir("run-plan-schedules");
+    let tmp = scratch("run-plan-schedules");
     let dir = tmp.path();
     let text = std::fs::read_to_string("calibration/published_run_plans.csv").expect("plans");
     let write = |name: &str, last_row: &str| {
@@ -637,7 +623,7 @@ fn unplanned_runs_get_the_best_micro_batch_the_model_finds() {
 /// missing column fails with the file, row and field named, through the CLI with exit 1.
 #[test]
 fn bad_run_plans_name_file_row_and_field() {
-    let tmp = scratch_dir("run-plans");
+    let tmp = scratch("run-plans");
     let dir = tmp.path();
     let cases = [
         (
@@ -691,7 +677,7 @@ fn bad_run_plans_name_file_row_and_field() {
 /// multiply to the GPU count fails with the file, row and field named.
 #[test]
 fn bad_published_runs_name_file_row_and_field() {
-    let tmp = scratch_dir("bad-runs");
+    let tmp = scratch("bad-runs");
     let dir = tmp.path();
     let header = "source,model,params_b,layers,hidden,heads,seq,vocab,global_batch,tp,pp,dp,gpus,\
                   gpu,recompute,measured_tflops_per_gpu";
@@ -888,7 +874,7 @@ const COLLECTED_HEADER: &str = "gpu,sm_clock_mhz,mem_clock_mhz,driver,cuda,torch
 /// the run's bookkeeping and its fused causal softmax.
 #[test]
 fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
-    let tmp = scratch_dir("train-step");
+    let tmp = scratch("train-step");
     let dir = tmp.path();
     let row = |kernel: &str, heads: u64, vocab: u64| {
         format!("A100,1410,1593,1,11.1,1.8,fp16,{kernel},16,2048,2304,{heads},{vocab},1,24,3.5,3.5,3.5,5,1")
@@ -998,7 +984,7 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
 /// heads is refused with the file, row and field.
 #[test]
 fn collected_layouts_and_block_slices_load() {
-    let tmp = scratch_dir("collected-rows");
+    let tmp = scratch("collected-rows");
     let dir = tmp.path();
     let header = COLLECTED_HEADER;
     let collected = |kernel: &str, shape: &str, group: u32| h100_row(kernel, shape, group, 1e-3);
@@ -1123,7 +1109,7 @@ fn h100_row(kernel: &str, shape: &str, group: u32, median_s: f64) -> String {
 /// a shape without all three timings is refused naming the row.
 #[test]
 fn overlap_rows_calibrate_comm_overlap() {
-    let tmp = scratch_dir("overlap-rows");
+    let tmp = scratch("overlap-rows");
     let dir = tmp.path();
     let overlap = |gemms: u32, both_s: f64| {
         let shape = format!("{gemms},8192,8192,8192,67108864,1");
@@ -1189,7 +1175,7 @@ fn overlap_rows_calibrate_comm_overlap() {
 /// to 0.7, and validation then predicts them. The kernel fractions are untouched by them.
 #[test]
 fn collective_rows_calibrate_link_bandwidth() {
-    let tmp = scratch_dir("collective-rows");
+    let tmp = scratch("collective-rows");
     let dir = tmp.path();
     let mut truth = chip("h100");
     truth.efficiency.link_bandwidth = 0.7;

@@ -2,6 +2,9 @@
 //! the `tandem` binary as a user would and checks its exit status, its message and the files
 //! it leaves.
 
+mod common;
+use common::{scratch, tandem};
+
 use proptest::prelude::Rng;
 use proptest::test_runner::{RngAlgorithm, TestRng};
 use std::path::{Path, PathBuf};
@@ -17,22 +20,6 @@ const SUMMARIES: [&str; 5] = [
     "best.json",
     "pareto.svg",
 ];
-
-/// A fresh directory for one test, removed when the returned guard drops.
-fn scratch(test: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("tandem-rel-{test}-"))
-        .tempdir()
-        .expect("scratch dir")
-}
-
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("run tandem")
-}
-
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -1,6 +1,9 @@
 //! Design-space sweeps (docs/design.md §7): sound pruning against exhaustive search, resume
 //! after an interruption, and shards joined by merge — each compared file by file.
 
+mod common;
+use common::scratch;
+
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use std::path::{Path, PathBuf};
@@ -21,14 +24,6 @@ const FILES: [&str; 5] = [
     "best.json",
     "pareto.svg",
 ];
-
-/// A fresh directory for one test, removed when the returned guard drops.
-fn scratch(test: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("tandem-search-{test}-"))
-        .tempdir()
-        .expect("scratch dir")
-}
 
 /// A two-block GPT small enough that a configuration evaluates in milliseconds.
 fn tiny_workload(dir: &Path) -> PathBuf {

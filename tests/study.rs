@@ -2,26 +2,13 @@
 //! workload; the summary's gains are the compare rows' ratios, a finished study resumes to
 //! the same bytes, and a bad study file exits 1 naming the field.
 
+mod common;
+use common::{scratch, tandem};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use tandem::arch::SearchSpace;
 use tandem::search::{gain, objective_value, CompareRow, Objective, COMPARE_CSV};
-
-fn scratch(test: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("tandem-study-{test}-"))
-        .tempdir()
-        .expect("scratch dir")
-}
-
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(args)
-        .output()
-        .expect("run tandem")
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
