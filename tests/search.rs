@@ -116,7 +116,21 @@ fn record(
 
 /// Runs (a shard of) the sweep into `out` and writes its summaries; returns the pruned count.
 fn sweep_into(record: &SweepRecord, out: &Path, shard: Shard, resume: bool) -> u64 {
-    let sweep = Sweep::from_record(record).expect("valid sweep");
+    sweep_sharing(record, out, shard, resume, None)
+}
+
+/// `sweep_into`, with the sweep using `memo` (`SpaceMemo`) where given.
+fn sweep_sharing(
+    record: &SweepRecord,
+    out: &Path,
+    shard: Shard,
+    resume: bool,
+    memo: Option<&std::sync::Arc<tandem::search::SpaceMemo>>,
+) -> u64 {
+    let mut sweep = Sweep::from_record(record).expect("valid sweep");
+    if let Some(memo) = memo {
+        sweep.share_memo(memo.clone());
+    }
     let options = RunOptions {
         out_dir: out.to_path_buf(),
         shard,
@@ -513,21 +527,6 @@ fn sweeps_sharing_layer_bounds_write_the_same_files() {
     let space = small_space(dir, "space", (1, 3), (5, 7), (0, 2));
     let workload = tiny_large_batch(dir);
     let memo = std::sync::Arc::new(tandem::search::SpaceMemo::default());
-    let run = |rec: &SweepRecord, out: &Path, shared: bool| {
-        let mut sweep = Sweep::from_record(rec).expect("valid sweep");
-        if shared {
-            sweep.share_memo(memo.clone());
-        }
-        let options = RunOptions {
-            out_dir: out.to_path_buf(),
-            shard: Shard::WHOLE,
-            resume: false,
-            progress: false,
-            phase: Phase::Whole,
-        };
-        run_sweep(&sweep, rec, &options).expect("sweep runs");
-        finish(&sweep, out).expect("summaries");
-    };
     let energy = SweepRecord {
         devices: 16,
         micro_batches: vec![1, 2],
@@ -551,8 +550,8 @@ fn sweeps_sharing_layer_bounds_write_the_same_files() {
             dir.join(format!("alone{i}")),
             dir.join(format!("shared{i}")),
         );
-        run(rec, &alone, false);
-        run(rec, &shared, true);
+        sweep_sharing(rec, &alone, Shard::WHOLE, false, None);
+        sweep_sharing(rec, &shared, Shard::WHOLE, false, Some(&memo));
         assert_same_files(&alone, &shared);
     }
 }
