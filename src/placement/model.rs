@@ -719,11 +719,7 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
             problem.overlap_efficiency
         ));
     }
-    let holds_experts = problem
-        .graphs
-        .iter()
-        .any(|g| g.layers.iter().any(|l| l.expert_params > 0));
-    if holds_experts && problem.experts == 0 {
+    if has_experts(problem) && problem.experts == 0 {
         return Err(
             "experts must be positive: some layers hold expert parameters (expert_params)".into(),
         );

@@ -2,7 +2,8 @@
 
 /// A table: the header row, the separator and one line per row, each line ending in a
 /// newline. Cells are written as given (see [`cell`]).
-pub fn table<S: AsRef<str>>(header: &[&str], rows: &[Vec<S>]) -> String {
+pub fn table<H: AsRef<str>, S: AsRef<str>>(header: &[H], rows: &[Vec<S>]) -> String {
+    let header: Vec<&str> = header.iter().map(AsRef::as_ref).collect();
     let mut s = format!("| {} |\n", header.join(" | "));
     s += &format!("|{}\n", "---|".repeat(header.len()));
     for row in rows {

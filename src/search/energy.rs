@@ -61,13 +61,18 @@ const NO_PLAN_FITS: &str = "no plan fits in memory: every t, p, d and stage spli
 /// Configurations whose decided rows are written together.
 const CONFIGS_PER_WRITE: usize = 1024;
 
-/// What fits in memory at one (HBM, micro-batch, recompute), for every chip of the space.
+/// What fits in memory at one (HBM, micro-batch, recompute), for every chip of the space:
+/// the tensor widths some plan fits with, each with the expert-parallel widths (`[1]` without
+/// experts) some plan of that width fits with (none: no plan fits).
 struct MemoryFit {
-    /// Some plan fits.
-    any: bool,
-    /// The tensor widths some plan fits with, each with the expert-parallel widths (`[1]`
-    /// without experts) some plan of that width fits with.
     widths: Vec<(u32, Vec<u32>)>,
+}
+
+impl MemoryFit {
+    /// Whether some plan fits.
+    fn any(&self) -> bool {
+        !self.widths.is_empty()
+    }
 }
 
 /// One configuration's area and, per (HBM, micro-batch, recompute) in point order, the lower
@@ -138,9 +143,9 @@ impl Sweep {
     }
 
     /// What fits in memory at each (HBM, micro-batch, recompute), in point order: one plan
-    /// search for the combination, then one per tensor width and expert-parallel width
-    /// (divisors of the expert count). A search that fails counts as fitting (the
-    /// evaluation reports why), which only lowers a bound.
+    /// search per tensor width and expert-parallel width (divisors of the expert count). A
+    /// search that fails counts as fitting (the evaluation reports why), which only lowers a
+    /// bound.
     fn memory_fits(&self) -> Result<Vec<MemoryFit>, SweepError> {
         let workload = &self.workloads[0];
         let cost = CostModel::new(&self.config(0)?);
@@ -170,15 +175,9 @@ impl Sweep {
                 }
             }
         }
-        combinations
+        Ok(combinations
             .par_iter()
             .map(|(options, widths)| {
-                if !fits(options) {
-                    return Ok(MemoryFit {
-                        any: false,
-                        widths: Vec::new(),
-                    });
-                }
                 let mut fitting = Vec::new();
                 for &t in widths {
                     let mut with = Vec::new();
@@ -196,12 +195,9 @@ impl Sweep {
                         fitting.push((t, with));
                     }
                 }
-                Ok(MemoryFit {
-                    any: true,
-                    widths: fitting,
-                })
+                MemoryFit { widths: fitting }
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -270,7 +266,7 @@ pub(super) fn run(
         status.progress(stats.skipped + stats.ok + stats.infeasible + stats.pruned);
         Ok(())
     };
-    let fits_point = |id: u64| fits[(id % per_config) as usize].any;
+    let fits_point = |id: u64| fits[(id % per_config) as usize].any();
 
     // Points where no plan fits are decided at once, in point order.
     for chunk in (0..configs)
@@ -376,7 +372,7 @@ pub(super) fn run(
                         .collect();
                     visited.push(Visit::Exact(
                         config,
-                        sweep.unscreened_point(id, Some(fitting).filter(|w| !w.is_empty())),
+                        sweep.unscreened_point(id, Some(fitting)),
                     ));
                     exact += 1;
                 }
@@ -518,11 +514,8 @@ mod tests {
         let per_config = sweep.points_per_config() as usize;
         assert_eq!(fits.len(), per_config);
         // Every width fits, with no all-to-all: the bound without the memory checks.
-        let free: Vec<MemoryFit> = fits
-            .iter()
-            .enumerate()
-            .map(|(i, f)| MemoryFit {
-                any: f.any,
+        let free: Vec<MemoryFit> = (0..fits.len())
+            .map(|i| MemoryFit {
                 widths: sweep.layer_work[0][i / sweep.recompute.len() % sweep.micro_batches.len()]
                     .iter()
                     .map(|w| (w.tp, vec![1]))
@@ -535,7 +528,7 @@ mod tests {
             let loose = sweep.energy_bounds(config, &free).expect("bounds");
             let chip = Chip::new(config, &sweep.config(config).expect("chip"), sweep.solver)
                 .expect("chip");
-            for (within, fit) in fits.iter().enumerate().filter(|(_, f)| f.any) {
+            for (within, fit) in fits.iter().enumerate().filter(|(_, f)| f.any()) {
                 let id = (config * per_config + within) as u64;
                 let row = sweep.exact_row(&chip, &sweep.unscreened_point(id, None));
                 let spent = row.plan().expect("a plan fits").energy_per_sample_j;

@@ -576,11 +576,6 @@ fn yes_no(v: Option<bool>) -> String {
     v.map_or("-".into(), |v| if v { "yes" } else { "no" }.into())
 }
 
-/// A header of owned names as the Markdown table takes it.
-fn str_refs(names: &[String]) -> Vec<&str> {
-    names.iter().map(String::as_str).collect()
-}
-
 /// An exact number for the CSV (empty without one).
 fn number(v: Option<f64>) -> String {
     v.map_or(String::new(), |v| v.to_string())
@@ -719,8 +714,8 @@ pub fn write_summaries(study: &Study, out: &Path) -> Result<(), SweepError> {
              over each baseline's fixed-plan row, and co-design held to the baseline's \
              template area (`≤ area`) or peak power (`≤ power`) over the baseline's \
              searched-plan row.\n\n{}",
-            markdown::table(&str_refs(&main_header), &main_cells),
-            markdown::table(&str_refs(&iso_header), &iso_cells)
+            markdown::table(&main_header, &main_cells),
+            markdown::table(&iso_header, &iso_cells)
         );
 
         // SVG: co-design's gain over each baseline's searched plan, per workload × devices.

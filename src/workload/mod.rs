@@ -419,7 +419,7 @@ impl Workload {
     /// Whether the model has mixture-of-experts layers (a template's `[moe]` table; operator
     /// DAGs have none), which expert parallelism divides.
     pub fn has_experts(&self) -> bool {
-        matches!(&self.model, Model::Template(t) if t.moe.is_some())
+        self.experts() > 0
     }
 
     /// Routed experts of each mixture-of-experts layer (0 without experts; at most 4096, as
