@@ -79,6 +79,7 @@ fn problem(
         constraints: Fixed::default(),
         allow_idle_devices: false,
         allow_uneven_batch: false,
+        only_data_parallel: None,
         experts: workload.experts(),
     }
 }

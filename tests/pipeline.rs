@@ -334,6 +334,7 @@ fn transformer_problem(
         constraints: Default::default(),
         allow_idle_devices: false,
         allow_uneven_batch: false,
+        only_data_parallel: None,
         experts: 0,
     }
 }

@@ -81,6 +81,7 @@ fn uniform_problem(devices: u32, global_batch: u64) -> PlacementProblem {
         constraints: Default::default(),
         allow_idle_devices: false,
         allow_uneven_batch: false,
+        only_data_parallel: None,
         experts: 0,
     }
 }
@@ -598,6 +599,50 @@ fn a_held_data_parallel_width_holds_every_stage_to_one_replica() {
     assert_eq!((plan.dp, plan.pp, plan.devices_used), (8, 1, 8));
 }
 
+/// `only_data_parallel` restricts `d` alone: with d = 4 on 16 devices, stages may still be
+/// replicated (unlike a held `dp`), and over 96 random problems the fastest plan is the
+/// fastest of the plans restricted to each `d`, each of which has that `d`.
+#[test]
+fn only_data_parallel_restricts_d_and_leaves_replicas_free() {
+    let mut problem = uniform_problem(16, 16);
+    problem.only_data_parallel = Some(vec![4]);
+    let plan = place(&problem).unwrap();
+    assert_eq!(plan.dp, 4);
+    assert_eq!(plan.stages.iter().map(|s| s.replicas).sum::<u32>(), 4);
+    problem.constraints.dp = Some(4);
+    problem.only_data_parallel = None;
+    let held = place(&problem).unwrap();
+    assert!(held.stages.iter().all(|s| s.replicas == 1));
+    let (mut placed, mut several) = (0, 0);
+    for seed in 0..96 {
+        let problem = random_problem(seed);
+        let Ok(best) = place(&problem) else {
+            continue;
+        };
+        let fastest = (1..=problem.devices)
+            .filter_map(|d| {
+                let plan = place(&PlacementProblem {
+                    only_data_parallel: Some(vec![d]),
+                    ..problem.clone()
+                })
+                .ok()?;
+                assert_eq!(plan.dp, d, "seed {seed}");
+                Some(plan.time_per_batch_s)
+            })
+            .collect::<Vec<f64>>();
+        assert_close(
+            fastest.iter().copied().fold(f64::INFINITY, f64::min),
+            best.time_per_batch_s,
+        );
+        placed += 1;
+        several += usize::from(fastest.len() > 1);
+    }
+    assert!(
+        placed >= 24 && several >= 12,
+        "{placed} placed, {several} with several d"
+    );
+}
+
 #[test]
 fn uneven_batch_is_reported() {
     let mut problem = uniform_problem(4, 6);
@@ -716,6 +761,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
         // Drawn last, so the other fields are those of the seeds before it existed.
         overlap_efficiency: [1.0, 0.5, 0.0][r.below(3) as usize],
         allow_uneven_batch: false,
+        only_data_parallel: None,
         experts: 0,
     };
     // Drawn after everything else, for the same reason.
@@ -1132,6 +1178,15 @@ fn costs_json_errors_name_file_field_and_reason() {
         zero_pp,
         "costs.json: field `constraints.pp`: must be at least 1 (or null to search it)"
     );
+    let no_width = parse_err(&GOOD.replace(
+        r#""devices": 4,"#,
+        r#""devices": 4, "only_data_parallel": [2, 0],"#,
+    ));
+    assert_eq!(
+        no_width,
+        "costs.json: field `only_data_parallel`: must list data-parallel widths of at least 1 \
+         (or be null for all), got [2, 0]"
+    );
     let repeated = parse_err(&GOOD.replace(
         r#""edges": [[0, 1, 10]]"#,
         r#""edges": [[0, 1, 10]], "repeated_layers": [1, 3]"#,
@@ -1237,6 +1292,7 @@ fn random_large_chain(seed: u64) -> PlacementProblem {
         constraints: Default::default(),
         allow_idle_devices: r.below(4) == 0,
         allow_uneven_batch: false,
+        only_data_parallel: None,
         experts: 0,
     };
     if r.below(5) == 0 {

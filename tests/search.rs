@@ -375,17 +375,28 @@ fn energy_pruning_keeps_the_least_energy_at_every_area() {
 /// all-to-alls at the cheapest expert-parallel width some plan fits with, and the expert
 /// layers' optimizer steps. The HBM sizes are where no plan fits, where only plans of some
 /// widths divide the experts (18 MiB: a plan with e = 1 needs t = 4 and two stages on the
-/// template chip), where plans of every e fit (40 MiB) and where memory never binds.
+/// template chip), where plans of every e fit (40 MiB) and where memory never binds. With a
+/// global batch of 8 on the 8 devices, a whole-cluster plan at micro-batch 2 idles in its
+/// pipeline bubble, which the bound counts (the powered passes).
 #[test]
 fn energy_pruning_holds_for_experts() {
     let tmp = scratch("energy-moe");
     let dir = tmp.path();
     let moe = Path::new("tests/data/tiny-moe.toml");
+    let small_batch = dir.join("tiny-moe-batch8.toml");
+    let text = std::fs::read_to_string(moe).expect("tiny-moe.toml");
+    std::fs::write(
+        &small_batch,
+        text.replace("global_batch = 512", "global_batch = 8"),
+    )
+    .expect("write workload");
     let hbm = [12 << 20, 18 << 20, 40 << 20, 16 << 30];
-    let (pruned_total, refused) =
-        energy_pruning_matches_exhaustive(dir, moe, &hbm, &[((1, 3), (5, 7), (0, 2))]);
-    assert!(pruned_total > 0, "nothing pruned");
-    assert!(refused > 0, "the smallest HBM size refused no point");
+    for workload in [moe, small_batch.as_path()] {
+        let (pruned_total, refused) =
+            energy_pruning_matches_exhaustive(dir, workload, &hbm, &[((1, 3), (5, 7), (0, 2))]);
+        assert!(pruned_total > 0, "{}: nothing pruned", workload.display());
+        assert!(refused > 0, "the smallest HBM size refused no point");
+    }
 }
 
 /// A pruned energy sweep cut off mid-row (its `points.csv` holds rows in the order it

@@ -184,6 +184,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         dp_overlap: !args.no_dp_overlap,
         allow_idle_devices: args.allow_idle_devices,
         allow_uneven_batch: args.allow_uneven_batch,
+        only_data_parallel: None,
         progress: std::io::stderr().is_terminal(),
     };
     let cache = ScheduleCache::new(args.solver.options()?)?;

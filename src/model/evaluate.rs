@@ -30,6 +30,8 @@ pub struct PlanOptions {
     pub max_tp: u32,
     /// Only these tensor widths (of those `fixed.tp` or `max_tp` allow); `None`: all of them.
     pub only_widths: Option<Vec<u32>>,
+    /// Only these data-parallel widths (replicas stay free, unlike `fixed.dp`); `None`: all.
+    pub only_data_parallel: Option<Vec<u32>>,
     /// ZeRO stages the search chooses from.
     pub zero: Vec<ZeroStage>,
     /// How the plan's devices are numbered.
@@ -61,6 +63,7 @@ impl PlanOptions {
             fixed: Fixed::default(),
             max_tp: 8,
             only_widths: None,
+            only_data_parallel: None,
             zero: vec![ZeroStage::Replicated],
             layout: DeviceLayout::PipelineMajor,
             p2p_overlap: false,
@@ -69,6 +72,13 @@ impl PlanOptions {
             allow_uneven_batch: false,
             progress: false,
         }
+    }
+
+    /// Whether a plan may leave devices idle: when asked, or when every width is held (the
+    /// plan is fixed; devices beyond t·p·d stay idle).
+    pub fn idle_devices_allowed(&self) -> bool {
+        self.allow_idle_devices
+            || (self.fixed.tp.is_some() && self.fixed.pp.is_some() && self.fixed.dp.is_some())
     }
 }
 
@@ -299,12 +309,9 @@ pub(super) fn placement_problem(
         p2p_overlap: options.p2p_overlap,
         overlap_efficiency: arch.efficiency.comm_overlap,
         constraints: options.fixed,
-        // With every width held the plan is fixed; devices beyond t·p·d stay idle.
-        allow_idle_devices: options.allow_idle_devices
-            || (options.fixed.tp.is_some()
-                && options.fixed.pp.is_some()
-                && options.fixed.dp.is_some()),
+        allow_idle_devices: options.idle_devices_allowed(),
         allow_uneven_batch: options.allow_uneven_batch,
+        only_data_parallel: options.only_data_parallel.clone(),
         experts: workload.experts(),
     }
 }

@@ -42,6 +42,17 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
             ));
         }
     }
+    if let Some(only) = &problem.only_data_parallel {
+        if only.is_empty() || only.contains(&0) {
+            return Err(bad(
+                "only_data_parallel".into(),
+                format!(
+                    "must list data-parallel widths of at least 1 (or be null for all), got \
+                     {only:?}"
+                ),
+            ));
+        }
+    }
     match held.virtual_stages {
         Some(v) if problem.schedule != PipelineSchedule::Interleaved => {
             return Err(bad(

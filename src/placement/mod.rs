@@ -391,6 +391,10 @@ pub struct PlacementProblem {
     /// `⌈global batch / (d × micro-batch)⌉` micro-batches (PHAZE's convention).
     #[serde(default)]
     pub allow_uneven_batch: bool,
+    /// Only these data-parallel widths `d` (of those the device count and batch allow), with
+    /// replica counts as free as without; `None`: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only_data_parallel: Option<Vec<u32>>,
     /// Routed experts of each mixture-of-experts layer (0 without experts): an expert-parallel
     /// width divides them, as Megatron-LM requires (`num_experts % expert_model_parallel_size
     /// == 0`): a device holds whole experts.

@@ -730,6 +730,13 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
             return Err(format!("constraints.{name} must be at least 1"));
         }
     }
+    if let Some(only) = &problem.only_data_parallel {
+        if only.is_empty() || only.contains(&0) {
+            return Err(format!(
+                "only_data_parallel must list data-parallel widths of at least 1, got {only:?}"
+            ));
+        }
+    }
     match fixed.virtual_stages {
         Some(v) if problem.schedule != PipelineSchedule::Interleaved => {
             return Err(format!(
@@ -883,7 +890,12 @@ pub(crate) fn widths(problem: &PlacementProblem) -> (Vec<Ctx<'_>>, Vec<String>) 
         }
         let mut not_divisible = Vec::new();
         for d in 1..=problem.devices / t {
-            if fixed.dp.is_some_and(|fd| fd != d) {
+            if fixed.dp.is_some_and(|fd| fd != d)
+                || problem
+                    .only_data_parallel
+                    .as_ref()
+                    .is_some_and(|only| !only.contains(&d))
+            {
                 continue;
             }
             if !problem.allow_idle_devices && !problem.devices.is_multiple_of(t * d) {
@@ -1297,6 +1309,7 @@ mod tests {
             constraints: Default::default(),
             allow_idle_devices: false,
             allow_uneven_batch: false,
+            only_data_parallel: None,
             experts: 0,
         }
     }

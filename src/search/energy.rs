@@ -5,20 +5,21 @@
 //! bound that needs no plan: every layer's forward, backward and recomputation with each
 //! operator in its least-energy mode, on the `t` devices of its tensor group, per sample, plus
 //! each layer's optimizer step once per iteration on those devices, plus the static power of
-//! the device-seconds the work bound says a sample keeps busy (no plan uses fewer), plus the
-//! expert layers' four all-to-alls per micro-batch at the expert-parallel width `e` that
-//! spends least among those some plan of width `t` fits in memory with, at the tensor width
-//! `t` that spends least among those some plan fits with
-//! ([`LayerBounds`](crate::model::LayerBounds)); what a plan adds (pipeline sends, gradient
-//! synchronisation and accumulation, more optimizer steps, a wider expert group) only raises
-//! it. No cheaper search knows which plan is fastest, so only an exact evaluation says what a
-//! point spends.
+//! the device-seconds an iteration keeps powered (the powered passes of the pipeline shape
+//! that fits with the fewest, [`powered_passes`], times the work bound of one pass: no plan
+//! of width `t` keeps its devices powered for less, bubble included), plus the expert layers'
+//! four all-to-alls per micro-batch at the expert-parallel width `e` that spends least among
+//! those some plan of width `t` fits in memory with, at the tensor width `t` that spends least
+//! among those some plan fits with ([`LayerBounds`](crate::model::LayerBounds)); what a plan
+//! adds (pipeline sends, gradient synchronisation and accumulation, more optimizer steps, a
+//! wider expert group, a slower stage) only raises it. No cheaper search knows which plan is
+//! fastest, so only an exact evaluation says what a point spends.
 //!
-//! 1. **Bounds**: which tensor widths, and with them which expert-parallel widths, some plan
-//!    fits in memory with at each (HBM, micro-batch, recompute): memory follows the workload,
-//!    the plan and the HBM capacity, never the chip's latencies, so one plan search per
-//!    combination and width settles it for every configuration; then the lower bound of every
-//!    point.
+//! 1. **Bounds**: which tensor widths, and with them which expert-parallel widths and which
+//!    data-parallel widths, some plan fits in memory with at each (HBM, micro-batch,
+//!    recompute): memory follows the workload, the plan and the HBM capacity, never the
+//!    chip's latencies, so a few plan searches per combination and width settle it for every
+//!    configuration; then the lower bound of every point.
 //! 2. **Branch and bound**: points are visited in order of rising bound (ties by id), in
 //!    batches of [`BATCH`] points evaluated exactly in parallel. A staircase holds the least
 //!    energy an evaluated point spends at each area; a point whose bound is above it at its
@@ -42,6 +43,7 @@ use super::DesignRow;
 use crate::arch::{area_breakdown, ArchConfig};
 use crate::cost::{collective_cost, static_power_w, CostModel};
 use crate::model::{throughput_bound, PlanBound, PlanOptions};
+use crate::placement::PipelineSchedule;
 use crate::workload::CollectiveKind;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,10 +64,9 @@ const NO_PLAN_FITS: &str = "no plan fits in memory: every t, p, d and stage spli
 const CONFIGS_PER_WRITE: usize = 1024;
 
 /// What fits in memory at one (HBM, micro-batch, recompute), for every chip of the space:
-/// the tensor widths some plan fits with, each with the expert-parallel widths (`[1]` without
-/// experts) some plan of that width fits with (none: no plan fits).
+/// the tensor widths some plan fits with (none: no plan fits).
 struct MemoryFit {
-    widths: Vec<(u32, Vec<u32>)>,
+    widths: Vec<FittingWidth>,
 }
 
 impl MemoryFit {
@@ -73,6 +74,16 @@ impl MemoryFit {
     fn any(&self) -> bool {
         !self.widths.is_empty()
     }
+}
+
+/// A tensor width some plan fits in memory with, at one (HBM, micro-batch, recompute).
+struct FittingWidth {
+    tp: u32,
+    /// The expert-parallel widths some plan of this width fits with (`[1]` without experts).
+    experts: Vec<u32>,
+    /// The fewest micro-batch passes' worth of device-seconds an iteration keeps the
+    /// devices of a plan of this width that fits powered ([`powered_passes`]).
+    powered_passes: f64,
 }
 
 /// One configuration's area and, per (HBM, micro-batch, recompute) in point order, the lower
@@ -99,9 +110,9 @@ impl Sweep {
                 .zip(&self.layer_work[0])
                 .zip(&self.micro_batches)
             {
-                // Per sample: the micro-batch's share of its layers' events, of the static
-                // power of the device-seconds they keep busy and of its all-to-alls; the
-                // batch's of the steps.
+                // Per sample: the micro-batch's share of its layers' events and of its
+                // all-to-alls; the batch's of the static power of the device-seconds its
+                // passes keep powered and of the steps.
                 let per_sample = 1.0 / f64::from(micro_batch);
                 for &recompute in &self.recompute {
                     let fit = fit.next().ok_or_else(|| {
@@ -109,12 +120,13 @@ impl Sweep {
                     })?;
                     let mut least = f64::INFINITY;
                     for (b, w) in widths.iter().zip(work) {
-                        let Some((t, experts)) = fit.widths.iter().find(|(t, _)| *t == w.tp) else {
+                        let Some(width) = fit.widths.iter().find(|f| f.tp == w.tp) else {
                             continue;
                         };
                         // Each all-to-all's energy is linear in its bytes, so the layers'
                         // sum prices all of them at once.
-                        let all_to_all_j = experts
+                        let all_to_all_j = width
+                            .experts
                             .iter()
                             .map(|&e| {
                                 4.0 * collective_cost(
@@ -127,10 +139,12 @@ impl Sweep {
                             })
                             .fold(f64::INFINITY, f64::min);
                         let r = recompute_index(recompute);
-                        let per_micro_batch_j =
-                            b.energy_j[r] + static_w * b.busy_s[r] + f64::from(*t) * all_to_all_j;
-                        least = least
-                            .min(per_micro_batch_j * per_sample + b.optimizer_energy_j / batch);
+                        let per_micro_batch_j = b.energy_j[r] + f64::from(width.tp) * all_to_all_j;
+                        let static_j = static_w * b.busy_s[r] * width.powered_passes;
+                        least = least.min(
+                            per_micro_batch_j * per_sample
+                                + (static_j + b.optimizer_energy_j) / batch,
+                        );
                     }
                     energy_j.push(least);
                 }
@@ -143,9 +157,10 @@ impl Sweep {
     }
 
     /// What fits in memory at each (HBM, micro-batch, recompute), in point order: one plan
-    /// search per tensor width and expert-parallel width (divisors of the expert count). A
-    /// search that fails counts as fitting (the evaluation reports why), which only lowers a
-    /// bound.
+    /// search per tensor width and expert-parallel width (divisors of the expert count), and
+    /// per width one per data-parallel width in order of rising powered passes until one fits.
+    /// A search that fails counts as fitting (the evaluation reports why), which only lowers
+    /// a bound.
     fn memory_fits(&self) -> Result<Vec<MemoryFit>, SweepError> {
         let workload = &self.workloads[0];
         let cost = CostModel::new(&self.config(0)?);
@@ -180,25 +195,84 @@ impl Sweep {
             .map(|(options, widths)| {
                 let mut fitting = Vec::new();
                 for &t in widths {
+                    let only = PlanOptions {
+                        only_widths: Some(vec![t]),
+                        ..options.clone()
+                    };
                     let mut with = Vec::new();
                     for &e in &expert_widths {
-                        let mut narrowed = PlanOptions {
-                            only_widths: Some(vec![t]),
-                            ..options.clone()
-                        };
+                        let mut narrowed = only.clone();
                         narrowed.fixed.ep = e.or(narrowed.fixed.ep);
                         if fits(&narrowed) {
                             with.push(e.unwrap_or(1));
                         }
                     }
-                    if !with.is_empty() {
-                        fitting.push((t, with));
+                    if with.is_empty() {
+                        continue;
                     }
+                    let powered_passes = powered_passes(&only, workload.global_batch, t, |d| {
+                        fits(&PlanOptions {
+                            only_data_parallel: Some(vec![d]),
+                            ..only.clone()
+                        })
+                    });
+                    fitting.push(FittingWidth {
+                        tp: t,
+                        experts: with,
+                        powered_passes,
+                    });
                 }
                 MemoryFit { widths: fitting }
             })
             .collect())
     }
+}
+
+/// The fewest micro-batch passes' worth of device-seconds that an iteration of a plan of
+/// tensor width `t` under `options` (one micro-batch size) keeps its devices powered, over
+/// the data-parallel widths `d` some plan fits with (`fits_with`).
+///
+/// A pass is one micro-batch through every layer on one tensor group, `W` seconds at least.
+/// A 1F1B or GPipe plan that uses the whole cluster has `d` pipelines of `K = D/(t·d)` tensor
+/// groups each, so its pipeline runs `m + K − 1` slots of at least `W/K` (the slowest stage's
+/// share, `max (Fᵢ + Bᵢ)/kᵢ ≥ Σ(Fᵢ + Bᵢ)/Σkᵢ`): its `D` devices are powered at least
+/// `D·(m + K − 1)·W/K = t·W·d·(m + K − 1)` device-seconds, `d·(m + K − 1)` passes of which
+/// `d·m` do work and `d·(K − 1)` are the bubble. The least is at the largest `d` that fits
+/// when the batch divides. Plans that may leave devices idle, and the interleaved schedule,
+/// get only the batch's passes, `B / micro-batch`.
+fn powered_passes(
+    options: &PlanOptions,
+    batch: u64,
+    t: u32,
+    fits_with: impl Fn(u32) -> bool,
+) -> f64 {
+    let micro_batch = options.micro_batches.first().copied().unwrap_or(1).max(1);
+    let working = batch as f64 / f64::from(micro_batch);
+    if options.idle_devices_allowed() || options.schedule == PipelineSchedule::Interleaved {
+        return working;
+    }
+    let t = t.max(1);
+    let mut shapes: Vec<(u64, u32)> = (1..=options.devices / t)
+        .filter(|&d| options.devices.is_multiple_of(t * d))
+        .filter(|&d| options.fixed.dp.is_none_or(|fixed| fixed == d))
+        .filter_map(|d| {
+            let per_step = u64::from(d) * u64::from(micro_batch);
+            let m = if batch.is_multiple_of(per_step) {
+                batch / per_step
+            } else if options.allow_uneven_batch {
+                batch.div_ceil(per_step)
+            } else {
+                return None;
+            };
+            let groups = u64::from(options.devices / (t * d));
+            Some((u64::from(d) * (m + groups - 1), d))
+        })
+        .collect();
+    shapes.sort_unstable();
+    shapes
+        .into_iter()
+        .find(|&(_, d)| fits_with(d))
+        .map_or(working, |(passes, _)| passes as f64)
 }
 
 /// Runs a pruned energy sweep into `options.out_dir`, after the rows `finished` (in the order
@@ -368,7 +442,7 @@ pub(super) fn run(
                     let fitting: Vec<u32> = fits[(id % per_config) as usize]
                         .widths
                         .iter()
-                        .map(|w| w.0)
+                        .map(|w| w.tp)
                         .collect();
                     visited.push(Visit::Exact(
                         config,
@@ -444,21 +518,79 @@ fn point_row(sweep: &Sweep, arch: &ArchConfig, id: u64, outcome: Outcome) -> Des
 
 #[cfg(test)]
 mod tests {
-    use super::{MemoryFit, Sweep};
+    use super::{powered_passes, FittingWidth, MemoryFit, Sweep};
+    use crate::model::PlanOptions;
     use crate::placement::{RecomputeMode, ZeroStage};
     use crate::schedule::SolverOptions;
     use crate::search::sweep::Chip;
     use crate::search::{Objective, SweepRecord};
+    use std::path::Path;
+
+    /// Hand-derived passes `d·(m + K − 1)`, `K = D/(t·d)`, at the best `d` that fits.
+    #[test]
+    fn powered_passes_count_the_bubble_of_the_widest_fitting_pipelines() {
+        let options = |devices: u32, micro_batch: u32| PlanOptions {
+            micro_batches: vec![micro_batch],
+            ..PlanOptions::searching(devices)
+        };
+        let all = |_: u32| true;
+        // 1024 devices, t = 4, batch 256 of micro-batch 8: d = 32 pipelines of one
+        // micro-batch each over K = 8 groups: 32·(1 + 8 − 1) = 256 passes for 32 of work.
+        assert_eq!(powered_passes(&options(1024, 8), 256, 4, all), 256.0);
+        // Only d ≤ 8 fits: d = 8, m = 4, K = 32: 8·(4 + 31) = 280.
+        assert_eq!(powered_passes(&options(1024, 8), 256, 4, |d| d <= 8), 280.0);
+        // A batch of 100 does not divide by 8·d: no plan at all; allowed uneven, d = 16
+        // pipelines of one micro-batch (m = ⌈100/128⌉ = 1, K = 1): 16 passes.
+        assert_eq!(powered_passes(&options(16, 8), 100, 1, all), 12.5);
+        let uneven = PlanOptions {
+            allow_uneven_batch: true,
+            ..options(16, 8)
+        };
+        assert_eq!(powered_passes(&uneven, 100, 1, all), 16.0);
+        // d ≤ 4: d = 1 (13 + 15), 2 (2·(7 + 7)), 4 (4·(4 + 3)) all give 28.
+        assert_eq!(powered_passes(&uneven, 100, 1, |d| d <= 4), 28.0);
+        // t·d must divide the devices: t = 3 on 16 devices has no whole-cluster plan.
+        assert_eq!(powered_passes(&options(16, 1), 64, 3, all), 64.0);
+        // Idle devices allowed: only the batch's passes.
+        let idle = PlanOptions {
+            allow_idle_devices: true,
+            ..options(1024, 8)
+        };
+        assert_eq!(powered_passes(&idle, 256, 4, all), 32.0);
+    }
 
     /// A mixture-of-experts model (4 experts, top-2) on 8 devices over 8 chips of the PHAZE
     /// space, at HBM sizes where memory decides which widths and expert-parallel widths some
     /// plan fits with: every point's energy bound is at most what its exact evaluation spends,
     /// and the memory checks raise some bounds above the bound that lets every width and
-    /// `e` = 1 (no all-to-all) through.
+    /// `e` = 1 (no all-to-all) through, with the batch's passes only.
     #[test]
     fn expert_bounds_are_lower_bounds_and_memory_raises_them() {
+        let (checked, [memory, _]) = check_bounds(Path::new("tests/data/tiny-moe.toml"));
+        assert!(checked > 0);
+        assert!(memory > 0, "the memory checks raised no bound");
+    }
+
+    /// The same model with a global batch of 8 on 8 devices: at micro-batch 2 and t = 1 a
+    /// whole-cluster plan idles at least half its slots, and the powered passes raise bounds
+    /// above the bound with the same widths and the batch's passes only.
+    #[test]
+    fn bubble_bounds_are_lower_bounds_and_raise_them() {
         let dir = tempfile::tempdir().expect("scratch");
-        let workload = "tests/data/tiny-moe.toml".into();
+        let text = std::fs::read_to_string("tests/data/tiny-moe.toml").expect("tiny-moe.toml");
+        let workload = dir.path().join("small-batch.toml");
+        let text = text.replace("global_batch = 512", "global_batch = 8");
+        std::fs::write(&workload, text).expect("write workload");
+        let (checked, [_, bubble]) = check_bounds(&workload);
+        assert!(checked > 0);
+        assert!(bubble > 0, "the powered passes raised no bound");
+    }
+
+    /// Checks every point's energy bound against its exact evaluation over 8 chips of the
+    /// PHAZE space on 8 devices; returns the points checked and how many bounds the memory
+    /// checks, and the powered passes, raise.
+    fn check_bounds(workload: &Path) -> (usize, [usize; 2]) {
+        let dir = tempfile::tempdir().expect("scratch");
         let space = dir.path().join("space.toml");
         let text = std::fs::read_to_string("arch_specs/phaze.toml").expect("phaze.toml");
         let narrowed = [
@@ -490,7 +622,7 @@ mod tests {
         let solver = SolverOptions::default();
         let record = SweepRecord {
             tandem_version: "test".into(),
-            workloads: vec![workload],
+            workloads: vec![workload.to_path_buf()],
             space,
             devices: 8,
             micro_batches: vec![1, 2],
@@ -513,45 +645,66 @@ mod tests {
         let fits = sweep.memory_fits().expect("memory checks");
         let per_config = sweep.points_per_config() as usize;
         assert_eq!(fits.len(), per_config);
-        // Every width fits, with no all-to-all: the bound without the memory checks.
+        let batch = sweep.workloads[0].global_batch as f64;
+        let micro_batch = |i: usize| {
+            f64::from(sweep.micro_batches[i / sweep.recompute.len() % sweep.micro_batches.len()])
+        };
+        // Every width fits, with no all-to-all and the batch's passes only.
         let free: Vec<MemoryFit> = (0..fits.len())
             .map(|i| MemoryFit {
                 widths: sweep.layer_work[0][i / sweep.recompute.len() % sweep.micro_batches.len()]
                     .iter()
-                    .map(|w| (w.tp, vec![1]))
+                    .map(|w| FittingWidth {
+                        tp: w.tp,
+                        experts: vec![1],
+                        powered_passes: batch / micro_batch(i),
+                    })
                     .collect(),
             })
             .collect();
-        let (mut checked, mut raised) = (0, 0);
+        // What fits, with the batch's passes only.
+        let no_bubble: Vec<MemoryFit> = fits
+            .iter()
+            .enumerate()
+            .map(|(i, fit)| MemoryFit {
+                widths: fit
+                    .widths
+                    .iter()
+                    .map(|w| FittingWidth {
+                        tp: w.tp,
+                        experts: w.experts.clone(),
+                        powered_passes: batch / micro_batch(i),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let (mut checked, mut raised) = (0, [0, 0]);
         for config in 0..sweep.space.len() {
             let bounds = sweep.energy_bounds(config, &fits).expect("bounds");
             let loose = sweep.energy_bounds(config, &free).expect("bounds");
+            let flat = sweep.energy_bounds(config, &no_bubble).expect("bounds");
             let chip = Chip::new(config, &sweep.config(config).expect("chip"), sweep.solver)
                 .expect("chip");
             for (within, fit) in fits.iter().enumerate().filter(|(_, f)| f.any()) {
                 let id = (config * per_config + within) as u64;
                 let row = sweep.exact_row(&chip, &sweep.unscreened_point(id, None));
-                let spent = row.plan().expect("a plan fits").energy_per_sample_j;
+                let plan = row.plan().expect("a plan fits");
+                let spent = plan.energy_per_sample_j;
                 let bound = bounds.energy_j[within];
                 assert!(
                     bound <= spent * (1.0 + 1e-9),
                     "point {id}: bound {bound} > {spent} J"
                 );
-                assert!(bound >= loose.energy_j[within] * (1.0 - 1e-12));
-                assert!(fit
-                    .widths
-                    .iter()
-                    .any(|(t, _)| *t == row.plan().expect("plan").tp));
+                assert!(bound >= flat.energy_j[within] * (1.0 - 1e-12));
+                assert!(flat.energy_j[within] >= loose.energy_j[within] * (1.0 - 1e-12));
+                assert!(fit.widths.iter().any(|w| w.tp == plan.tp));
                 checked += 1;
-                raised += usize::from(bound > loose.energy_j[within] * (1.0 + 1e-6));
+                raised[0] +=
+                    usize::from(flat.energy_j[within] > loose.energy_j[within] * (1.0 + 1e-6));
+                raised[1] += usize::from(bound > flat.energy_j[within] * (1.0 + 1e-6));
             }
         }
         assert!(sweep.space.len() >= 2);
-        assert_eq!(
-            checked,
-            sweep.space.len() * per_config,
-            "every point has a plan"
-        );
-        assert!(raised > 0, "the memory checks raised no bound");
+        (checked, raised)
     }
 }
