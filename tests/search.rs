@@ -250,6 +250,64 @@ fn pruning_never_changes_the_best_point_or_the_front() {
     );
 }
 
+/// The throughput screen's bounds count the pipeline bubble a batch smaller than the cluster
+/// forces (at micro-batch 4, a global batch of 8 is two micro-batches for 8 devices): on a
+/// random small space, every bound the pruned sweep states (pruned rows and exact ones) is at
+/// least the exhaustive sweep's samples/s of that point, the best point and the front are the
+/// same, and pruning happens.
+#[test]
+fn throughput_bounds_hold_where_pipelines_idle() {
+    let tmp = scratch("bubble");
+    let dir = tmp.path();
+    let moe = dir.join("tiny-moe-batch8.toml");
+    let text = std::fs::read_to_string("tests/data/tiny-moe.toml").expect("tiny-moe.toml");
+    std::fs::write(&moe, text.replace("global_batch = 512", "global_batch = 8"))
+        .expect("write workload");
+    let tiny = tiny_workload(dir);
+    let space = small_space(dir, "space", (1, 3), (5, 7), (0, 2));
+    let (mut checked, mut pruned_total) = (0, 0);
+    for (case, workload) in [moe, tiny].into_iter().enumerate() {
+        let with = |prune: bool| SweepRecord {
+            hbm_bytes: vec![18 << 20, 16 << 30],
+            micro_batches: vec![1, 2, 4],
+            ..record(
+                vec![workload.clone()],
+                space.clone(),
+                Objective::Throughput,
+                prune,
+            )
+        };
+        let (pruned_dir, full_dir) = (dir.join(format!("p{case}")), dir.join(format!("f{case}")));
+        pruned_total += sweep_into(&with(true), &pruned_dir, Shard::WHOLE, false);
+        sweep_into(&with(false), &full_dir, Shard::WHOLE, false);
+        let full = read_points(&full_dir.join(POINTS_CSV)).expect("points");
+        for row in read_points(&pruned_dir.join(POINTS_CSV)).expect("points") {
+            let id = row.point.expect("id") as usize;
+            let (Some(bound), Some(plan)) = (row.bound_samples_per_s, full[id].plan()) else {
+                continue;
+            };
+            assert!(
+                bound >= plan.throughput_samples_per_s * (1.0 - 1e-6),
+                "case {case}, point {id}: bound {bound} < {} samples/s",
+                plan.throughput_samples_per_s
+            );
+            checked += 1;
+        }
+        assert_eq!(
+            front_without_bounds(&pruned_dir),
+            front_without_bounds(&full_dir)
+        );
+        assert_eq!(
+            best_without_bounds(&pruned_dir),
+            best_without_bounds(&full_dir)
+        );
+    }
+    assert!(
+        checked > 0 && pruned_total > 0,
+        "{checked} bounds checked, {pruned_total} pruned"
+    );
+}
+
 /// The tiny workload with a global batch of 512: per-iteration energy (gradient
 /// synchronisation, optimizer steps), which only some plans spend, is then a small share of a
 /// sample's, so the energy bound has something to prune.

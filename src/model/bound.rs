@@ -80,7 +80,7 @@ fn lower_bound_graph(
 }
 
 /// The unique layers of a workload at one (tensor width, micro-batch), each with the number of
-/// layers sharing it: what [`LayerWork::busy_s`] prices on each chip of a sweep, built once.
+/// layers sharing it: what [`LayerWork::bounds`] prices on each chip of a sweep, built once.
 #[derive(Debug, Clone)]
 pub struct LayerWork {
     pub tp: u32,

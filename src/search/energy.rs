@@ -6,7 +6,7 @@
 //! operator in its least-energy mode, on the `t` devices of its tensor group, per sample, plus
 //! each layer's optimizer step once per iteration on those devices, plus the static power of
 //! the device-seconds an iteration keeps powered (the powered passes of the pipeline shape
-//! that fits with the fewest, [`powered_passes`], times the work bound of one pass: no plan
+//! that fits with the fewest, [`powered_passes`](super::memory), times the work bound of one pass: no plan
 //! of width `t` keeps its devices powered for less, bubble included), plus the expert layers'
 //! four all-to-alls per micro-batch at the expert-parallel width `e` that spends least among
 //! those some plan of width `t` fits in memory with, at the tensor width `t` that spends least
@@ -32,6 +32,7 @@
 //! sweep replays the finished rows in the order they were written, which rebuilds the
 //! staircase the interrupted run had, and goes on from there.
 
+use super::memory::MemoryFit;
 use super::row::{Outcome, Pruning, SpentBy};
 use super::screen::{recompute_index, Staircase};
 use super::status::StatusFile;
@@ -42,8 +43,6 @@ use super::sweep::{
 use super::DesignRow;
 use crate::arch::{area_breakdown, ArchConfig};
 use crate::cost::{collective_cost, static_power_w, CostModel};
-use crate::model::{throughput_bound, PlanBound, PlanOptions};
-use crate::placement::PipelineSchedule;
 use crate::workload::CollectiveKind;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,29 +61,6 @@ const NO_PLAN_FITS: &str = "no plan fits in memory: every t, p, d and stage spli
 
 /// Configurations whose decided rows are written together.
 const CONFIGS_PER_WRITE: usize = 1024;
-
-/// What fits in memory at one (HBM, micro-batch, recompute), for every chip of the space:
-/// the tensor widths some plan fits with (none: no plan fits).
-struct MemoryFit {
-    widths: Vec<FittingWidth>,
-}
-
-impl MemoryFit {
-    /// Whether some plan fits.
-    fn any(&self) -> bool {
-        !self.widths.is_empty()
-    }
-}
-
-/// A tensor width some plan fits in memory with, at one (HBM, micro-batch, recompute).
-struct FittingWidth {
-    tp: u32,
-    /// The expert-parallel widths some plan of this width fits with (`[1]` without experts).
-    experts: Vec<u32>,
-    /// The fewest micro-batch passes' worth of device-seconds an iteration keeps the
-    /// devices of a plan of this width that fits powered ([`powered_passes`]).
-    powered_passes: f64,
-}
 
 /// One configuration's area and, per (HBM, micro-batch, recompute) in point order, the lower
 /// bound on joules per sample (infinite where nothing fits).
@@ -155,124 +131,6 @@ impl Sweep {
             energy_j,
         })
     }
-
-    /// What fits in memory at each (HBM, micro-batch, recompute), in point order: one plan
-    /// search per tensor width and expert-parallel width (divisors of the expert count), and
-    /// per width one per data-parallel width in order of rising powered passes until one fits.
-    /// A search that fails counts as fitting (the evaluation reports why), which only lowers
-    /// a bound.
-    fn memory_fits(&self) -> Result<Vec<MemoryFit>, SweepError> {
-        let workload = &self.workloads[0];
-        let cost = CostModel::new(&self.config(0)?);
-        let fits = |options: &PlanOptions| {
-            !matches!(
-                throughput_bound(workload, &cost, options, 0.0),
-                Ok(PlanBound::NoPlanFits)
-            )
-        };
-        let experts = workload.experts();
-        let expert_widths: Vec<Option<u32>> = if experts == 0 {
-            vec![None]
-        } else {
-            (1..=experts)
-                .filter(|e| experts.is_multiple_of(*e))
-                .filter(|&e| self.fixed.ep.is_none_or(|fixed| fixed == e))
-                .map(Some)
-                .collect()
-        };
-        let mut combinations = Vec::new();
-        for &hbm in &self.hbm_bytes {
-            for (m, &micro_batch) in self.micro_batches.iter().enumerate() {
-                for &recompute in &self.recompute {
-                    let options = self.plan_options(hbm, micro_batch, recompute);
-                    let widths: Vec<u32> = self.layer_work[0][m].iter().map(|w| w.tp).collect();
-                    combinations.push((options, widths));
-                }
-            }
-        }
-        Ok(combinations
-            .par_iter()
-            .map(|(options, widths)| {
-                let mut fitting = Vec::new();
-                for &t in widths {
-                    let only = PlanOptions {
-                        only_widths: Some(vec![t]),
-                        ..options.clone()
-                    };
-                    let mut with = Vec::new();
-                    for &e in &expert_widths {
-                        let mut narrowed = only.clone();
-                        narrowed.fixed.ep = e.or(narrowed.fixed.ep);
-                        if fits(&narrowed) {
-                            with.push(e.unwrap_or(1));
-                        }
-                    }
-                    if with.is_empty() {
-                        continue;
-                    }
-                    let powered_passes = powered_passes(&only, workload.global_batch, t, |d| {
-                        fits(&PlanOptions {
-                            only_data_parallel: Some(vec![d]),
-                            ..only.clone()
-                        })
-                    });
-                    fitting.push(FittingWidth {
-                        tp: t,
-                        experts: with,
-                        powered_passes,
-                    });
-                }
-                MemoryFit { widths: fitting }
-            })
-            .collect())
-    }
-}
-
-/// The fewest micro-batch passes' worth of device-seconds that an iteration of a plan of
-/// tensor width `t` under `options` (one micro-batch size) keeps its devices powered, over
-/// the data-parallel widths `d` some plan fits with (`fits_with`).
-///
-/// A pass is one micro-batch through every layer on one tensor group, `W` seconds at least.
-/// A 1F1B or GPipe plan that uses the whole cluster has `d` pipelines of `K = D/(t·d)` tensor
-/// groups each, so its pipeline runs `m + K − 1` slots of at least `W/K` (the slowest stage's
-/// share, `max (Fᵢ + Bᵢ)/kᵢ ≥ Σ(Fᵢ + Bᵢ)/Σkᵢ`): its `D` devices are powered at least
-/// `D·(m + K − 1)·W/K = t·W·d·(m + K − 1)` device-seconds, `d·(m + K − 1)` passes of which
-/// `d·m` do work and `d·(K − 1)` are the bubble. The least is at the largest `d` that fits
-/// when the batch divides. Plans that may leave devices idle, and the interleaved schedule,
-/// get only the batch's passes, `B / micro-batch`.
-fn powered_passes(
-    options: &PlanOptions,
-    batch: u64,
-    t: u32,
-    fits_with: impl Fn(u32) -> bool,
-) -> f64 {
-    let micro_batch = options.micro_batches.first().copied().unwrap_or(1).max(1);
-    let working = batch as f64 / f64::from(micro_batch);
-    if options.idle_devices_allowed() || options.schedule == PipelineSchedule::Interleaved {
-        return working;
-    }
-    let t = t.max(1);
-    let mut shapes: Vec<(u64, u32)> = (1..=options.devices / t)
-        .filter(|&d| options.devices.is_multiple_of(t * d))
-        .filter(|&d| options.fixed.dp.is_none_or(|fixed| fixed == d))
-        .filter_map(|d| {
-            let per_step = u64::from(d) * u64::from(micro_batch);
-            let m = if batch.is_multiple_of(per_step) {
-                batch / per_step
-            } else if options.allow_uneven_batch {
-                batch.div_ceil(per_step)
-            } else {
-                return None;
-            };
-            let groups = u64::from(options.devices / (t * d));
-            Some((u64::from(d) * (m + groups - 1), d))
-        })
-        .collect();
-    shapes.sort_unstable();
-    shapes
-        .into_iter()
-        .find(|&(_, d)| fits_with(d))
-        .map_or(working, |(passes, _)| passes as f64)
 }
 
 /// Runs a pruned energy sweep into `options.out_dir`, after the rows `finished` (in the order
@@ -302,12 +160,12 @@ pub(super) fn run(
         "bounding energy",
         "configurations",
     );
-    let fits = sweep.memory_fits()?;
+    let fits = sweep.memory_fits(0)?;
     let memory_time_s = started.elapsed().as_secs_f64();
     let bounds: Vec<ConfigBounds> = (0..configs)
         .into_par_iter()
         .map(|c| {
-            let b = sweep.energy_bounds(c, &fits);
+            let b = sweep.energy_bounds(c, fits);
             bar.inc(1);
             b
         })
@@ -518,46 +376,13 @@ fn point_row(sweep: &Sweep, arch: &ArchConfig, id: u64, outcome: Outcome) -> Des
 
 #[cfg(test)]
 mod tests {
-    use super::{powered_passes, FittingWidth, MemoryFit, Sweep};
-    use crate::model::PlanOptions;
+    use super::super::memory::{FittingWidth, MemoryFit};
+    use super::Sweep;
     use crate::placement::{RecomputeMode, ZeroStage};
     use crate::schedule::SolverOptions;
     use crate::search::sweep::Chip;
     use crate::search::{Objective, SweepRecord};
     use std::path::Path;
-
-    /// Hand-derived passes `d·(m + K − 1)`, `K = D/(t·d)`, at the best `d` that fits.
-    #[test]
-    fn powered_passes_count_the_bubble_of_the_widest_fitting_pipelines() {
-        let options = |devices: u32, micro_batch: u32| PlanOptions {
-            micro_batches: vec![micro_batch],
-            ..PlanOptions::searching(devices)
-        };
-        let all = |_: u32| true;
-        // 1024 devices, t = 4, batch 256 of micro-batch 8: d = 32 pipelines of one
-        // micro-batch each over K = 8 groups: 32·(1 + 8 − 1) = 256 passes for 32 of work.
-        assert_eq!(powered_passes(&options(1024, 8), 256, 4, all), 256.0);
-        // Only d ≤ 8 fits: d = 8, m = 4, K = 32: 8·(4 + 31) = 280.
-        assert_eq!(powered_passes(&options(1024, 8), 256, 4, |d| d <= 8), 280.0);
-        // A batch of 100 does not divide by 8·d: no plan at all; allowed uneven, d = 16
-        // pipelines of one micro-batch (m = ⌈100/128⌉ = 1, K = 1): 16 passes.
-        assert_eq!(powered_passes(&options(16, 8), 100, 1, all), 12.5);
-        let uneven = PlanOptions {
-            allow_uneven_batch: true,
-            ..options(16, 8)
-        };
-        assert_eq!(powered_passes(&uneven, 100, 1, all), 16.0);
-        // d ≤ 4: d = 1 (13 + 15), 2 (2·(7 + 7)), 4 (4·(4 + 3)) all give 28.
-        assert_eq!(powered_passes(&uneven, 100, 1, |d| d <= 4), 28.0);
-        // t·d must divide the devices: t = 3 on 16 devices has no whole-cluster plan.
-        assert_eq!(powered_passes(&options(16, 1), 64, 3, all), 64.0);
-        // Idle devices allowed: only the batch's passes.
-        let idle = PlanOptions {
-            allow_idle_devices: true,
-            ..options(1024, 8)
-        };
-        assert_eq!(powered_passes(&idle, 256, 4, all), 32.0);
-    }
 
     /// A mixture-of-experts model (4 experts, top-2) on 8 devices over 8 chips of the PHAZE
     /// space, at HBM sizes where memory decides which widths and expert-parallel widths some
@@ -642,7 +467,7 @@ mod tests {
             power_levels_w: Vec::new(),
         };
         let sweep = Sweep::from_record(&record).expect("valid sweep");
-        let fits = sweep.memory_fits().expect("memory checks");
+        let fits = sweep.memory_fits(0).expect("memory checks");
         let per_config = sweep.points_per_config() as usize;
         assert_eq!(fits.len(), per_config);
         let batch = sweep.workloads[0].global_batch as f64;
@@ -680,7 +505,7 @@ mod tests {
             .collect();
         let (mut checked, mut raised) = (0, [0, 0]);
         for config in 0..sweep.space.len() {
-            let bounds = sweep.energy_bounds(config, &fits).expect("bounds");
+            let bounds = sweep.energy_bounds(config, fits).expect("bounds");
             let loose = sweep.energy_bounds(config, &free).expect("bounds");
             let flat = sweep.energy_bounds(config, &no_bubble).expect("bounds");
             let chip = Chip::new(config, &sweep.config(config).expect("chip"), sweep.solver)

@@ -12,6 +12,10 @@
 //!   in order of falling bound that prices points with `throughput_bound` (schedule lower
 //!   bounds) and list-schedule plans only while they might beat the per-workload staircase of
 //!   achievable throughput at their area.
+//! - `memory.rs`: what fits in memory at each (HBM, micro-batch, recompute), once per sweep
+//!   for the whole space: the tensor widths and expert-parallel widths some plan fits with,
+//!   and the fewest powered passes (pipeline bubble included) of each width; the work bound
+//!   and the energy bound use it.
 //! - `energy.rs`: pruned energy sweeps (one workload) — a lower bound on joules per sample
 //!   per point, then exact points in order of rising bound while they might beat the
 //!   staircase of least energy at their area.
@@ -27,6 +31,7 @@
 mod compare;
 mod energy;
 mod finish;
+mod memory;
 mod row;
 mod screen;
 mod status;

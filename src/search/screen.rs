@@ -3,11 +3,15 @@
 //!
 //! Three bounds of increasing cost, a branch and bound between them:
 //!
-//! 1. **Work bound** (every point, no plan search): each micro-batch keeps `t` devices busy
-//!    for at least the summed schedule lower bounds of every layer (forward, backward,
-//!    recomputation), and the `devices` share that work, so samples/s ≤ `devices · b /
-//!    min_t (t · Σ bounds)`, also capped by the peak-FLOP bound. It ignores memory, bubbles
-//!    and communication, and depends on neither HBM size nor plan.
+//! 1. **Work bound** (every point, no per-point plan search): a pass (one micro-batch
+//!    through every layer: forward, backward, recomputation) keeps `t` devices busy for at
+//!    least `t · Σ bounds` (summed schedule lower bounds), and an iteration keeps the
+//!    `devices` powered for at least the fewest powered passes of any plan of width `t` that
+//!    fits in memory (`B / b` working ones plus the pipeline bubble:
+//!    [`powered_passes`](super::memory)), so samples/s ≤ `B · devices / min_t (t · Σ bounds ·
+//!    passes_t)` over the widths some plan fits with, also capped by the peak-FLOP bound. It
+//!    ignores communication and the stages' imbalance; what fits in memory is worked out
+//!    once per sweep ([`super::memory`]).
 //! 2. **Plan bound**: the plan search on per-layer lower bounds with free communication
 //!    ([`throughput_bound`]); it also finds points where no plan fits in memory.
 //! 3. **Achievable**: the plan search on list schedules, a real schedule, so the exact point
@@ -334,31 +338,39 @@ impl Sweep {
         let cost = CostModel::new(&arch);
         let area_mm2 = area_breakdown(&arch).total_mm2;
         let peak_flops = arch.peak_tensor_flops();
+        let devices = f64::from(self.devices);
         let mut out = Vec::with_capacity(self.points_per_config() as usize);
         for w in 0..self.workloads.len() {
-            // Per micro-batch and recompute mode: the least busy device-seconds over widths.
-            let busy: Vec<[f64; 3]> = self
-                .layer_bounds(w, &arch, &cost)?
-                .iter()
-                .map(|widths| {
-                    let mut least = [f64::INFINITY; 3];
-                    for b in widths {
-                        for (l, b) in least.iter_mut().zip(b.busy_s) {
-                            *l = l.min(b);
-                        }
-                    }
-                    least
-                })
-                .collect();
+            let batch = self.workloads[w].global_batch as f64;
+            let bounds = self.layer_bounds(w, &arch, &cost)?;
+            let mut fits = self.memory_fits(w)?.iter();
             for _ in &self.hbm_bytes {
-                for (m, &micro_batch) in self.micro_batches.iter().enumerate() {
+                for (widths, work) in bounds.iter().zip(&self.layer_work[w]) {
                     for &recompute in &self.recompute {
+                        let fit = fits.next().ok_or_else(|| {
+                            SweepError::Input("memory checks fewer than the points".into())
+                        })?;
+                        let r = recompute_index(recompute);
+                        // Device-seconds per batch at least: over the widths some plan fits
+                        // with, one pass's busy device-seconds times the passes the cluster
+                        // stays powered. Where none fits, the point has no plan.
+                        let least_device_s = widths
+                            .iter()
+                            .zip(work)
+                            .filter_map(|(b, work)| {
+                                let width = fit.widths.iter().find(|f| f.tp == work.tp)?;
+                                Some(b.busy_s[r] * width.powered_passes)
+                            })
+                            .fold(f64::INFINITY, f64::min);
                         let peak = self.peak_flop_bound(w, recompute, peak_flops);
-                        let busy_s = busy[m][recompute_index(recompute)];
-                        let work = f64::from(self.devices) * f64::from(micro_batch) / busy_s;
+                        let bound = if least_device_s > 0.0 && least_device_s.is_finite() {
+                            (batch * devices / least_device_s).min(peak)
+                        } else {
+                            peak
+                        };
                         out.push(Screened {
                             area_mm2,
-                            bound: Some(if busy_s > 0.0 { work.min(peak) } else { peak }),
+                            bound: fit.any().then_some(bound),
                             achievable: None,
                         });
                     }
@@ -600,6 +612,8 @@ impl Sweep {
         let mut stats = ScreenStats::default();
         let started = Instant::now();
         let configs: Vec<usize> = (block..self.space.len()).step_by(count).collect();
+        // Worked out once, before the configurations share it.
+        self.memory_fits(0)?;
         let per_config: Vec<Vec<Screened>> = configs
             .par_iter()
             .map(|&c| self.work_bounds(c))
@@ -636,7 +650,8 @@ impl Sweep {
                 next += 1;
                 let p = points[i];
                 let staircase = stairs[self.lane(ids[i])].up_to(p.area_mm2);
-                if staircase <= bound_of(&p) {
+                // No bound: the memory checks found that no plan fits.
+                if p.bound.is_some() && staircase <= bound_of(&p) {
                     batch.push((i, bound_of(&p), staircase));
                 }
             }

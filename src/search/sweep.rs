@@ -30,6 +30,7 @@
 //! search). The screen depends on the inputs alone, so shards and resumed runs prune exactly
 //! as one run does.
 
+use super::memory::MemoryFit;
 use super::row::{Outcome, PlanSummary, Pruning};
 use super::screen::{Screen, SpaceMemo};
 use super::status::StatusFile;
@@ -154,6 +155,9 @@ pub struct Sweep {
     pub(super) layer_work: Vec<Vec<Vec<LayerWork>>>,
     /// Layer bounds priced on each configuration, shared with other sweeps of the space.
     pub(super) space_memo: Arc<SpaceMemo>,
+    /// Per workload, what fits in memory at each (HBM, micro-batch, recompute); worked out
+    /// when first needed ([`Sweep::memory_fits`]).
+    pub(super) memory_fits: OnceLock<Vec<Vec<MemoryFit>>>,
 }
 
 /// The sweep's inputs as written to `run.toml`: enough to run it again or merge its shards.
@@ -492,6 +496,7 @@ impl Sweep {
             max_peak_power_w: record.max_peak_power_w,
             power_levels_w: record.power_levels_w.clone(),
             config_levels: OnceLock::new(),
+            memory_fits: OnceLock::new(),
             hardware_flops,
             layer_work: Vec::new(),
             space_memo: Arc::default(),
@@ -550,7 +555,7 @@ impl Sweep {
         self.lane(id)..(w + 1) * (self.power_levels_w.len() + 1)
     }
 
-    /// Whether this sweep prunes by energy ([`super::energy`]): pruning on, the energy
+    /// Whether this sweep prunes by energy (`search::energy`): pruning on, the energy
     /// objective, one workload (with several, the set's mean has no such bound).
     pub fn prunes_energy(&self) -> bool {
         self.prune && self.objective == Objective::Energy && self.workloads.len() == 1
