@@ -72,7 +72,7 @@ mod simulate;
 
 pub use brute::brute_force;
 pub use input::{load_costs_file, parse_costs};
-pub use model::{evaluate_fixed, exposed_after_overlap};
+pub use model::{allowed_expert_widths, evaluate_fixed, exposed_after_overlap};
 pub use simulate::{simulate, simulate_plan, SimOp, SimSchedule, Simulation};
 
 use crate::arch::Tier;

@@ -854,8 +854,18 @@ fn has_experts(problem: &PlacementProblem) -> bool {
         .any(|g| g.layers.iter().any(|l| l.expert_params > 0))
 }
 
-/// The expert-parallel widths for `d` pipelines: every divisor of `d` that divides the expert
-/// count and the constraint allows (only 1 without experts).
+/// The expert-parallel widths a layer of `experts` routed experts allows under the held
+/// width `fixed` (none: any): the divisors of the expert count (a device holds whole experts),
+/// or only `fixed` among them.
+pub fn allowed_expert_widths(experts: u32, fixed: Option<u32>) -> Vec<u32> {
+    (1..=experts)
+        .filter(|&e| experts.is_multiple_of(e))
+        .filter(|&e| fixed.is_none_or(|fixed| fixed == e))
+        .collect()
+}
+
+/// The expert-parallel widths for `d` pipelines: those the expert count and the constraint
+/// allow that divide `d` (only 1 without experts).
 fn expert_widths(problem: &PlacementProblem, experts: bool, d: u32) -> Vec<u32> {
     if !experts {
         return match problem.constraints.ep {
@@ -863,9 +873,9 @@ fn expert_widths(problem: &PlacementProblem, experts: bool, d: u32) -> Vec<u32> 
             _ => vec![1],
         };
     }
-    (1..=d)
-        .filter(|&e| d.is_multiple_of(e) && problem.experts.is_multiple_of(e))
-        .filter(|&e| problem.constraints.ep.is_none_or(|fixed| fixed == e))
+    allowed_expert_widths(problem.experts, problem.constraints.ep)
+        .into_iter()
+        .filter(|&e| d.is_multiple_of(e))
         .collect()
 }
 

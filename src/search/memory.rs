@@ -12,7 +12,7 @@
 use super::sweep::{Sweep, SweepError};
 use crate::cost::CostModel;
 use crate::model::{throughput_bound, PlanBound, PlanOptions};
-use crate::placement::PipelineSchedule;
+use crate::placement::{allowed_expert_widths, PipelineSchedule};
 use rayon::prelude::*;
 
 /// What fits in memory at one (HBM, micro-batch, recompute), for every chip of the space:
@@ -71,9 +71,8 @@ impl Sweep {
         let expert_widths: Vec<Option<u32>> = if experts == 0 {
             vec![None]
         } else {
-            (1..=experts)
-                .filter(|e| experts.is_multiple_of(*e))
-                .filter(|&e| self.fixed.ep.is_none_or(|fixed| fixed == e))
+            allowed_expert_widths(experts, self.fixed.ep)
+                .into_iter()
                 .map(Some)
                 .collect()
         };
