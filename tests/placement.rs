@@ -613,6 +613,15 @@ fn only_data_parallel_restricts_d_and_leaves_replicas_free() {
     problem.only_data_parallel = None;
     let held = place(&problem).unwrap();
     assert!(held.stages.iter().all(|s| s.replicas == 1));
+    // A fixed plan outside the restriction is refused with the reason.
+    problem.only_data_parallel = Some(vec![2]);
+    let err =
+        evaluate_fixed(&problem, &fixed_plan(1, 4, &[(&[0, 1], 2), (&[2, 3], 2)])).unwrap_err();
+    assert!(
+        format!("{err:?}").contains("not among only_data_parallel [2]"),
+        "{err:?}"
+    );
+    problem.only_data_parallel = None;
     let (mut placed, mut several) = (0, 0);
     for seed in 0..96 {
         let problem = random_problem(seed);

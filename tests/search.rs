@@ -224,16 +224,13 @@ fn pruning_never_changes_the_best_point_or_the_front() {
         let space = small_space(dir, &format!("space{case}"), (tc_lo, tc_lo + tc_span), (rows_lo, 7), (vc_lo, vc_lo + 1));
         let objective = if per_area { Objective::ThroughputPerArea } else { Objective::Throughput };
         let workloads = if two { vec![tiny.clone(), other.clone()] } else { vec![tiny.clone()] };
-        let pruned_dir = dir.join(format!("pruned{case}"));
-        let full_dir = dir.join(format!("full{case}"));
         // Two HBM sizes, one small enough to refuse some plans.
         let with_hbm = |prune: bool| SweepRecord {
             hbm_bytes: vec![6 << 20, 16 << 30],
             ..record(workloads.clone(), space.clone(), objective, prune)
         };
-        pruned_total.set(pruned_total.get() + sweep_into(&with_hbm(true), &pruned_dir, Shard::WHOLE, false));
-        let exhaustive = sweep_into(&with_hbm(false), &full_dir, Shard::WHOLE, false);
-        prop_assert_eq!(exhaustive, 0);
+        let (pruned_dir, full_dir, pruned) = pruned_and_exhaustive(dir, &format!("case{case}"), with_hbm);
+        pruned_total.set(pruned_total.get() + pruned);
         let points = std::fs::read_to_string(full_dir.join("points.csv")).expect("points.csv");
         refused.set(refused.get() + points.lines().filter(|l| l.contains(",infeasible,")).count());
         // The exhaustive run screens nothing, so its rows carry no bound; all else must agree.
@@ -259,10 +256,7 @@ fn pruning_never_changes_the_best_point_or_the_front() {
 fn throughput_bounds_hold_where_pipelines_idle() {
     let tmp = scratch("bubble");
     let dir = tmp.path();
-    let moe = dir.join("tiny-moe-batch8.toml");
-    let text = std::fs::read_to_string("tests/data/tiny-moe.toml").expect("tiny-moe.toml");
-    std::fs::write(&moe, text.replace("global_batch = 512", "global_batch = 8"))
-        .expect("write workload");
+    let moe = tiny_moe_small_batch(dir);
     let tiny = tiny_workload(dir);
     let space = small_space(dir, "space", (1, 3), (5, 7), (0, 2));
     let (mut checked, mut pruned_total) = (0, 0);
@@ -277,9 +271,8 @@ fn throughput_bounds_hold_where_pipelines_idle() {
                 prune,
             )
         };
-        let (pruned_dir, full_dir) = (dir.join(format!("p{case}")), dir.join(format!("f{case}")));
-        pruned_total += sweep_into(&with(true), &pruned_dir, Shard::WHOLE, false);
-        sweep_into(&with(false), &full_dir, Shard::WHOLE, false);
+        let (pruned_dir, full_dir, pruned) = pruned_and_exhaustive(dir, &case.to_string(), with);
+        pruned_total += pruned;
         let full = read_points(&full_dir.join(POINTS_CSV)).expect("points");
         for row in read_points(&pruned_dir.join(POINTS_CSV)).expect("points") {
             let id = row.point.expect("id") as usize;
@@ -306,6 +299,33 @@ fn throughput_bounds_hold_where_pipelines_idle() {
         checked > 0 && pruned_total > 0,
         "{checked} bounds checked, {pruned_total} pruned"
     );
+}
+
+/// `tests/data/tiny-moe.toml` with a global batch of 8: on the 8 devices of `record`, a
+/// whole-cluster plan at micro-batch 2 or more idles in its pipeline bubble.
+fn tiny_moe_small_batch(dir: &Path) -> PathBuf {
+    let path = dir.join("tiny-moe-batch8.toml");
+    let text = std::fs::read_to_string("tests/data/tiny-moe.toml").expect("tiny-moe.toml");
+    std::fs::write(
+        &path,
+        text.replace("global_batch = 512", "global_batch = 8"),
+    )
+    .expect("write workload");
+    path
+}
+
+/// Runs the sweep `with(true)` (pruned) into `DIR/p<name>` and `with(false)` (exhaustive,
+/// which must prune nothing) into `DIR/f<name>`; returns both directories and the points
+/// pruned.
+fn pruned_and_exhaustive(
+    dir: &Path,
+    name: &str,
+    with: impl Fn(bool) -> SweepRecord,
+) -> (PathBuf, PathBuf, u64) {
+    let (pruned_dir, full_dir) = (dir.join(format!("p{name}")), dir.join(format!("f{name}")));
+    let pruned = sweep_into(&with(true), &pruned_dir, Shard::WHOLE, false);
+    assert_eq!(sweep_into(&with(false), &full_dir, Shard::WHOLE, false), 0);
+    (pruned_dir, full_dir, pruned)
 }
 
 /// The tiny workload with a global batch of 512: per-iteration energy (gradient
@@ -374,9 +394,8 @@ fn energy_pruning_matches_exhaustive(
                 prune,
             )
         };
-        let (pruned_dir, full_dir) = (dir.join(format!("p{name}")), dir.join(format!("f{name}")));
-        pruned_total += sweep_into(&with(true), &pruned_dir, Shard::WHOLE, false);
-        assert_eq!(sweep_into(&with(false), &full_dir, Shard::WHOLE, false), 0);
+        let (pruned_dir, full_dir, pruned) = pruned_and_exhaustive(dir, &name, with);
+        pruned_total += pruned;
         let mut pruned = read_points(&pruned_dir.join(POINTS_CSV)).expect("points");
         pruned.sort_by_key(|r| r.point);
         let full = read_points(&full_dir.join(POINTS_CSV)).expect("points");
@@ -441,13 +460,7 @@ fn energy_pruning_holds_for_experts() {
     let tmp = scratch("energy-moe");
     let dir = tmp.path();
     let moe = Path::new("tests/data/tiny-moe.toml");
-    let small_batch = dir.join("tiny-moe-batch8.toml");
-    let text = std::fs::read_to_string(moe).expect("tiny-moe.toml");
-    std::fs::write(
-        &small_batch,
-        text.replace("global_batch = 512", "global_batch = 8"),
-    )
-    .expect("write workload");
+    let small_batch = tiny_moe_small_batch(dir);
     let hbm = [12 << 20, 18 << 20, 40 << 20, 16 << 30];
     for workload in [moe, small_batch.as_path()] {
         let (pruned_total, refused) =

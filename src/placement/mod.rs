@@ -392,7 +392,8 @@ pub struct PlacementProblem {
     #[serde(default)]
     pub allow_uneven_batch: bool,
     /// Only these data-parallel widths `d` (of those the device count and batch allow), with
-    /// replica counts as free as without; `None`: all of them.
+    /// replica counts as free as without (a fixed plan outside them is refused); `None`: all
+    /// of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub only_data_parallel: Option<Vec<u32>>,
     /// Routed experts of each mixture-of-experts layer (0 without experts): an expert-parallel

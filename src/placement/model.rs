@@ -1213,6 +1213,16 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
             problem.experts
         )));
     }
+    if let Some(only) = problem
+        .only_data_parallel
+        .as_ref()
+        .filter(|o| !o.contains(&d))
+    {
+        return Err(Infeasible::reason(format!(
+            "the fixed plan's {d} data-parallel pipelines are not among only_data_parallel \
+             {only:?}"
+        )));
+    }
     let ctx = Ctx {
         problem,
         graph_index,
