@@ -1299,8 +1299,8 @@ fn run_locked(
                 points_path.display()
             )));
         }
-        crate::output::write_atomic(&run_path, record_text.as_bytes())
-            .map_err(|e| io_error(&run_path, e))?;
+        // The shard record first: a run killed in between leaves no run.toml, so it is
+        // started afresh rather than resumed as another shard.
         if options.shard == Shard::WHOLE {
             if shard_path.exists() {
                 std::fs::remove_file(&shard_path).map_err(|e| io_error(&shard_path, e))?;
@@ -1310,6 +1310,8 @@ fn run_locked(
             crate::output::write_atomic(&shard_path, text.as_bytes())
                 .map_err(|e| io_error(&shard_path, e))?;
         }
+        crate::output::write_atomic(&run_path, record_text.as_bytes())
+            .map_err(|e| io_error(&run_path, e))?;
         Vec::new()
     };
     let owned_points = sweep.shard_points(options.shard);
