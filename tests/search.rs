@@ -14,7 +14,7 @@ use tandem::placement::{RecomputeMode, ZeroStage};
 use tandem::schedule::SolverOptions;
 use tandem::search::{
     finish, merge, read_points, run_sweep, DesignRow, Objective, Outcome, Phase, RunOptions, Shard,
-    Sweep, SweepRecord, POINTS_CSV, SCREEN_CSV,
+    Sweep, SweepRecord, PILOT_CSV, POINTS_CSV, SCREEN_CSV,
 };
 
 const FILES: [&str; 5] = [
@@ -863,6 +863,27 @@ fn split_screen_shards_merged_equal_one_run() {
         phase: Phase::Seed,
     };
     run_sweep(&sweep, &rec, &seeding).expect("seed step");
+    // The pilot found points with a plan outside block 0 to seed the blocks with; a seed
+    // directory without it is refused, naming the file.
+    let pilot = seed.join(PILOT_CSV);
+    let pilot_text = std::fs::read_to_string(&pilot).expect("pilot.csv");
+    assert!(pilot_text.lines().count() > 1, "the pilot found nothing");
+    std::fs::remove_file(&pilot).expect("rm");
+    let err = run(
+        0,
+        Phase::Screen {
+            seed: Some(seed.clone()),
+        },
+    )
+    .expect_err("no pilot.csv");
+    assert!(
+        err.to_string().contains(&pilot.display().to_string()),
+        "{err}"
+    );
+    std::fs::write(&pilot, pilot_text).expect("restore");
+    if shards[0].exists() {
+        std::fs::remove_dir_all(&shards[0]).expect("rm");
+    }
     for i in 0..3 {
         let seed = (i < 2).then(|| seed.clone());
         let screened = run(i, Phase::Screen { seed }).expect("screen pass");
@@ -886,6 +907,21 @@ fn split_screen_shards_merged_equal_one_run() {
     let record = merge(&shards, &merged).expect("merge");
     finish(&Sweep::from_record(&record).expect("valid"), &merged).expect("summaries");
     assert_same_files(&whole, &merged);
+    // Seeded by block 0 and the pilot, the blocks prune nothing the exhaustive run needs.
+    let exhaustive = dir.join("exhaustive");
+    let unpruned = SweepRecord {
+        prune: false,
+        ..rec.clone()
+    };
+    sweep_into(&unpruned, &exhaustive, Shard::WHOLE, false);
+    assert_eq!(
+        front_without_bounds(&whole),
+        front_without_bounds(&exhaustive)
+    );
+    assert_eq!(
+        best_without_bounds(&whole),
+        best_without_bounds(&exhaustive)
+    );
     // Each shard's status says it is done, with every point of its share counted.
     for shard in &shards {
         match tandem::search::read_status(shard) {

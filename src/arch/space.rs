@@ -551,6 +551,54 @@ impl SearchSpace {
             .map(|p| self.build(&p))
     }
 
+    /// The configurations one step away from the `index`-th along one searched dimension (the
+    /// next smaller or larger value of one field, the others held), by index, rising; those
+    /// outside the area window or the power cap are left out.
+    pub fn neighbours(&self, index: usize) -> Vec<usize> {
+        let Some(raw) = self.raw_of(index) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut stride = 1;
+        for dim in self.dimensions.iter().rev() {
+            let len = dim.values.len();
+            let position = (raw / stride) % len;
+            if position > 0 {
+                out.extend(self.index_of_raw(raw - stride));
+            }
+            if position + 1 < len {
+                out.extend(self.index_of_raw(raw + stride));
+            }
+            stride *= len;
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// The raw product index of the `index`-th configuration.
+    fn raw_of(&self, index: usize) -> Option<usize> {
+        let starts = self.block_starts();
+        if index >= *starts.last()? {
+            return None;
+        }
+        let block = starts.partition_point(|&s| s <= index) - 1;
+        let first = block * BLOCK;
+        let end = (first + BLOCK).min(self.raw_len);
+        (first..end)
+            .filter(|&raw| self.accepted_point(raw).is_some())
+            .nth(index - starts[block])
+    }
+
+    /// The index of the configuration at raw product index `raw`, if it is accepted.
+    fn index_of_raw(&self, raw: usize) -> Option<usize> {
+        self.accepted_point(raw)?;
+        let block = raw / BLOCK;
+        let before = (block * BLOCK..raw)
+            .filter(|&r| self.accepted_point(r).is_some())
+            .count();
+        Some(self.block_starts()[block] + before)
+    }
+
     /// Whether `arch` has the compute and memory structure of a point of the space: every
     /// searched field takes one of its values, ties and derived local buffers hold, the area
     /// lies in the window (and, under a power cap, the point's peak power within it), and clock
@@ -907,5 +955,44 @@ mod tests {
         for arch in space.iter() {
             validate_chip(path, &arch).unwrap();
         }
+    }
+
+    /// Neighbours against brute force over the whole space: configurations whose searched
+    /// fields differ in exactly one, by one step of that field's values.
+    #[test]
+    fn neighbours_differ_by_one_step_of_one_field() {
+        let path = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/arch_specs/phaze.toml"
+        ));
+        let space = SearchSpace::load(path).unwrap();
+        let steps = |p: &Point| -> Vec<usize> {
+            space
+                .dimensions
+                .iter()
+                .map(|d| {
+                    d.values
+                        .iter()
+                        .position(|&v| v == p[d.field as usize])
+                        .unwrap()
+                })
+                .collect()
+        };
+        let all: Vec<Vec<usize>> = space.iter().map(|a| steps(&point_of(&a))).collect();
+        for index in [0, 1, 977, 14_000, all.len() - 1] {
+            let expected: Vec<usize> = (0..all.len())
+                .filter(|&j| {
+                    let moved: Vec<usize> = all[index]
+                        .iter()
+                        .zip(&all[j])
+                        .map(|(a, b)| a.abs_diff(*b))
+                        .collect();
+                    moved.iter().sum::<usize>() == 1
+                })
+                .collect();
+            assert!(!expected.is_empty());
+            assert_eq!(space.neighbours(index), expected, "configuration {index}");
+        }
+        assert!(space.neighbours(all.len()).is_empty());
     }
 }

@@ -173,7 +173,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     if matches!(options.phase, Phase::Seed | Phase::Screen { .. }) {
         eprintln!(
             "screened {} configurations{} in {:.1} s (work bounds {:.1} s; plan bounds and \
-             list-schedule plans {:.1} s for {} points, {} raising a staircase); wrote {}",
+             list-schedule plans {:.1} s for {} points, {} raising a staircase; of which the \
+             pilot {:.1} s over {} configurations); wrote {}",
             stats.configurations,
             if stats.skipped > 0 {
                 " (already screened)"
@@ -185,6 +186,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             stats.plan_bound_time_s,
             stats.plan_bounded,
             stats.achievable_found,
+            stats.pilot_time_s,
+            stats.pilot_configs,
             args.out
                 .join(if options.phase == Phase::Seed {
                     tandem::search::SEED_CSV
@@ -213,12 +216,15 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     } else {
         eprintln!(
             "screen {:.1} s (work bounds {:.1} s; plan bounds and list-schedule plans {:.1} s \
-             for {} points, {} raising the staircase); exact points {:.1} s; whole sweep {:.1} s",
+             for {} points, {} raising the staircase; of which the pilot {:.1} s over {} \
+             configurations); exact points {:.1} s; whole sweep {:.1} s",
             stats.screen_time_s,
             stats.work_bound_time_s,
             stats.plan_bound_time_s,
             stats.plan_bounded,
             stats.achievable_found,
+            stats.pilot_time_s,
+            stats.pilot_configs,
             stats.sweep_time_s - stats.screen_time_s,
             stats.sweep_time_s
         );

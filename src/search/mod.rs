@@ -55,5 +55,5 @@ pub use study::{
 };
 pub use sweep::{
     first_repeated, read_points, run_sweep, Objective, Phase, RunOptions, Shard, Sweep, SweepError,
-    SweepRecord, SweepStats, POINTS_CSV, RUN_TOML, SCREEN_CSV, SEED_CSV, SHARD_TOML,
+    SweepRecord, SweepStats, PILOT_CSV, POINTS_CSV, RUN_TOML, SCREEN_CSV, SEED_CSV, SHARD_TOML,
 };

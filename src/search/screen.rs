@@ -54,7 +54,7 @@ use crate::placement::RecomputeMode;
 use crate::schedule::{ScheduleCache, SolverOptions};
 use crate::workload::Workload;
 use rayon::prelude::*;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -81,6 +81,10 @@ pub(super) struct ScreenStats {
     pub plan_bounded: u64,
     /// Points with an achievable throughput above the staircase when searched.
     pub achievable_found: u64,
+    /// Configurations the pilot screened ([`Sweep::seed`]), and its time (included in the
+    /// work-bound and plan-bound times).
+    pub pilot_configs: u64,
+    pub pilot_time_s: f64,
 }
 
 impl ScreenStats {
@@ -90,6 +94,8 @@ impl ScreenStats {
         self.plan_bound_time_s += other.plan_bound_time_s;
         self.plan_bounded += other.plan_bounded;
         self.achievable_found += other.achievable_found;
+        self.pilot_configs += other.pilot_configs;
+        self.pilot_time_s += other.pilot_time_s;
     }
 }
 
@@ -266,6 +272,20 @@ impl Sweep {
         arch: &ArchConfig,
         cost: &CostModel,
     ) -> Result<Vec<Vec<LayerBounds>>, SweepError> {
+        (0..self.layer_work[w].len())
+            .map(|m| self.layer_bounds_at(w, m, arch, cost))
+            .collect()
+    }
+
+    /// The [`LayerBounds`] of workload `w` at micro-batch index `m` and each of its tensor
+    /// widths on `arch`, from the memo where priced before.
+    pub(super) fn layer_bounds_at(
+        &self,
+        w: usize,
+        m: usize,
+        arch: &ArchConfig,
+        cost: &CostModel,
+    ) -> Result<Vec<LayerBounds>, SweepError> {
         let workload = &self.workloads[w];
         let key = (workload.name.clone(), arch.name.clone());
         let poisoned = || SweepError::Input("a screen thread panicked".into());
@@ -278,22 +298,18 @@ impl Sweep {
             .cloned()
             .unwrap_or_default();
         let mut priced = Vec::new();
-        let mut out = Vec::with_capacity(self.layer_work[w].len());
-        for widths in &self.layer_work[w] {
-            let mut per_width = Vec::with_capacity(widths.len());
-            for work in widths {
-                let (m, t) = (work.micro_batch, work.tp);
-                let bounds = match known.iter().find(|k| (k.0, k.1) == (m, t)) {
-                    Some(k) => k.2,
-                    None => {
-                        let b = work.bounds(workload, cost)?;
-                        priced.push((m, t, b));
-                        b
-                    }
-                };
-                per_width.push(bounds);
-            }
-            out.push(per_width);
+        let mut out = Vec::with_capacity(self.layer_work[w][m].len());
+        for work in &self.layer_work[w][m] {
+            let (b, t) = (work.micro_batch, work.tp);
+            let bounds = match known.iter().find(|k| (k.0, k.1) == (b, t)) {
+                Some(k) => k.2,
+                None => {
+                    let bounds = work.bounds(workload, cost)?;
+                    priced.push((b, t, bounds));
+                    bounds
+                }
+            };
+            out.push(bounds);
         }
         if !priced.is_empty() {
             let mut memo = self.space_memo.bounds.lock().map_err(|_| poisoned())?;
@@ -316,6 +332,17 @@ pub fn screen_blocks(configs: usize) -> usize {
     1 << blocks.ilog2()
 }
 
+/// What every block but 0 starts from ([`Sweep::seed`]).
+#[derive(Debug, Default)]
+pub(super) struct Seed {
+    /// Block 0's screen.
+    pub block: BlockScreen,
+    /// The pilot's points with an achievable throughput, by id (none in block 0).
+    pub pilot: Vec<(u64, Screened)>,
+    /// The pilot's times and counts.
+    pub stats: ScreenStats,
+}
+
 /// The screen of one block: every point of its configurations, by id.
 #[derive(Debug, Default)]
 pub(super) struct BlockScreen {
@@ -332,52 +359,109 @@ pub(super) fn recompute_index(mode: RecomputeMode) -> usize {
 }
 
 impl Sweep {
-    /// Stage 1 for every point of configuration `config`, in point order.
-    fn work_bounds(&self, config: usize) -> Result<Vec<Screened>, SweepError> {
+    /// Stage 1 for every point of configuration `config`, in point order. The peak-FLOP work
+    /// bound comes first; the layers' schedule bounds of a (workload, micro-batch) are priced
+    /// only where it leaves one of its points at or above the staircases `seed` at the
+    /// configuration's area (the others are pruned either way).
+    fn work_bounds(&self, config: usize, seed: &[Staircase]) -> Result<Vec<Screened>, SweepError> {
         let arch = self.config(config)?;
-        let cost = CostModel::new(&arch);
         let area_mm2 = area_breakdown(&arch).total_mm2;
         let peak_flops = arch.peak_tensor_flops();
-        let devices = f64::from(self.devices);
-        let mut out = Vec::with_capacity(self.points_per_config() as usize);
+        let first = config * self.points_per_config() as usize;
+        let (nh, nm, nr) = (
+            self.hbm_bytes.len(),
+            self.micro_batches.len(),
+            self.recompute.len(),
+        );
+        // Per point, in point order: (workload, HBM, micro-batch, recompute) indices.
+        let parts: Vec<[usize; 4]> = (0..self.workloads.len())
+            .flat_map(|w| {
+                (0..nh).flat_map(move |h| {
+                    (0..nm).flat_map(move |m| (0..nr).map(move |r| [w, h, m, r]))
+                })
+            })
+            .collect();
+        let mut out = parts
+            .iter()
+            .map(|&[w, h, m, r]| {
+                let flops =
+                    self.hardware_flops[w][usize::from(self.recompute[r] == RecomputeMode::Full)];
+                let busy_s = flops * f64::from(self.micro_batches[m])
+                    / (self.workloads[w].global_batch as f64 * peak_flops);
+                self.work_bound(w, [h, m, r], area_mm2, peak_flops, |_| busy_s)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut cost = None;
         for w in 0..self.workloads.len() {
-            let batch = self.workloads[w].global_batch as f64;
-            let bounds = self.layer_bounds(w, &arch, &cost)?;
-            let mut fits = self.memory_fits(w)?.iter();
-            for _ in &self.hbm_bytes {
-                for (widths, work) in bounds.iter().zip(&self.layer_work[w]) {
-                    for &recompute in &self.recompute {
-                        let fit = fits.next().ok_or_else(|| {
-                            SweepError::Input("memory checks fewer than the points".into())
-                        })?;
-                        let r = recompute_index(recompute);
-                        // Device-seconds per batch at least: over the widths some plan fits
-                        // with, one pass's busy device-seconds times the passes the cluster
-                        // stays powered. Where none fits, the point has no plan.
-                        let least_device_s = widths
-                            .iter()
-                            .zip(work)
-                            .filter_map(|(b, work)| {
-                                let width = fit.widths.iter().find(|f| f.tp == work.tp)?;
-                                Some(b.busy_s[r] * width.powered_passes)
-                            })
-                            .fold(f64::INFINITY, f64::min);
-                        let peak = self.peak_flop_bound(w, recompute, peak_flops);
-                        let bound = if least_device_s > 0.0 && least_device_s.is_finite() {
-                            (batch * devices / least_device_s).min(peak)
-                        } else {
-                            peak
-                        };
-                        out.push(Screened {
-                            area_mm2,
-                            bound: fit.any().then_some(bound),
-                            achievable: None,
-                        });
-                    }
+            for m in 0..nm {
+                let points: Vec<usize> = (0..out.len())
+                    .filter(|&k| parts[k][0] == w && parts[k][2] == m)
+                    .collect();
+                let beaten = |k: usize| {
+                    out[k]
+                        .bound
+                        .is_none_or(|b| b < seed[self.lane(first + k)].up_to(area_mm2))
+                };
+                if points.iter().all(|&k| beaten(k)) {
+                    continue;
+                }
+                let cost = cost.get_or_insert_with(|| CostModel::new(&arch));
+                let bounds = self.layer_bounds_at(w, m, &arch, cost)?;
+                for k in points {
+                    let [_, h, _, r] = parts[k];
+                    let index = recompute_index(self.recompute[r]);
+                    out[k] = self.work_bound(w, [h, m, r], area_mm2, peak_flops, |width| {
+                        bounds[width].busy_s[index]
+                    })?;
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The work bound of workload `w`'s point at (HBM, micro-batch, recompute) indices
+    /// `[h, m, r]` on a configuration of `area_mm2` and `peak_flops`, from each pass's busy
+    /// device-seconds at least per width (`busy_s(index in [`Sweep::layer_work`])`).
+    ///
+    /// A pass's GEMMs, `m / B` of an iteration's hardware FLOPs, run on the `t` devices of a
+    /// tensor group at no more than peak, so no schedule lower bound is below that FLOP count
+    /// over the peak: it bounds every width's busy device-seconds without pricing a layer.
+    fn work_bound(
+        &self,
+        w: usize,
+        [h, m, r]: [usize; 3],
+        area_mm2: f64,
+        peak_flops: f64,
+        busy_s: impl Fn(usize) -> f64,
+    ) -> Result<Screened, SweepError> {
+        let batch = self.workloads[w].global_batch as f64;
+        let recompute = self.recompute[r];
+        let fit = self
+            .memory_fits(w)?
+            .get((h * self.micro_batches.len() + m) * self.recompute.len() + r)
+            .ok_or_else(|| SweepError::Input("memory checks fewer than the points".into()))?;
+        // Device-seconds per batch at least: over the widths some plan fits with, one pass's
+        // busy device-seconds times the passes the cluster stays powered. Where none fits,
+        // the point has no plan.
+        let least_device_s = self.layer_work[w][m]
+            .iter()
+            .enumerate()
+            .filter_map(|(k, work)| {
+                let width = fit.widths.iter().find(|f| f.tp == work.tp)?;
+                Some(busy_s(k) * width.powered_passes)
+            })
+            .fold(f64::INFINITY, f64::min);
+        let peak = self.peak_flop_bound(w, recompute, peak_flops);
+        let bound = if least_device_s > 0.0 && least_device_s.is_finite() {
+            (batch * f64::from(self.devices) / least_device_s).min(peak)
+        } else {
+            peak
+        };
+        Ok(Screened {
+            area_mm2,
+            bound: fit.any().then_some(bound),
+            achievable: None,
+        })
     }
 
     /// Stages 2 and 3 for point `id`, searching only for plans above `staircase` samples/s
@@ -478,7 +562,7 @@ impl Sweep {
     }
 
     /// Samples/s of the best list-schedule plan above `staircase` samples/s (0: any plan).
-    fn achievable(
+    pub(super) fn achievable(
         &self,
         workload: &Workload,
         cost: &CostModel,
@@ -538,13 +622,13 @@ impl Sweep {
         Ok(Screen::join(self, screened, |_| true))
     }
 
-    /// The screens of `blocks` (block 0 first, whether asked for or not, unless `seed_block`
-    /// gives it: it seeds the others' staircases), one after another, each block's points in
-    /// parallel; `done(configs)` after each block. Returns the screens of `blocks` only.
+    /// The screens of `blocks` (the seed first, unless `seed` gives it: it seeds the other
+    /// blocks' staircases), one after another, each block's points in parallel;
+    /// `done(configs)` after each block. Returns the screens of `blocks` only.
     pub(super) fn screen_of_blocks(
         &self,
         blocks: &[usize],
-        seed_block: Option<BlockScreen>,
+        seed: Option<Seed>,
         progress: bool,
         mut done: impl FnMut(u64),
     ) -> Result<Vec<BlockScreen>, SweepError> {
@@ -552,21 +636,35 @@ impl Sweep {
         let configs_of = |b: usize| self.configs_in_block(b) as u64;
         let total: u64 = blocks.iter().map(|&b| configs_of(b)).sum();
         let bar = progress_bar(progress, total, "screening", "configurations");
-        let seed_block = match seed_block {
-            Some(block) => block,
-            None => self.seed_block()?,
+        // A seed worked out here counts in this run's times.
+        let (seed, mut pilot_stats) = match seed {
+            Some(seed) => (seed, None),
+            None => {
+                let seed = self.seed()?;
+                let stats = seed.stats;
+                (seed, Some(stats))
+            }
         };
-        let seed = self.staircases(&seed_block);
+        let stairs = self.seed_staircases(&seed);
+        let pilot: HashMap<u64, f64> = seed
+            .pilot
+            .iter()
+            .filter_map(|&(id, p)| Some((id, p.achievable?)))
+            .collect();
         let mut screened = Vec::with_capacity(blocks.len());
         let mut finished = 0;
-        let mut seed_block = Some(seed_block);
+        let mut seed_block = Some(seed.block);
         for &b in blocks {
             let block = match b {
                 0 => seed_block
                     .take()
                     .ok_or_else(|| SweepError::Input("block 0 is listed twice".into()))?,
-                _ => self.screen_block(b, count, &seed)?,
+                _ => self.screen_block(b, count, &stairs, &pilot)?,
             };
+            let mut block = block;
+            if let Some(stats) = pilot_stats.take() {
+                block.stats.add(&stats);
+            }
             screened.push(block);
             finished += configs_of(b);
             bar.set_position(finished);
@@ -582,10 +680,77 @@ impl Sweep {
         (block..self.space.len()).step_by(count).count()
     }
 
-    /// The screen of block 0 from empty staircases: the seed of every other block.
-    pub(super) fn seed_block(&self) -> Result<BlockScreen, SweepError> {
+    /// The seed of every block but 0: block 0's screen from empty staircases, then the pilot
+    /// ([`Sweep::pilot`]) from its staircases.
+    pub(super) fn seed(&self) -> Result<Seed, SweepError> {
         let empty: Vec<Staircase> = vec![Staircase::default(); self.lanes()];
-        self.screen_block(0, screen_blocks(self.space.len()), &empty)
+        let count = screen_blocks(self.space.len());
+        let configs: Vec<usize> = (0..self.space.len()).step_by(count).collect();
+        let block = self.screen_configs(&configs, &empty)?;
+        let started = Instant::now();
+        let (pilot, mut stats) = self.pilot(&block)?;
+        stats.pilot_time_s = started.elapsed().as_secs_f64();
+        Ok(Seed {
+            block,
+            pilot,
+            stats,
+        })
+    }
+
+    /// The pilot: from block 0's staircases, the neighbours ([`SearchSpace::neighbours`]) of
+    /// every configuration witnessing a staircase step are screened, their achievable
+    /// throughputs raise the staircases, and so on until the witnesses' neighbours are all
+    /// screened. Outside block 0 the space's best points sit next to other good ones far more
+    /// often than a uniform sample holds them, so every other block starts from staircases
+    /// close to the final ones. Returns the points with an achievable throughput, by id.
+    ///
+    /// [`SearchSpace::neighbours`]: crate::arch::SearchSpace::neighbours
+    fn pilot(
+        &self,
+        block0: &BlockScreen,
+    ) -> Result<(Vec<(u64, Screened)>, ScreenStats), SweepError> {
+        let count = screen_blocks(self.space.len());
+        let mut stairs = self.staircases(block0);
+        let mut explored: BTreeSet<usize> = BTreeSet::new();
+        let mut pilot = Vec::new();
+        let mut stats = ScreenStats::default();
+        loop {
+            let witnesses: BTreeSet<usize> = stairs
+                .iter()
+                .flat_map(|s| {
+                    s.0.values()
+                        .map(|&(_, id)| self.point_hardware(id as usize).0)
+                })
+                .collect();
+            let witnesses: Vec<usize> = witnesses.into_iter().collect();
+            let neighbours: Vec<Vec<usize>> = witnesses
+                .par_iter()
+                .map(|&c| self.space.neighbours(c))
+                .collect();
+            let frontier: BTreeSet<usize> = neighbours
+                .into_iter()
+                .flatten()
+                .filter(|&c| !c.is_multiple_of(count) && !explored.contains(&c))
+                .collect();
+            if frontier.is_empty() {
+                break;
+            }
+            explored.extend(&frontier);
+            let configs: Vec<usize> = frontier.into_iter().collect();
+            let screened = self.screen_configs(&configs, &stairs)?;
+            stats.add(&screened.stats);
+            stats.pilot_configs += configs.len() as u64;
+            for (id, p) in screened.points {
+                if let Some(a) = p.achievable {
+                    for lane in self.lanes_from(id as usize) {
+                        stairs[lane].insert(p.area_mm2, a, id);
+                    }
+                    pilot.push((id, p));
+                }
+            }
+        }
+        pilot.sort_by_key(|&(id, _)| id);
+        Ok((pilot, stats))
     }
 
     /// Per workload, the staircase of a block's achievable throughputs.
@@ -601,22 +766,54 @@ impl Sweep {
         per_lane.into_iter().map(Staircase::of).collect()
     }
 
-    /// The screen of block `block` of `count`: work bounds of its configurations, then the
-    /// branch and bound from the staircases `seed`.
+    /// The staircases every block but 0 starts from: block 0's and the pilot's achievable
+    /// throughputs.
+    fn seed_staircases(&self, seed: &Seed) -> Vec<Staircase> {
+        let mut stairs = self.staircases(&seed.block);
+        for &(id, p) in &seed.pilot {
+            if let Some(a) = p.achievable {
+                for lane in self.lanes_from(id as usize) {
+                    stairs[lane].insert(p.area_mm2, a, id);
+                }
+            }
+        }
+        stairs
+    }
+
+    /// The screen of block `block` of `count` from the staircases `seed`, with the pilot's
+    /// achievable throughputs (`pilot`, by id) kept for its points: the joined staircases
+    /// then hold every value the blocks were pruned against.
     fn screen_block(
         &self,
         block: usize,
         count: usize,
         seed: &[Staircase],
+        pilot: &HashMap<u64, f64>,
+    ) -> Result<BlockScreen, SweepError> {
+        let configs: Vec<usize> = (block..self.space.len()).step_by(count).collect();
+        let mut screened = self.screen_configs(&configs, seed)?;
+        for (id, p) in &mut screened.points {
+            if let Some(&a) = pilot.get(id) {
+                p.achievable = Some(p.achievable.map_or(a, |found| found.max(a)));
+            }
+        }
+        Ok(screened)
+    }
+
+    /// The screen of configurations `configs`: their work bounds, then the branch and bound
+    /// from the staircases `seed`.
+    fn screen_configs(
+        &self,
+        configs: &[usize],
+        seed: &[Staircase],
     ) -> Result<BlockScreen, SweepError> {
         let mut stats = ScreenStats::default();
         let started = Instant::now();
-        let configs: Vec<usize> = (block..self.space.len()).step_by(count).collect();
         // Worked out once, before the configurations share it.
         self.memory_fits(0)?;
         let per_config: Vec<Vec<Screened>> = configs
             .par_iter()
-            .map(|&c| self.work_bounds(c))
+            .map(|&c| self.work_bounds(c, seed))
             .collect::<Result<_, SweepError>>()?;
         let per = self.points_per_config() as usize;
         let ids: Vec<usize> = configs
@@ -702,7 +899,7 @@ impl Sweep {
             }
         }
         if self.workloads.len() > 1 {
-            self.fill_hardware(&configs, &mut points)?;
+            self.fill_hardware(configs, &mut points)?;
         }
         stats.plan_bound_time_s = started.elapsed().as_secs_f64();
         Ok(BlockScreen {

@@ -149,7 +149,7 @@ pub struct Sweep {
     config_levels: OnceLock<Vec<u8>>,
     /// Per workload: hardware FLOPs per iteration without and with full recompute (the
     /// peak-FLOP bound needs them for every point; building them walks the model).
-    hardware_flops: Vec<[f64; 2]>,
+    pub(super) hardware_flops: Vec<[f64; 2]>,
     /// Per workload and micro-batch: the unique layers at each tensor width, which the
     /// screen's work bound prices on every configuration.
     pub(super) layer_work: Vec<Vec<Vec<LayerWork>>>,
@@ -412,6 +412,10 @@ pub struct SweepStats {
     pub plan_bound_time_s: f64,
     pub plan_bounded: u64,
     pub achievable_found: u64,
+    /// Of the screen: the seed's pilot (configurations it screened, and its time, which the
+    /// two above include).
+    pub pilot_configs: u64,
+    pub pilot_time_s: f64,
     pub sweep_time_s: f64,
 }
 
@@ -434,6 +438,8 @@ impl SweepStats {
         self.plan_bound_time_s = screen.plan_bound_time_s;
         self.plan_bounded = screen.plan_bounded;
         self.achievable_found = screen.achievable_found;
+        self.pilot_configs = screen.pilot_configs;
+        self.pilot_time_s = screen.pilot_time_s;
     }
 }
 
@@ -801,7 +807,16 @@ impl Sweep {
             only_widths: point.fitting_widths.clone(),
             ..self.plan_options(point.hbm, point.micro_batch, point.recompute)
         };
-        let narrowed = point.achievable.and_then(|a| {
+        // A screened point left without an achievable throughput (its block's staircase was
+        // already above its list-schedule plans) gets one here: it narrows the search below.
+        let achievable = point.achievable.or_else(|| {
+            point.bound.and_then(|_| {
+                self.achievable(workload, cost, &options, 0.0)
+                    .ok()
+                    .flatten()
+            })
+        });
+        let narrowed = achievable.and_then(|a| {
             let only = |t: u32| PlanOptions {
                 only_widths: Some(vec![t]),
                 ..options.clone()
@@ -1470,11 +1485,11 @@ fn screen_phase(
         0,
     ));
     let started = Instant::now();
-    let seed_block = seed
+    let seed = seed
         .as_ref()
         .map(|dir| read_seed(sweep, record_text, dir))
         .transpose()?;
-    let screened = sweep.screen_of_blocks(&blocks, seed_block, options.progress, |done| {
+    let screened = sweep.screen_of_blocks(&blocks, seed, options.progress, |done| {
         status.progress(done);
     })?;
     let mut rows = Vec::new();
@@ -1492,6 +1507,8 @@ fn screen_phase(
 }
 
 pub const SEED_CSV: &str = "seed.csv";
+/// The pilot's points with an achievable throughput, beside `seed.csv` ([`Sweep::seed`]).
+pub const PILOT_CSV: &str = "pilot.csv";
 
 /// Writes a screen's rows (by point id) as CSV to `path`, whole.
 fn write_screen_rows(path: &Path, mut rows: Vec<ScreenRow>) -> Result<(), SweepError> {
@@ -1523,21 +1540,31 @@ fn seed_phase(sweep: &Sweep, options: &RunOptions) -> Result<SweepStats, SweepEr
         return Ok(stats);
     }
     let started = Instant::now();
-    let block = sweep.seed_block()?;
-    stats.set_screen(&block.stats);
+    let seed = sweep.seed()?;
+    let mut screen_stats = seed.block.stats;
+    screen_stats.add(&seed.stats);
+    stats.set_screen(&screen_stats);
     stats.configurations = sweep.configs_in_block(0);
-    write_screen_rows(&path, screen_rows(block).collect())?;
+    // The pilot first: a seed directory with `seed.csv` is complete.
+    let pilot = seed.pilot.into_iter().map(|(point, p)| ScreenRow {
+        point,
+        area_mm2: p.area_mm2,
+        bound_samples_per_s: p.bound,
+        achievable_samples_per_s: p.achievable,
+    });
+    write_screen_rows(&options.out_dir.join(PILOT_CSV), pilot.collect())?;
+    write_screen_rows(&path, screen_rows(seed.block).collect())?;
     stats.screen_time_s = started.elapsed().as_secs_f64();
     stats.sweep_time_s = stats.screen_time_s;
     Ok(stats)
 }
 
-/// Block 0's screen from a seed directory of this sweep.
+/// Block 0's screen and the pilot from a seed directory of this sweep.
 fn read_seed(
     sweep: &Sweep,
     record_text: &str,
     dir: &Path,
-) -> Result<super::screen::BlockScreen, SweepError> {
+) -> Result<super::screen::Seed, SweepError> {
     let run_path = dir.join(RUN_TOML);
     let text = std::fs::read_to_string(&run_path).map_err(|e| io_error(&run_path, e))?;
     if text != record_text {
@@ -1546,7 +1573,44 @@ fn read_seed(
             run_path.display()
         )));
     }
-    read_block_rows(sweep, &dir.join(SEED_CSV), &[0], |_| true)
+    let block = read_block_rows(sweep, &dir.join(SEED_CSV), &[0], |_| true)?;
+    let path = dir.join(PILOT_CSV);
+    let mut reader = csv::Reader::from_path(&path).map_err(|e| io_error(&path, e))?;
+    let count = super::screen::screen_blocks(sweep.space.len());
+    let mut pilot = Vec::new();
+    for (i, row) in reader.deserialize::<ScreenRow>().enumerate() {
+        let row: ScreenRow = row.map_err(|e| io_error(&path, format!("row {}: {e}", i + 1)))?;
+        let config = (row.point / sweep.points_per_config()) as usize;
+        if config >= sweep.space.len() || config.is_multiple_of(count) {
+            return Err(io_error(
+                &path,
+                format!(
+                    "row {}: point {} is not a pilot point of this sweep",
+                    i + 1,
+                    row.point
+                ),
+            ));
+        }
+        if row.achievable_samples_per_s.is_none() {
+            return Err(io_error(
+                &path,
+                format!("row {}: achievable_samples_per_s: missing", i + 1),
+            ));
+        }
+        pilot.push((
+            row.point,
+            super::screen::Screened {
+                area_mm2: row.area_mm2,
+                bound: row.bound_samples_per_s,
+                achievable: row.achievable_samples_per_s,
+            },
+        ));
+    }
+    Ok(super::screen::Seed {
+        block,
+        pilot,
+        stats: super::screen::ScreenStats::default(),
+    })
 }
 
 /// The rows of a `screen.csv` or `seed.csv` that must hold exactly the points of `blocks`;
