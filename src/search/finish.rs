@@ -3,7 +3,10 @@
 //! `best.json` (the best point per workload with its plan, and with several workloads the
 //! best hardware for the set) and `pareto.svg`; and the merge of shard directories.
 
-use super::sweep::{io_error, read_points, read_shard, rows_csv, POINTS_CSV, RUN_TOML, SHARD_TOML};
+use super::sweep::{
+    io_error, read_points, read_points_where, read_shard, rows_csv, POINTS_CSV, RUN_TOML,
+    SHARD_TOML,
+};
 use super::{DesignRow, Objective, Sweep, SweepError, SweepRecord};
 use crate::model::{evaluate, Evaluation, PlanOptions};
 use crate::output::{same_file, write_atomic, DirLock};
@@ -99,7 +102,8 @@ pub fn pareto_front(rows: &[DesignRow]) -> Vec<DesignRow> {
 /// Writes `pareto.csv`, `best.json` and `pareto.svg` into `out_dir` from its `points.csv`.
 pub fn finish(sweep: &Sweep, out_dir: &Path) -> Result<BestPoints, SweepError> {
     let _lock = DirLock::acquire(out_dir)?;
-    let rows = read_points(&out_dir.join(POINTS_CSV))?;
+    // Fronts, rankings and the chart read only the rows with a plan.
+    let rows = read_points_where(&out_dir.join(POINTS_CSV), |r| r.plan().is_some())?;
     let mut front_rows = Vec::new();
     let mut fronts = Vec::new();
     let mut workloads = Vec::new();

@@ -1830,11 +1830,23 @@ fn finished_rows(path: &Path) -> Result<Vec<DesignRow>, SweepError> {
 
 /// Every row of a `points.csv`.
 pub fn read_points(path: &Path) -> Result<Vec<DesignRow>, SweepError> {
+    read_points_where(path, |_| true)
+}
+
+/// The rows of a `points.csv` that `keep` accepts, read one at a time (a sweep's summaries
+/// need only its few rows with a plan, not the millions pruned).
+pub(super) fn read_points_where(
+    path: &Path,
+    keep: impl Fn(&DesignRow) -> bool,
+) -> Result<Vec<DesignRow>, SweepError> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
     let mut reader = csv::Reader::from_reader(BufReader::new(file));
-    reader
-        .deserialize::<DesignRow>()
-        .enumerate()
-        .map(|(i, r)| r.map_err(|e| io_error(path, format!("row {}: {e}", i + 1))))
-        .collect()
+    let mut rows = Vec::new();
+    for (i, row) in reader.deserialize::<DesignRow>().enumerate() {
+        let row = row.map_err(|e| io_error(path, format!("row {}: {e}", i + 1)))?;
+        if keep(&row) {
+            rows.push(row);
+        }
+    }
+    Ok(rows)
 }

@@ -4,10 +4,12 @@
 
 mod bars;
 mod gantt;
+mod growth;
 mod pareto;
 
 pub use bars::{speedup_bars, BarGroup};
 pub use gantt::{gantt, Cores, GanttBar, GanttChart, Resource};
+pub use growth::{growth, GrowthRun, GrowthSeries};
 pub use pareto::{pareto, ParetoFront};
 
 use plotters::coord::Shift;
