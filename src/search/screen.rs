@@ -712,6 +712,8 @@ impl Sweep {
         let count = screen_blocks(self.space.len());
         let mut stairs = self.staircases(block0);
         let mut explored: BTreeSet<usize> = BTreeSet::new();
+        // Witnesses whose neighbours are screened (or in block 0) already.
+        let mut expanded: BTreeSet<usize> = BTreeSet::new();
         let mut pilot = Vec::new();
         let mut stats = ScreenStats::default();
         loop {
@@ -721,7 +723,9 @@ impl Sweep {
                     s.0.values()
                         .map(|&(_, id)| self.point_hardware(id as usize).0)
                 })
+                .filter(|c| !expanded.contains(c))
                 .collect();
+            expanded.extend(&witnesses);
             let witnesses: Vec<usize> = witnesses.into_iter().collect();
             let neighbours: Vec<Vec<usize>> = witnesses
                 .par_iter()
