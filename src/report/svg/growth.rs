@@ -3,7 +3,7 @@
 //! benchmark's spaces differ by powers). A dashed line through each series' first run with
 //! slope one shows what growing with the space would cost.
 
-use super::{page, palette, Frame, Page};
+use super::{log_y_ticks, page, palette, Frame, Page};
 use crate::report;
 use plotters::prelude::*;
 
@@ -28,13 +28,17 @@ pub struct GrowthSeries {
 pub fn growth(series: &[GrowthSeries]) -> Result<String, String> {
     page((1200, 560), |root| {
         let (left, right) = root.split_horizontally(600);
-        panel(&left, series, "wall time against points", "wall (s)", |r| {
-            r.wall_s
-        })?;
+        panel(
+            &left,
+            series,
+            "wall time against points (dashed: proportional)",
+            "wall (s)",
+            |r| r.wall_s,
+        )?;
         panel(
             &right,
             series,
-            "points evaluated exactly against points",
+            "exact points against points (dashed: proportional)",
             "exact points",
             |r| r.exact_points,
         )
@@ -75,12 +79,16 @@ fn panel(
     chart
         .configure_mesh()
         .light_line_style(WHITE)
+        .disable_y_mesh()
+        .y_labels(0)
+        .y_label_formatter(&|_| String::new())
         .x_label_formatter(&|x| report::tick(*x))
-        .y_label_formatter(&|y| report::tick(*y))
         .x_desc("design points in the space (log scale)")
         .y_desc(format!("{y_desc} (log scale)"))
         .draw()
         .map_err(|e| e.to_string())?;
+    let (x_lo, x_hi) = (x0 / 1.3, x1 * 1.3);
+    log_y_ticks(&mut chart, area, (x_lo, x_hi), (y0 / 1.5, y1 * 3.0))?;
     for (i, one) in series.iter().enumerate() {
         let colour = palette::SERIES[i % palette::SERIES.len()];
         let line: Vec<(f64, f64)> = one.runs.iter().map(|r| (r.points, value(r))).collect();

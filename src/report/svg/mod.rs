@@ -12,8 +12,10 @@ pub use gantt::{gantt, Cores, GanttBar, GanttChart, Resource};
 pub use growth::{growth, GrowthRun, GrowthSeries};
 pub use pareto::{pareto, ParetoFront};
 
+use plotters::coord::ranged1d::Ranged;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// The palette: every colour a chart uses, named once.
 pub(super) mod palette {
@@ -77,4 +79,35 @@ pub(super) fn page(
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+/// The ticks, labels and grid lines of a log-scale y axis at several round values
+/// ([`crate::report::log_ticks`]), not only the powers of ten plotters labels: drawn on
+/// `chart` from `x_lo` to `x_hi`, labels on `area` left of the plot.
+pub(super) fn log_y_ticks<X: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<X, LogCoord<f64>>>,
+    area: &Page<'_>,
+    (x_lo, x_hi): (f64, f64),
+    (y_lo, y_hi): (f64, f64),
+) -> Result<(), String> {
+    let label_font =
+        TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    for tick in crate::report::log_ticks(y_lo, y_hi) {
+        chart
+            .draw_series(LineSeries::new([(x_lo, tick), (x_hi, tick)], palette::GRID))
+            .map_err(|e| e.to_string())?;
+        // The backend's pixel, relative to `area` (a split page starts off the origin).
+        let (x, y) = chart.backend_coord(&(x_lo, tick));
+        let (base_x, base_y) = area.get_base_pixel();
+        let (x, y) = (x - base_x, y - base_y);
+        area.draw(&PathElement::new([(x - 5, y), (x, y)], BLACK))
+            .map_err(|e| e.to_string())?;
+        area.draw(&Text::new(
+            crate::report::tick(tick),
+            (x - 8, y),
+            label_font.clone(),
+        ))
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }

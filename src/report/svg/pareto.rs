@@ -2,7 +2,7 @@
 //! (the best throughput any area up to `x` buys); throughput on a log scale so workloads of
 //! different sizes share the chart. The legend stands right of the plot.
 
-use super::{page, palette, Frame, Page};
+use super::{log_y_ticks, page, palette, Frame, Page};
 use crate::report;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -71,24 +71,7 @@ fn draw(root: &Page<'_>, points: &[(f64, f64)], fronts: &[ParetoFront]) -> Resul
         .draw()
         .map_err(|e| e.to_string())?;
     // The log axis's ticks and grid: several round values, not only the powers of ten.
-    let label_font =
-        TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
-    for tick in report::log_ticks(y_lo, y_hi) {
-        chart
-            .draw_series(LineSeries::new([(x_lo, tick), (x_hi, tick)], palette::GRID))
-            .map_err(|e| e.to_string())?;
-        let (x, y) = chart.backend_coord(&(x_lo, tick));
-        plot_area
-            .draw(&PathElement::new([(x - 5, y), (x, y)], BLACK))
-            .map_err(|e| e.to_string())?;
-        plot_area
-            .draw(&Text::new(
-                report::tick(tick),
-                (x - 8, y),
-                label_font.clone(),
-            ))
-            .map_err(|e| e.to_string())?;
-    }
+    log_y_ticks(&mut chart, &plot_area, (x_lo, x_hi), (y_lo, y_hi))?;
     chart
         .draw_series(
             points
