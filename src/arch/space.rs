@@ -7,8 +7,9 @@
 //!
 //! Points are the Cartesian product of the dimensions in the canonical field order of
 //! [`FIELDS`] (the last dimension varies fastest), filtered by the area window. Iteration is
-//! lazy; [`SearchSpace::len`] and [`SearchSpace::get`] share one pass that stores only the
-//! number of accepted points per block of raw indices, so memory stays small for any space.
+//! lazy; [`SearchSpace::len`], [`SearchSpace::get`] and [`SearchSpace::neighbours`] share one
+//! parallel pass that keeps the raw product index of each accepted point (8 bytes a
+//! configuration, far below what a sweep keeps per point), so `get` is a lookup.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -25,7 +26,7 @@ use super::config::{
 use crate::error::{parse_toml, read_input, InputError};
 use crate::report::exact_bytes;
 
-/// Raw indices per block of the accepted-count index behind `len` and `get`.
+/// Raw indices per block of the parallel pass that finds the accepted points.
 const BLOCK: usize = 1024;
 
 /// The template fields a space can search, tie or derive.
@@ -230,8 +231,9 @@ pub struct SearchSpace {
     raw_len: usize,
     /// Configurations whose peak power exceeds the cap are left out.
     power_cap: Option<PowerCap>,
-    /// `block_starts[b]` = accepted points before raw block `b`; the last entry is `len`.
-    block_starts: OnceLock<Vec<usize>>,
+    /// The raw product index of every accepted point, rising: `len`, `get` and the
+    /// neighbours' indices read it (8 bytes a configuration).
+    accepted_raw: OnceLock<Vec<usize>>,
 }
 
 /// A ceiling on a configuration's peak power, with the model that prices it (the cost layer's:
@@ -414,7 +416,7 @@ impl SearchSpace {
             waivers: Vec::new(),
             raw_len,
             power_cap: None,
-            block_starts: OnceLock::new(),
+            accepted_raw: OnceLock::new(),
         };
         space.set_area_window(file, raw.area)?;
         Ok(space)
@@ -500,7 +502,7 @@ impl SearchSpace {
                 max_peak_power_w,
                 peak_power_w,
             }),
-            block_starts: OnceLock::new(),
+            accepted_raw: OnceLock::new(),
             ..self
         }
     }
@@ -523,7 +525,7 @@ impl SearchSpace {
     /// Number of configurations that satisfy the area window (and the power cap, if any). The
     /// first call makes one pass over the raw product (in parallel); later calls are free.
     pub fn len(&self) -> usize {
-        self.block_starts().last().copied().unwrap_or(0)
+        self.accepted_raw().len()
     }
 
     /// Whether no configuration satisfies the area window (and the power cap, if any).
@@ -538,17 +540,8 @@ impl SearchSpace {
 
     /// The `index`-th configuration of [`SearchSpace::iter`], without generating the others.
     pub fn get(&self, index: usize) -> Option<ArchConfig> {
-        let starts = self.block_starts();
-        if index >= *starts.last()? {
-            return None;
-        }
-        let block = starts.partition_point(|&s| s <= index) - 1;
-        let first = block * BLOCK;
-        let end = (first + BLOCK).min(self.raw_len);
-        (first..end)
-            .filter_map(|raw| self.accepted_point(raw))
-            .nth(index - starts[block])
-            .map(|p| self.build(&p))
+        let raw = *self.accepted_raw().get(index)?;
+        self.accepted_point(raw).map(|p| self.build(&p))
     }
 
     /// The configurations one step away from the `index`-th along one searched dimension (the
@@ -577,26 +570,12 @@ impl SearchSpace {
 
     /// The raw product index of the `index`-th configuration.
     fn raw_of(&self, index: usize) -> Option<usize> {
-        let starts = self.block_starts();
-        if index >= *starts.last()? {
-            return None;
-        }
-        let block = starts.partition_point(|&s| s <= index) - 1;
-        let first = block * BLOCK;
-        let end = (first + BLOCK).min(self.raw_len);
-        (first..end)
-            .filter(|&raw| self.accepted_point(raw).is_some())
-            .nth(index - starts[block])
+        self.accepted_raw().get(index).copied()
     }
 
     /// The index of the configuration at raw product index `raw`, if it is accepted.
     fn index_of_raw(&self, raw: usize) -> Option<usize> {
-        self.accepted_point(raw)?;
-        let block = raw / BLOCK;
-        let before = (block * BLOCK..raw)
-            .filter(|&r| self.accepted_point(r).is_some())
-            .count();
-        Some(self.block_starts()[block] + before)
+        self.accepted_raw().binary_search(&raw).ok()
     }
 
     /// Whether `arch` has the compute and memory structure of a point of the space: every
@@ -629,25 +608,15 @@ impl SearchSpace {
                 .is_none_or(|cap| cap.admits(&self.build(&point)))
     }
 
-    fn block_starts(&self) -> &[usize] {
-        self.block_starts.get_or_init(|| {
-            let counts: Vec<usize> = (0..self.raw_len.div_ceil(BLOCK))
+    fn accepted_raw(&self) -> &[usize] {
+        self.accepted_raw.get_or_init(|| {
+            (0..self.raw_len.div_ceil(BLOCK))
                 .into_par_iter()
-                .map(|b| {
+                .flat_map_iter(|b| {
                     let end = ((b + 1) * BLOCK).min(self.raw_len);
-                    (b * BLOCK..end)
-                        .filter(|&raw| self.accepted_point(raw).is_some())
-                        .count()
+                    (b * BLOCK..end).filter(|&raw| self.accepted_point(raw).is_some())
                 })
-                .collect();
-            let mut starts = Vec::with_capacity(counts.len() + 1);
-            let mut total = 0;
-            starts.push(total);
-            for count in counts {
-                total += count;
-                starts.push(total);
-            }
-            starts
+                .collect()
         })
     }
 
@@ -979,6 +948,11 @@ mod tests {
                 .collect()
         };
         let all: Vec<Vec<usize>> = space.iter().map(|a| steps(&point_of(&a))).collect();
+        // `get` is the lazy iteration's `index`-th configuration.
+        for (index, arch) in space.iter().enumerate().step_by(97) {
+            assert_eq!(space.get(index).unwrap().name, arch.name);
+        }
+        assert!(space.get(all.len()).is_none());
         for index in [0, 1, 977, 14_000, all.len() - 1] {
             let expected: Vec<usize> = (0..all.len())
                 .filter(|&j| {

@@ -273,19 +273,25 @@ impl Sweep {
         cost: &CostModel,
     ) -> Result<Vec<Vec<LayerBounds>>, SweepError> {
         (0..self.layer_work[w].len())
-            .map(|m| self.layer_bounds_at(w, m, arch, cost))
+            .map(|m| {
+                let every = vec![true; self.layer_work[w][m].len()];
+                let bounds = self.layer_bounds_at(w, m, arch, cost, &every)?;
+                Ok(bounds.into_iter().flatten().collect())
+            })
             .collect()
     }
 
     /// The [`LayerBounds`] of workload `w` at micro-batch index `m` and each of its tensor
-    /// widths on `arch`, from the memo where priced before.
+    /// widths on `arch` where `needed` (by index in [`Sweep::layer_work`]; `None` at the
+    /// others), from the memo where priced before.
     pub(super) fn layer_bounds_at(
         &self,
         w: usize,
         m: usize,
         arch: &ArchConfig,
         cost: &CostModel,
-    ) -> Result<Vec<LayerBounds>, SweepError> {
+        needed: &[bool],
+    ) -> Result<Vec<Option<LayerBounds>>, SweepError> {
         let workload = &self.workloads[w];
         let key = (workload.name.clone(), arch.name.clone());
         let poisoned = || SweepError::Input("a screen thread panicked".into());
@@ -299,7 +305,11 @@ impl Sweep {
             .unwrap_or_default();
         let mut priced = Vec::new();
         let mut out = Vec::with_capacity(self.layer_work[w][m].len());
-        for work in &self.layer_work[w][m] {
+        for (work, &needed) in self.layer_work[w][m].iter().zip(needed) {
+            if !needed {
+                out.push(None);
+                continue;
+            }
             let (b, t) = (work.micro_batch, work.tp);
             let bounds = match known.iter().find(|k| (k.0, k.1) == (b, t)) {
                 Some(k) => k.2,
@@ -309,7 +319,7 @@ impl Sweep {
                     bounds
                 }
             };
-            out.push(bounds);
+            out.push(Some(bounds));
         }
         if !priced.is_empty() {
             let mut memo = self.space_memo.bounds.lock().map_err(|_| poisoned())?;
@@ -381,13 +391,17 @@ impl Sweep {
                 })
             })
             .collect();
+        // A pass's busy device-seconds at least, at any width, without pricing a layer.
+        let coarse_busy_s = |[w, _, m, r]: [usize; 4]| {
+            let flops =
+                self.hardware_flops[w][usize::from(self.recompute[r] == RecomputeMode::Full)];
+            flops * f64::from(self.micro_batches[m])
+                / (self.workloads[w].global_batch as f64 * peak_flops)
+        };
         let mut out = parts
             .iter()
             .map(|&[w, h, m, r]| {
-                let flops =
-                    self.hardware_flops[w][usize::from(self.recompute[r] == RecomputeMode::Full)];
-                let busy_s = flops * f64::from(self.micro_batches[m])
-                    / (self.workloads[w].global_batch as f64 * peak_flops);
+                let busy_s = coarse_busy_s([w, h, m, r]);
                 self.work_bound(w, [h, m, r], area_mm2, peak_flops, |_| busy_s)
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -397,26 +411,53 @@ impl Sweep {
                 let points: Vec<usize> = (0..out.len())
                     .filter(|&k| parts[k][0] == w && parts[k][2] == m)
                     .collect();
-                let beaten = |k: usize| {
-                    out[k]
-                        .bound
-                        .is_none_or(|b| b < seed[self.lane(first + k)].up_to(area_mm2))
-                };
-                if points.iter().all(|&k| beaten(k)) {
+                // A width needs its layers priced where its peak-FLOP bound leaves some point
+                // at or above the seed's staircase; at the others the point's bound keeps it
+                // (below the staircase, so the point's fate and, if it is not pruned, its
+                // bound are the same as with every width priced).
+                let batch_devices = self.workloads[w].global_batch as f64 * f64::from(self.devices);
+                let needed: Vec<bool> = self.layer_work[w][m]
+                    .iter()
+                    .map(|work| {
+                        points.iter().any(|&k| {
+                            let [_, h, _, r] = parts[k];
+                            let Some(passes) = self.powered_passes_at(w, [h, m, r], work.tp) else {
+                                return false;
+                            };
+                            let peak = self.peak_flop_bound(w, self.recompute[r], peak_flops);
+                            let bound =
+                                (batch_devices / (coarse_busy_s(parts[k]) * passes)).min(peak);
+                            bound >= seed[self.lane(first + k)].up_to(area_mm2)
+                        })
+                    })
+                    .collect();
+                if !needed.contains(&true) {
                     continue;
                 }
                 let cost = cost.get_or_insert_with(|| CostModel::new(&arch));
-                let bounds = self.layer_bounds_at(w, m, &arch, cost)?;
+                let bounds = self.layer_bounds_at(w, m, &arch, cost, &needed)?;
                 for k in points {
                     let [_, h, _, r] = parts[k];
                     let index = recompute_index(self.recompute[r]);
+                    let coarse = coarse_busy_s(parts[k]);
                     out[k] = self.work_bound(w, [h, m, r], area_mm2, peak_flops, |width| {
-                        bounds[width].busy_s[index]
+                        bounds[width].map_or(coarse, |b| b.busy_s[index])
                     })?;
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The fewest powered passes of a plan of width `tp` that fits at workload `w`'s
+    /// (HBM, micro-batch, recompute) indices `[h, m, r]`; `None` where none fits.
+    fn powered_passes_at(&self, w: usize, [h, m, r]: [usize; 3], tp: u32) -> Option<f64> {
+        let fits = self.memory_fits(w).ok()?;
+        let fit = fits.get((h * self.micro_batches.len() + m) * self.recompute.len() + r)?;
+        fit.widths
+            .iter()
+            .find(|f| f.tp == tp)
+            .map(|f| f.powered_passes)
     }
 
     /// The work bound of workload `w`'s point at (HBM, micro-batch, recompute) indices
