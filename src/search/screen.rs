@@ -11,7 +11,9 @@
 //!    [`powered_passes`](super::memory)), so samples/s ≤ `B · devices / min_t (t · Σ bounds ·
 //!    passes_t)` over the widths some plan fits with, also capped by the peak-FLOP bound. It
 //!    ignores communication and the stages' imbalance; what fits in memory is worked out
-//!    once per sweep ([`super::memory`]).
+//!    once per sweep ([`super::memory`]). It is first taken with each pass's GEMMs at peak
+//!    FLOP/s in place of `Σ bounds` (no layer priced); a width's layers are priced only
+//!    where that leaves a point at or above the seed's staircase (below).
 //! 2. **Plan bound**: the plan search on per-layer lower bounds with free communication
 //!    ([`throughput_bound`]); it also finds points where no plan fits in memory.
 //! 3. **Achievable**: the plan search on list schedules, a real schedule, so the exact point
@@ -35,12 +37,15 @@
 //! The branch and bound runs per *screen block*: configuration `c` is in block
 //! `c mod blocks` ([`screen_blocks`]: a power of two, one block per 256 configurations up to
 //! 64, so small spaces are one block). Block 0, a uniform sample of the space, is screened
-//! first from an empty staircase; every other block starts from block 0's staircase (the
-//! seed) and raises its own copy. The blocks' achievable throughputs are then joined into one
-//! staircase per workload, against which every point is pruned. Any achievable throughput is a real plan's, so the joined staircase
-//! is as sound as one built in a single pass; and since the partition depends on the space
-//! alone, a sweep split into shards (each screening its own blocks, `--phase screen`) prunes
-//! exactly as one run does.
+//! first from an empty staircase, then the *pilot* screens the neighbours of the
+//! configurations on its staircases, round after round ([`Sweep::seed`]); every other block
+//! starts from those staircases (the seed) and raises its own copy, keeping the pilot's
+//! achievable throughputs of its own points. The blocks' achievable throughputs are then
+//! joined into one staircase per workload, against which every point is pruned. Any
+//! achievable throughput is a real plan's, so the joined staircase is as sound as one built
+//! in a single pass; and since the partition and the seed depend on the inputs alone, a
+//! sweep split into shards (each screening its own blocks, `--phase screen`) prunes exactly
+//! as one run does.
 
 use super::row::Reached;
 use super::sweep::{progress_bar, Sweep, SweepError};

@@ -1507,7 +1507,8 @@ fn screen_phase(
 }
 
 pub const SEED_CSV: &str = "seed.csv";
-/// The pilot's points with an achievable throughput, beside `seed.csv` ([`Sweep::seed`]).
+/// The pilot's points with an achievable throughput, beside `seed.csv` (the seed step of a
+/// split sweep; README, "Scale-out").
 pub const PILOT_CSV: &str = "pilot.csv";
 
 /// Writes a screen's rows (by point id) as CSV to `path`, whole.
