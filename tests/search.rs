@@ -880,6 +880,21 @@ fn split_screen_shards_merged_equal_one_run() {
         err.to_string().contains(&pilot.display().to_string()),
         "{err}"
     );
+    // A row of block 0 (point 0) is no pilot point: refused, naming the file and row.
+    let header = pilot_text.lines().next().expect("header");
+    std::fs::write(&pilot, format!("{header}\n0,1.0,2.0,1.0\n")).expect("write");
+    let err = run(
+        0,
+        Phase::Screen {
+            seed: Some(seed.clone()),
+        },
+    )
+    .expect_err("a block-0 row in pilot.csv");
+    assert!(
+        err.to_string()
+            .contains("row 1: point 0 is not a pilot point"),
+        "{err}"
+    );
     std::fs::write(&pilot, pilot_text).expect("restore");
     if shards[0].exists() {
         std::fs::remove_dir_all(&shards[0]).expect("rm");

@@ -540,7 +540,7 @@ impl SearchSpace {
 
     /// The `index`-th configuration of [`SearchSpace::iter`], without generating the others.
     pub fn get(&self, index: usize) -> Option<ArchConfig> {
-        let raw = *self.accepted_raw().get(index)?;
+        let raw = self.raw_of(index)?;
         self.accepted_point(raw).map(|p| self.build(&p))
     }
 
@@ -914,15 +914,13 @@ mod tests {
     use super::*;
     use crate::arch::chip::validate_chip;
 
+    const PHAZE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/arch_specs/phaze.toml");
+
     #[test]
     fn every_phaze_point_is_a_valid_chip() {
-        let path = Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/arch_specs/phaze.toml"
-        ));
-        let space = SearchSpace::load(path).unwrap();
+        let space = SearchSpace::load(Path::new(PHAZE)).unwrap();
         for arch in space.iter() {
-            validate_chip(path, &arch).unwrap();
+            validate_chip(Path::new(PHAZE), &arch).unwrap();
         }
     }
 
@@ -930,11 +928,7 @@ mod tests {
     /// fields differ in exactly one, by one step of that field's values.
     #[test]
     fn neighbours_differ_by_one_step_of_one_field() {
-        let path = Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/arch_specs/phaze.toml"
-        ));
-        let space = SearchSpace::load(path).unwrap();
+        let space = SearchSpace::load(Path::new(PHAZE)).unwrap();
         let steps = |p: &Point| -> Vec<usize> {
             space
                 .dimensions

@@ -96,7 +96,7 @@ impl Sweep {
                     })?;
                     let mut least = f64::INFINITY;
                     for (b, w) in widths.iter().zip(work) {
-                        let Some(width) = fit.widths.iter().find(|f| f.tp == w.tp) else {
+                        let Some(width) = fit.width(w.tp) else {
                             continue;
                         };
                         // Each all-to-all's energy is linear in its bytes, so the layers'

@@ -27,6 +27,11 @@ impl MemoryFit {
     pub fn any(&self) -> bool {
         !self.widths.is_empty()
     }
+
+    /// Tensor width `tp`, where some plan of it fits.
+    pub fn width(&self, tp: u32) -> Option<&FittingWidth> {
+        self.widths.iter().find(|f| f.tp == tp)
+    }
 }
 
 /// A tensor width some plan fits in memory with, at one (HBM, micro-batch, recompute).
@@ -51,6 +56,18 @@ impl Sweep {
             .map(|w| self.compute_memory_fits(w))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(&self.memory_fits.get_or_init(|| fits)[w])
+    }
+
+    /// What fits in memory for workload `w` at (HBM, micro-batch, recompute) indices
+    /// `[h, m, r]`.
+    pub(super) fn memory_fit(
+        &self,
+        w: usize,
+        [h, m, r]: [usize; 3],
+    ) -> Result<&MemoryFit, SweepError> {
+        self.memory_fits(w)?
+            .get((h * self.micro_batches.len() + m) * self.recompute.len() + r)
+            .ok_or_else(|| SweepError::Input("memory checks fewer than the points".into()))
     }
 
     /// What fits in memory at each (HBM, micro-batch, recompute), in point order: one plan

@@ -374,78 +374,72 @@ pub(super) fn recompute_index(mode: RecomputeMode) -> usize {
 }
 
 impl Sweep {
-    /// Stage 1 for every point of configuration `config`, in point order. The peak-FLOP work
-    /// bound comes first; the layers' schedule bounds of a (workload, micro-batch) are priced
-    /// only where it leaves one of its points at or above the staircases `seed` at the
-    /// configuration's area (the others are pruned either way).
+    /// Stage 1 for every point of configuration `config`, in point order. The work bound is
+    /// first taken with each pass's GEMMs at peak FLOP/s in place of the layers' schedule
+    /// bounds; a (workload, micro-batch, tensor width)'s layers are priced only where that
+    /// bound, with the width's fewest powered passes, leaves a point at or above the
+    /// staircases `seed` at the configuration's area. At the other widths the points keep it
+    /// (it is below the staircase), so a point is pruned exactly when pricing every width
+    /// would prune it, and a point that is not gets the same bound.
     fn work_bounds(&self, config: usize, seed: &[Staircase]) -> Result<Vec<Screened>, SweepError> {
         let arch = self.config(config)?;
         let area_mm2 = area_breakdown(&arch).total_mm2;
         let peak_flops = arch.peak_tensor_flops();
         let first = config * self.points_per_config() as usize;
-        let (nh, nm, nr) = (
-            self.hbm_bytes.len(),
-            self.micro_batches.len(),
-            self.recompute.len(),
-        );
-        // Per point, in point order: (workload, HBM, micro-batch, recompute) indices.
-        let parts: Vec<[usize; 4]> = (0..self.workloads.len())
-            .flat_map(|w| {
-                (0..nh).flat_map(move |h| {
-                    (0..nm).flat_map(move |m| (0..nr).map(move |r| [w, h, m, r]))
-                })
-            })
-            .collect();
-        // A pass's busy device-seconds at least, at any width, without pricing a layer.
-        let coarse_busy_s = |[w, _, m, r]: [usize; 4]| {
-            let flops =
-                self.hardware_flops[w][usize::from(self.recompute[r] == RecomputeMode::Full)];
-            flops * f64::from(self.micro_batches[m])
+        // A pass's busy device-seconds at least, at any width: its GEMMs, `m / B` of an
+        // iteration's hardware FLOPs, at peak FLOP/s.
+        let coarse_busy_s = |w: usize, [_, m, r]: [usize; 3]| {
+            let full = self.recompute[r] == RecomputeMode::Full;
+            self.hardware_flops[w][usize::from(full)] * f64::from(self.micro_batches[m])
                 / (self.workloads[w].global_batch as f64 * peak_flops)
         };
-        let mut out = parts
-            .iter()
-            .map(|&[w, h, m, r]| {
-                let busy_s = coarse_busy_s([w, h, m, r]);
-                self.work_bound(w, [h, m, r], area_mm2, peak_flops, |_| busy_s)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = Vec::with_capacity(self.points_per_config() as usize);
+        for w in 0..self.workloads.len() {
+            for h in 0..self.hbm_bytes.len() {
+                for m in 0..self.micro_batches.len() {
+                    for r in 0..self.recompute.len() {
+                        let busy_s = coarse_busy_s(w, [h, m, r]);
+                        out.push(self.work_bound(w, [h, m, r], area_mm2, peak_flops, |_| busy_s)?);
+                    }
+                }
+            }
+        }
         let mut cost = None;
         for w in 0..self.workloads.len() {
-            for m in 0..nm {
-                let points: Vec<usize> = (0..out.len())
-                    .filter(|&k| parts[k][0] == w && parts[k][2] == m)
-                    .collect();
-                // A width needs its layers priced where its peak-FLOP bound leaves some point
-                // at or above the seed's staircase; at the others the point's bound keeps it
-                // (below the staircase, so the point's fate and, if it is not pruned, its
-                // bound are the same as with every width priced).
-                let batch_devices = self.workloads[w].global_batch as f64 * f64::from(self.devices);
-                let needed: Vec<bool> = self.layer_work[w][m]
-                    .iter()
-                    .map(|work| {
-                        points.iter().any(|&k| {
-                            let [_, h, _, r] = parts[k];
-                            let Some(passes) = self.powered_passes_at(w, [h, m, r], work.tp) else {
-                                return false;
-                            };
-                            let peak = self.peak_flop_bound(w, self.recompute[r], peak_flops);
-                            let bound =
-                                (batch_devices / (coarse_busy_s(parts[k]) * passes)).min(peak);
-                            bound >= seed[self.lane(first + k)].up_to(area_mm2)
-                        })
+            for m in 0..self.micro_batches.len() {
+                // The points of (w, m): their index in `out`, HBM and recompute indices, and
+                // the staircase at their area.
+                let points: Vec<(usize, [usize; 3], f64)> = (0..self.hbm_bytes.len())
+                    .flat_map(|h| (0..self.recompute.len()).map(move |r| [h, m, r]))
+                    .map(|[h, m, r]| {
+                        let k = self.point_id(0, w, h, m, r) as usize;
+                        (k, [h, m, r], seed[self.lane(first + k)].up_to(area_mm2))
                     })
                     .collect();
-                if !needed.contains(&true) {
+                if points
+                    .iter()
+                    .all(|&(k, _, stair)| out[k].bound.is_none_or(|b| b < stair))
+                {
                     continue;
+                }
+                let mut needed = Vec::with_capacity(self.layer_work[w][m].len());
+                for work in &self.layer_work[w][m] {
+                    let mut any = false;
+                    for &(_, hmr, stair) in &points {
+                        let Some(width) = self.memory_fit(w, hmr)?.width(work.tp) else {
+                            continue;
+                        };
+                        let device_s = coarse_busy_s(w, hmr) * width.powered_passes;
+                        any |= self.bound_from_device_s(w, hmr[2], peak_flops, device_s) >= stair;
+                    }
+                    needed.push(any);
                 }
                 let cost = cost.get_or_insert_with(|| CostModel::new(&arch));
                 let bounds = self.layer_bounds_at(w, m, &arch, cost, &needed)?;
-                for k in points {
-                    let [_, h, _, r] = parts[k];
-                    let index = recompute_index(self.recompute[r]);
-                    let coarse = coarse_busy_s(parts[k]);
-                    out[k] = self.work_bound(w, [h, m, r], area_mm2, peak_flops, |width| {
+                for (k, hmr, _) in points {
+                    let coarse = coarse_busy_s(w, hmr);
+                    let index = recompute_index(self.recompute[hmr[2]]);
+                    out[k] = self.work_bound(w, hmr, area_mm2, peak_flops, |width| {
                         bounds[width].map_or(coarse, |b| b.busy_s[index])
                     })?;
                 }
@@ -454,24 +448,9 @@ impl Sweep {
         Ok(out)
     }
 
-    /// The fewest powered passes of a plan of width `tp` that fits at workload `w`'s
-    /// (HBM, micro-batch, recompute) indices `[h, m, r]`; `None` where none fits.
-    fn powered_passes_at(&self, w: usize, [h, m, r]: [usize; 3], tp: u32) -> Option<f64> {
-        let fits = self.memory_fits(w).ok()?;
-        let fit = fits.get((h * self.micro_batches.len() + m) * self.recompute.len() + r)?;
-        fit.widths
-            .iter()
-            .find(|f| f.tp == tp)
-            .map(|f| f.powered_passes)
-    }
-
     /// The work bound of workload `w`'s point at (HBM, micro-batch, recompute) indices
     /// `[h, m, r]` on a configuration of `area_mm2` and `peak_flops`, from each pass's busy
     /// device-seconds at least per width (`busy_s(index in [`Sweep::layer_work`])`).
-    ///
-    /// A pass's GEMMs, `m / B` of an iteration's hardware FLOPs, run on the `t` devices of a
-    /// tensor group at no more than peak, so no schedule lower bound is below that FLOP count
-    /// over the peak: it bounds every width's busy device-seconds without pricing a layer.
     fn work_bound(
         &self,
         w: usize,
@@ -480,34 +459,35 @@ impl Sweep {
         peak_flops: f64,
         busy_s: impl Fn(usize) -> f64,
     ) -> Result<Screened, SweepError> {
-        let batch = self.workloads[w].global_batch as f64;
-        let recompute = self.recompute[r];
-        let fit = self
-            .memory_fits(w)?
-            .get((h * self.micro_batches.len() + m) * self.recompute.len() + r)
-            .ok_or_else(|| SweepError::Input("memory checks fewer than the points".into()))?;
+        let fit = self.memory_fit(w, [h, m, r])?;
         // Device-seconds per batch at least: over the widths some plan fits with, one pass's
         // busy device-seconds times the passes the cluster stays powered. Where none fits,
         // the point has no plan.
         let least_device_s = self.layer_work[w][m]
             .iter()
             .enumerate()
-            .filter_map(|(k, work)| {
-                let width = fit.widths.iter().find(|f| f.tp == work.tp)?;
-                Some(busy_s(k) * width.powered_passes)
-            })
+            .filter_map(|(k, work)| Some(busy_s(k) * fit.width(work.tp)?.powered_passes))
             .fold(f64::INFINITY, f64::min);
-        let peak = self.peak_flop_bound(w, recompute, peak_flops);
-        let bound = if least_device_s > 0.0 && least_device_s.is_finite() {
-            (batch * f64::from(self.devices) / least_device_s).min(peak)
-        } else {
-            peak
-        };
         Ok(Screened {
             area_mm2,
-            bound: fit.any().then_some(bound),
+            bound: fit
+                .any()
+                .then(|| self.bound_from_device_s(w, r, peak_flops, least_device_s)),
             achievable: None,
         })
+    }
+
+    /// Samples/s of workload `w` at recompute index `r` at most, when a batch keeps the
+    /// devices powered for `device_s` device-seconds at least, capped by the peak-FLOP bound
+    /// (alone where `device_s` says nothing).
+    fn bound_from_device_s(&self, w: usize, r: usize, peak_flops: f64, device_s: f64) -> f64 {
+        let peak = self.peak_flop_bound(w, self.recompute[r], peak_flops);
+        if device_s > 0.0 && device_s.is_finite() {
+            let batch = self.workloads[w].global_batch as f64;
+            (batch * f64::from(self.devices) / device_s).min(peak)
+        } else {
+            peak
+        }
     }
 
     /// Stages 2 and 3 for point `id`, searching only for plans above `staircase` samples/s
@@ -701,13 +681,12 @@ impl Sweep {
         let mut finished = 0;
         let mut seed_block = Some(seed.block);
         for &b in blocks {
-            let block = match b {
+            let mut block = match b {
                 0 => seed_block
                     .take()
                     .ok_or_else(|| SweepError::Input("block 0 is listed twice".into()))?,
                 _ => self.screen_block(b, count, &stairs, &pilot)?,
             };
-            let mut block = block;
             if let Some(stats) = pilot_stats.take() {
                 block.stats.add(&stats);
             }
@@ -730,9 +709,8 @@ impl Sweep {
     /// ([`Sweep::pilot`]) from its staircases.
     pub(super) fn seed(&self) -> Result<Seed, SweepError> {
         let empty: Vec<Staircase> = vec![Staircase::default(); self.lanes()];
-        let count = screen_blocks(self.space.len());
-        let configs: Vec<usize> = (0..self.space.len()).step_by(count).collect();
-        let block = self.screen_configs(&configs, &empty)?;
+        let block =
+            self.screen_block(0, screen_blocks(self.space.len()), &empty, &HashMap::new())?;
         let started = Instant::now();
         let (pilot, mut stats) = self.pilot(&block)?;
         stats.pilot_time_s = started.elapsed().as_secs_f64();

@@ -32,7 +32,7 @@
 
 use super::memory::MemoryFit;
 use super::row::{Outcome, PlanSummary, Pruning};
-use super::screen::{Screen, SpaceMemo};
+use super::screen::{Screen, Screened, SpaceMemo};
 use super::status::StatusFile;
 use super::DesignRow;
 use crate::arch::{ArchConfig, SearchSpace};
@@ -1496,7 +1496,7 @@ fn screen_phase(
     let mut screen_stats = super::screen::ScreenStats::default();
     for one in screened {
         screen_stats.add(&one.stats);
-        rows.extend(screen_rows(one));
+        rows.extend(screen_rows(one.points));
     }
     stats.set_screen(&screen_stats);
     write_screen_rows(&path, rows)?;
@@ -1518,13 +1518,37 @@ fn write_screen_rows(path: &Path, mut rows: Vec<ScreenRow>) -> Result<(), SweepE
     crate::output::write_atomic(path, &bytes).map_err(|e| io_error(path, e))
 }
 
-fn screen_rows(block: super::screen::BlockScreen) -> impl Iterator<Item = ScreenRow> {
-    block.points.into_iter().map(|(point, p)| ScreenRow {
+fn screen_rows(points: Vec<(u64, Screened)>) -> impl Iterator<Item = ScreenRow> {
+    points.into_iter().map(|(point, p)| ScreenRow {
         point,
         area_mm2: p.area_mm2,
         bound_samples_per_s: p.bound,
         achievable_samples_per_s: p.achievable,
     })
+}
+
+/// The points of a `screen.csv`, `seed.csv` or `pilot.csv` that `accept(row number, row)`
+/// keeps (`Ok(false)`: skip; an error refuses the file).
+fn read_screen_rows(
+    path: &Path,
+    mut accept: impl FnMut(usize, &ScreenRow) -> Result<bool, SweepError>,
+) -> Result<Vec<(u64, Screened)>, SweepError> {
+    let mut reader = csv::Reader::from_path(path).map_err(|e| io_error(path, e))?;
+    let mut points = Vec::new();
+    for (i, row) in reader.deserialize::<ScreenRow>().enumerate() {
+        let row: ScreenRow = row.map_err(|e| io_error(path, format!("row {}: {e}", i + 1)))?;
+        if accept(i + 1, &row)? {
+            points.push((
+                row.point,
+                Screened {
+                    area_mm2: row.area_mm2,
+                    bound: row.bound_samples_per_s,
+                    achievable: row.achievable_samples_per_s,
+                },
+            ));
+        }
+    }
+    Ok(points)
 }
 
 /// The seed step of a split sweep: block 0's screen into `seed.csv` (a run finding it there
@@ -1547,14 +1571,11 @@ fn seed_phase(sweep: &Sweep, options: &RunOptions) -> Result<SweepStats, SweepEr
     stats.set_screen(&screen_stats);
     stats.configurations = sweep.configs_in_block(0);
     // The pilot first: a seed directory with `seed.csv` is complete.
-    let pilot = seed.pilot.into_iter().map(|(point, p)| ScreenRow {
-        point,
-        area_mm2: p.area_mm2,
-        bound_samples_per_s: p.bound,
-        achievable_samples_per_s: p.achievable,
-    });
-    write_screen_rows(&options.out_dir.join(PILOT_CSV), pilot.collect())?;
-    write_screen_rows(&path, screen_rows(seed.block).collect())?;
+    write_screen_rows(
+        &options.out_dir.join(PILOT_CSV),
+        screen_rows(seed.pilot).collect(),
+    )?;
+    write_screen_rows(&path, screen_rows(seed.block.points).collect())?;
     stats.screen_time_s = started.elapsed().as_secs_f64();
     stats.sweep_time_s = stats.screen_time_s;
     Ok(stats)
@@ -1576,18 +1597,14 @@ fn read_seed(
     }
     let block = read_block_rows(sweep, &dir.join(SEED_CSV), &[0], |_| true)?;
     let path = dir.join(PILOT_CSV);
-    let mut reader = csv::Reader::from_path(&path).map_err(|e| io_error(&path, e))?;
     let count = super::screen::screen_blocks(sweep.space.len());
-    let mut pilot = Vec::new();
-    for (i, row) in reader.deserialize::<ScreenRow>().enumerate() {
-        let row: ScreenRow = row.map_err(|e| io_error(&path, format!("row {}: {e}", i + 1)))?;
+    let pilot = read_screen_rows(&path, |i, row| {
         let config = (row.point / sweep.points_per_config()) as usize;
         if config >= sweep.space.len() || config.is_multiple_of(count) {
             return Err(io_error(
                 &path,
                 format!(
-                    "row {}: point {} is not a pilot point of this sweep",
-                    i + 1,
+                    "row {i}: point {} is not a pilot point of this sweep",
                     row.point
                 ),
             ));
@@ -1595,18 +1612,11 @@ fn read_seed(
         if row.achievable_samples_per_s.is_none() {
             return Err(io_error(
                 &path,
-                format!("row {}: achievable_samples_per_s: missing", i + 1),
+                format!("row {i}: achievable_samples_per_s: missing"),
             ));
         }
-        pilot.push((
-            row.point,
-            super::screen::Screened {
-                area_mm2: row.area_mm2,
-                bound: row.bound_samples_per_s,
-                achievable: row.achievable_samples_per_s,
-            },
-        ));
-    }
+        Ok(true)
+    })?;
     Ok(super::screen::Seed {
         block,
         pilot,
@@ -1623,32 +1633,19 @@ fn read_block_rows(
     keep: impl Fn(&ScreenRow) -> bool,
 ) -> Result<super::screen::BlockScreen, SweepError> {
     let count = super::screen::screen_blocks(sweep.space.len());
-    let mut reader = csv::Reader::from_path(path).map_err(|e| io_error(path, e))?;
     let per = sweep.points_per_config();
-    let mut points = Vec::new();
     let mut rows = 0u64;
-    for (i, row) in reader.deserialize::<ScreenRow>().enumerate() {
-        let row = row.map_err(|e| io_error(path, format!("row {}: {e}", i + 1)))?;
+    let points = read_screen_rows(path, |i, row| {
         let config = (row.point / per) as usize;
         if config >= sweep.space.len() || !blocks.contains(&(config % count)) {
             return Err(io_error(
                 path,
-                format!("row {}: point {} is not in its blocks", i + 1, row.point),
+                format!("row {i}: point {} is not in its blocks", row.point),
             ));
         }
         rows += 1;
-        if !keep(&row) {
-            continue;
-        }
-        points.push((
-            row.point,
-            super::screen::Screened {
-                area_mm2: row.area_mm2,
-                bound: row.bound_samples_per_s,
-                achievable: row.achievable_samples_per_s,
-            },
-        ));
-    }
+        Ok(keep(row))
+    })?;
     let expected: u64 = blocks
         .iter()
         .map(|&b| sweep.configs_in_block(b) as u64 * per)
