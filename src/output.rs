@@ -78,18 +78,30 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .map_err(io)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut pid = String::new();
-                file.read_to_string(&mut pid).map_err(io)?;
-                let pid = pid.trim();
-                return Err(LockError::Held {
-                    dir: dir.to_path_buf(),
-                    pid: if pid.is_empty() { "unknown" } else { pid }.to_string(),
-                });
+        // A lock this process released can outlive its release for a moment: a child being
+        // spawned by another thread holds a copy of the descriptor until it execs. So a lock
+        // that names this process is retried for up to a second before it counts as held.
+        let mut retries = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let mut pid = String::new();
+                    file.rewind().map_err(io)?;
+                    file.read_to_string(&mut pid).map_err(io)?;
+                    let pid = pid.trim();
+                    if pid == std::process::id().to_string() && retries < 100 {
+                        retries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        continue;
+                    }
+                    return Err(LockError::Held {
+                        dir: dir.to_path_buf(),
+                        pid: if pid.is_empty() { "unknown" } else { pid }.to_string(),
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;

@@ -624,8 +624,8 @@ fn bad_chip_files_name_file_field_and_reason() {
         let m = chip_error(
             "h100.toml",
             name,
-            "static_power_w_per_mm2 = 1.3602",
-            &format!("static_power_w_per_mm2 = 1.3602{table_head}{tables}"),
+            "static_power_w_per_mm2 = 1.3636",
+            &format!("static_power_w_per_mm2 = 1.3636{table_head}{tables}"),
         );
         let field = format!("efficiency.row_hbm_bandwidth{field}");
         assert_mentions(&m, &[name, &field, expected]);

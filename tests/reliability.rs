@@ -225,6 +225,29 @@ fn an_output_directory_is_locked_while_a_run_writes_into_it() {
     );
 }
 
+/// A lock this process holds a moment longer than its owner (a child spawned by another
+/// thread keeps a copy of the descriptor until it execs) is waited for; one it keeps holding
+/// is refused after a second, naming this process.
+#[test]
+fn a_lock_held_by_this_process_is_waited_for_a_moment() {
+    let f = Fixture::new("lock-wait");
+    let out_dir = f.out("o");
+    let dir = Path::new(&out_dir).to_path_buf();
+    let lock = DirLock::acquire(&dir).expect("lock");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(lock);
+    });
+    let second = DirLock::acquire(&dir).expect("taken once the first is released");
+    release.join().expect("release thread");
+    let message = DirLock::acquire(&dir).expect_err("still held").to_string();
+    assert!(
+        message.contains(&format!("pid {}", std::process::id())),
+        "{message}"
+    );
+    drop(second);
+}
+
 /// Sets column `column` of data row `row` (0-based, after the header) of a points.csv.
 fn edit_cell(path: &Path, row: usize, column: &str, edit: impl Fn(f64) -> f64) {
     let mut reader = csv::Reader::from_path(path).expect("points");

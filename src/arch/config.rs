@@ -13,6 +13,11 @@ pub struct TensorCores {
     pub rows: u32,
     pub cols: u32,
     pub local_buffer_bytes: u64,
+    /// The GEMM library may split K across cores to fill a partly filled last wave of
+    /// tiles (Stream-K: CUTLASS 3, cuBLAS on Hopper); partial sums meet in the global buffer.
+    /// Off by default: each tile runs whole on one core, in waves.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream_k: bool,
 }
 
 /// `count` SIMD vector cores of `lanes` lanes, each with its own local buffer.
@@ -462,7 +467,7 @@ pub struct EnergyCosts {
 /// Static power per mm² of template area fitted to the H100's measured kernels
 /// (`tandem power --arch arch_specs/h100.calibrated.toml --fit calibration/data/h100/kernels.csv`):
 /// the default of chips and spaces that give none, an assumption for any chip but the H100.
-pub const DEFAULT_STATIC_POWER_W_PER_MM2: f64 = 1.3602;
+pub const DEFAULT_STATIC_POWER_W_PER_MM2: f64 = 1.3636;
 
 fn default_static_power_w_per_mm2() -> f64 {
     DEFAULT_STATIC_POWER_W_PER_MM2

@@ -679,6 +679,7 @@ impl SearchSpace {
             rows: get32(Field::TensorRows),
             cols: get32(Field::TensorCols),
             local_buffer_bytes: get(Field::TensorLocalBuffer),
+            stream_k: false,
         };
         let vector = VectorCores {
             count: get32(Field::VectorCount),

@@ -2,7 +2,8 @@
 //!
 //! Two formats are recognised by file name:
 //! - `kernels.csv` (any name ending in `kernels.csv`), written by `calibration/collect.py`:
-//!   a header row and the columns of [`CollectedRow`];
+//!   a header row and the columns of [`CollectedRow`]; its training steps take their GPU
+//!   time from the `profile.csv` of the same prefix where collect.py wrote one (`--profile`);
 //! - the LLMCompass A100 artifact (`data/reference/a100_kernels/`): headerless
 //!   `matmul_*.csv` (M, N, K, `0.1900ms`, `101.7Tflops`), `softmax_*.csv` and
 //!   `layernorm_*.csv` (M, N, G elements/s) and `gelu_*.csv` (n, G elements/s), all fp16.
@@ -12,6 +13,7 @@ use crate::error::InputError;
 use crate::placement::RecomputeMode;
 use crate::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What a measurement timed.
@@ -119,6 +121,10 @@ pub struct Measurement {
     pub board_power_w: Option<f64>,
     /// How long the row was timed for in all (samples × calls per sample × seconds per call).
     pub timed_s: f64,
+    /// For a training step collect.py profiled: the GPU time of its kernels (torch.profiler,
+    /// summed over one profiled iteration), i.e. the iteration less the GPU's waits for the
+    /// host.
+    pub gpu_busy_s: Option<f64>,
 }
 
 /// A row of `kernels.csv` as written by `calibration/collect.py` (schema: calibration/README.md).
@@ -163,8 +169,18 @@ pub fn load_measurements(dir: &Path) -> Result<Vec<Measurement>, InputError> {
             .file_name()
             .map(|n| n.to_string_lossy().to_lowercase())
             .unwrap_or_default();
-        let rows = if name.ends_with("kernels.csv") {
-            load_collected(&file)?
+        let rows = if let Some(prefix) = name.strip_suffix("kernels.csv") {
+            let mut rows = load_collected(&file)?;
+            let profile = file.with_file_name(format!("{prefix}profile.csv"));
+            if profile.is_file() {
+                let busy = load_step_profile(&profile)?;
+                for m in &mut rows {
+                    if let Some(key) = step_key(m) {
+                        m.gpu_busy_s = busy.get(&key).copied();
+                    }
+                }
+            }
+            rows
         } else if let Some(format) = ArtifactFormat::for_name(&name) {
             read_artifact(&file, format)?
         } else {
@@ -322,6 +338,7 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
             measured_s,
             board_power_w: None,
             timed_s: measured_s,
+            gpu_busy_s: None,
         });
     }
     Ok(out)
@@ -541,7 +558,76 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             measured_s: r.median_s,
             board_power_w: r.power_run_w,
             timed_s: r.median_s * (r.repeats.max(1) * r.burst.max(1)) as f64,
+            gpu_busy_s: None,
         });
     }
     Ok(out)
+}
+
+/// A training step as `kernels.csv` and `profile.csv` both name it: kernel (`pass` in the
+/// profile), batch, m, n, k, elements and group.
+type StepKey = (String, [u64; 6]);
+
+fn step_key(m: &Measurement) -> Option<StepKey> {
+    let Target::Step(step) = m.target else {
+        return None;
+    };
+    let s = step.sizes;
+    Some((
+        m.class.clone(),
+        [
+            s.global_batch,
+            s.seq_len,
+            s.hidden,
+            s.heads,
+            s.vocab,
+            s.layers,
+        ],
+    ))
+}
+
+/// A row of collect.py's `profile.csv`: one kernel name's CUDA time in one profiled run (a
+/// block's row leaves `elements` empty).
+#[derive(Debug, Deserialize)]
+struct ProfileRow {
+    pass: String,
+    batch: u64,
+    m: u64,
+    n: u64,
+    k: u64,
+    #[serde(deserialize_with = "csv::invalid_option")]
+    elements: Option<u64>,
+    group: u64,
+    total_s: f64,
+}
+
+/// The summed kernel time of every training step in a collect.py `profile.csv`.
+fn load_step_profile(file: &Path) -> Result<BTreeMap<StepKey, f64>, InputError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_path(file)
+        .map_err(|e| csv_error(file, e))?;
+    let mut busy = BTreeMap::new();
+    for (i, record) in reader.deserialize::<ProfileRow>().enumerate() {
+        let r = record.map_err(|e| csv_error(file, e))?;
+        if !(r.total_s.is_finite() && r.total_s >= 0.0) {
+            return Err(InputError::invalid(
+                file,
+                format!("row {}, total_s", i + 1),
+                format!("must be a time of zero or more seconds, got {}", r.total_s),
+            ));
+        }
+        if r.pass.starts_with("train_step") {
+            let elements = r.elements.ok_or_else(|| {
+                InputError::invalid(
+                    file,
+                    format!("row {}, elements", i + 1),
+                    "a training step needs its vocabulary size",
+                )
+            })?;
+            let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
+            *busy.entry(key).or_insert(0.0) += r.total_s;
+        }
+    }
+    Ok(busy)
 }

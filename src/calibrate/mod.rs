@@ -49,6 +49,53 @@ pub struct KernelError {
     pub signed_error: f64,
 }
 
+/// A measured training iteration against the model, with the GPU's own share of it where the
+/// iteration was profiled: an eager iteration is the GPU's kernels plus the waits of a GPU
+/// that ran ahead of the host, which the model does not price.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepError {
+    pub source: String,
+    pub class: String,
+    pub shape: String,
+    pub measured_s: f64,
+    /// The GPU time of the iteration's kernels (collect.py `--profile`).
+    pub gpu_busy_s: Option<f64>,
+    /// 1 − gpu_busy_s / measured_s: the share of the iteration the GPU waited for the host.
+    pub host_idle: Option<f64>,
+    pub predicted_s: f64,
+    /// (predicted − measured) / measured.
+    pub signed_error: f64,
+    /// (predicted − gpu_busy) / gpu_busy: the error of the model's own scope.
+    pub busy_signed_error: Option<f64>,
+}
+
+/// The training steps among `errors` (from [`kernel_errors`] over `measurements`), each with
+/// its profiled GPU time.
+pub fn step_errors(measurements: &[Measurement], errors: &[KernelError]) -> Vec<StepError> {
+    let busy: BTreeMap<&str, Option<f64>> = measurements
+        .iter()
+        .filter(|m| matches!(m.target, Target::Step(_)))
+        .map(|m| (m.source.as_str(), m.gpu_busy_s))
+        .collect();
+    errors
+        .iter()
+        .filter_map(|e| {
+            let gpu_busy_s = *busy.get(e.source.as_str())?;
+            Some(StepError {
+                source: e.source.clone(),
+                class: e.class.clone(),
+                shape: e.shape.clone(),
+                measured_s: e.measured_s,
+                gpu_busy_s,
+                host_idle: gpu_busy_s.map(|b| 1.0 - b / e.measured_s),
+                predicted_s: e.predicted_s,
+                signed_error: e.signed_error,
+                busy_signed_error: gpu_busy_s.map(|b| (e.predicted_s - b) / b),
+            })
+        })
+        .collect()
+}
+
 /// Error statistics of one class of measurements.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ErrorSummary {

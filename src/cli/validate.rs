@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    composite_latency, kernel_errors, load_measurements, summarise, summarise_errors,
-    validate_runs, ErrorSummary, KernelError, RunError, RunPlans,
+    composite_latency, kernel_errors, load_measurements, step_errors, summarise, summarise_errors,
+    validate_runs, ErrorSummary, KernelError, RunError, RunPlans, StepError,
 };
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
@@ -34,7 +34,8 @@ pub struct Args {
     /// best micro-batch the model finds, an overlapped gradient all-reduce and 1F1B.
     #[arg(long, requires = "runs")]
     run_plans: Option<PathBuf>,
-    /// Directory for kernels.csv, runs.csv, summary.csv and summary.md.
+    /// Directory for kernels.csv, steps.csv (the training iterations, with the GPU time
+    /// collect.py profiled), runs.csv, summary.csv and summary.md.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -58,6 +59,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut markdown = format!("# Validation of `{}`\n\n", args.arch.display());
     let mut summaries: Vec<(&str, ErrorSummary)> = Vec::new();
     let mut kernel_rows: Vec<KernelError> = Vec::new();
+    let mut step_rows: Vec<StepError> = Vec::new();
     if let Some(dir) = &args.kernels {
         let measurements = load_measurements(dir)?;
         kernel_rows = kernel_errors(&arch, &measurements, |m| {
@@ -69,6 +71,29 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         markdown += &format!("## Kernels (`{}`)\n\n", dir.display());
         markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
         summaries.extend(s.into_iter().map(|x| ("kernel", x)));
+        step_rows = step_errors(&measurements, &kernel_rows);
+        if !step_rows.is_empty() {
+            let rows: Vec<Vec<String>> = step_rows.iter().map(step_row).collect();
+            println!("training iterations: measured (eager, wall) and the GPU's kernels in it");
+            println!("{}", table(&STEP_HEADER, rows.clone()));
+            markdown += "## Training iterations: wall time and the GPU's own time
+
+";
+            markdown += STEP_NOTE;
+            markdown += &markdown_table(&STEP_HEADER, &rows);
+            let busy = summarise_errors(
+                step_rows
+                    .iter()
+                    .filter_map(|r| Some((r.class.as_str(), r.busy_signed_error?))),
+            );
+            if !busy.is_empty() {
+                println!("against the GPU time of the profiled iterations");
+                println!("{}", table(&SUMMARY_HEADER, summary_rows(&busy)));
+                markdown += "Against the GPU time of the profiled iterations:\n\n";
+                markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&busy));
+                summaries.extend(busy.into_iter().map(|x| ("gpu_busy", x)));
+            }
+        }
     }
     let mut run_rows = Vec::new();
     if let Some(runs) = &args.runs {
@@ -110,6 +135,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         if args.kernels.is_some() {
             write_csv(&out.join("kernels.csv"), &kernel_rows)?;
         }
+        if !step_rows.is_empty() {
+            write_csv(&out.join("steps.csv"), &step_rows)?;
+        }
         if args.runs.is_some() {
             write_csv(&out.join("runs.csv"), &run_rows)?;
         }
@@ -131,6 +159,38 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         println!("wrote {}", out.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+const STEP_HEADER: [&str; 7] = [
+    "iteration",
+    "measured",
+    "GPU busy",
+    "GPU waits for host",
+    "predicted",
+    "error",
+    "error vs GPU busy",
+];
+
+const STEP_NOTE: &str =
+    "Each iteration runs eagerly, as a user runs it; `GPU busy` is the time of \
+its kernels in a profiled run of the same iteration (collect.py `--profile`), so the GPU waited \
+for the host for the rest. The model prices the GPU's work, not the host.\n\n";
+
+fn step_row(r: &StepError) -> Vec<String> {
+    let percent = |x: Option<f64>, signed: bool| match (x, signed) {
+        (Some(x), true) => format!("{:+.1} %", 100.0 * x),
+        (Some(x), false) => format!("{:.1} %", 100.0 * x),
+        (None, _) => "-".to_string(),
+    };
+    vec![
+        format!("{} {}", r.class, r.shape),
+        seconds(r.measured_s),
+        r.gpu_busy_s.map_or("-".to_string(), seconds),
+        percent(r.host_idle, false),
+        seconds(r.predicted_s),
+        percent(Some(r.signed_error), true),
+        percent(r.busy_signed_error, true),
+    ]
 }
 
 fn run_row(r: &RunError) -> Vec<String> {

@@ -10,9 +10,14 @@
 //!   tiles stream K in lockstep, so the GLB only needs a window of their panels) or has its
 //!   full K panels resident; A is re-read once per block column and B once per block row.
 //!
+//! Where the chip's GEMM library balances work with Stream-K (`tensor.stream_k`; Osama et al.,
+//! PPoPP 2023), each tile's K slices are work units dealt evenly to the cores instead, so a
+//! partly filled last wave costs no whole wave: a core's run of units may start or end inside
+//! a tile, whose fp32 partial sums then pass through the GLB to the core that finishes it.
+//!
 //! Latency = max(compute, GLB traffic / GLB bandwidth, HBM traffic / HBM bandwidth) plus the
-//! fixed kernel overhead; the tiling is the one of a small candidate set with the lowest
-//! latency (as a cuBLAS heuristic would pick).
+//! fixed kernel overhead; the tiling (and, with Stream-K, the decomposition) is the one of a
+//! small candidate set with the lowest latency (as a cuBLAS heuristic would pick).
 
 use super::{dominant_bound, Bound, MemoryLevel};
 use crate::arch::ArchConfig;
@@ -31,6 +36,16 @@ pub struct GemmTile {
     pub k_step: u64,
 }
 
+/// How a GEMM's work is dealt to the cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decomposition {
+    /// Whole tiles, one per core, in waves.
+    Waves,
+    /// Stream-K: K slices of tiles dealt evenly to the cores.
+    StreamK,
+}
+
 /// Cost of one GEMM on a given number of cores, with the model's intermediate terms.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GemmCost {
@@ -38,9 +53,11 @@ pub struct GemmCost {
     pub energy_j: f64,
     pub bound: Bound,
     pub tile: GemmTile,
-    /// Cores that receive at least one tile.
+    pub decomposition: Decomposition,
+    /// Cores that receive work.
     pub cores_used: u32,
-    /// Tile waves over the cores used.
+    /// Tile waves over the cores used (with Stream-K, the tiles' worth of units per core,
+    /// rounded up).
     pub waves: u64,
     /// Array cycles including fill/drain and tile/wave quantisation.
     pub compute_cycles: u64,
@@ -76,12 +93,27 @@ pub fn gemm_cost(
         return empty_gemm(rows, cols);
     }
     let candidates = tile_candidates(arch, m, n, k, u64::from(elem_bytes));
+    let decompositions: &[Decomposition] = if arch.tensor.stream_k {
+        &[Decomposition::Waves, Decomposition::StreamK]
+    } else {
+        &[Decomposition::Waves]
+    };
     let mut best: Option<GemmCost> = None;
     for tile in candidates {
-        let cost = cost_with_tile(arch, batch, m, n, k, elem_bytes, cores, tile);
-        // Strict `<` keeps the first (smallest) tile on ties, so the choice is deterministic.
-        if best.is_none_or(|b| cost.latency_s < b.latency_s) {
-            best = Some(cost);
+        for &decomposition in decompositions {
+            let cost = cost_with_tile(
+                arch,
+                batch,
+                (m, n, k),
+                elem_bytes,
+                cores,
+                tile,
+                decomposition,
+            );
+            // Strict `<` keeps the first (smallest tile, waves) on ties: a deterministic choice.
+            if best.is_none_or(|b| cost.latency_s < b.latency_s) {
+                best = Some(cost);
+            }
         }
     }
     best.unwrap_or_else(|| empty_gemm(rows, cols))
@@ -97,6 +129,7 @@ fn empty_gemm(rows: u64, cols: u64) -> GemmCost {
             n: cols,
             k_step: 0,
         },
+        decomposition: Decomposition::Waves,
         cores_used: 0,
         waves: 0,
         compute_cycles: 0,
@@ -151,16 +184,14 @@ fn tile_candidates(arch: &ArchConfig, m: u64, n: u64, k: u64, elem_bytes: u64) -
     out
 }
 
-#[allow(clippy::too_many_arguments)]
 fn cost_with_tile(
     arch: &ArchConfig,
     batch: u64,
-    m: u64,
-    n: u64,
-    k: u64,
+    (m, n, k): (u64, u64, u64),
     elem_bytes: u32,
     cores: u32,
     tile: GemmTile,
+    decomposition: Decomposition,
 ) -> GemmCost {
     let eff = &arch.efficiency;
     let rows = u64::from(arch.tensor.rows.max(1));
@@ -169,13 +200,38 @@ fn cost_with_tile(
     let tiles_m = m.div_ceil(tile.m);
     let tiles_n = n.div_ceil(tile.n);
     let tiles = batch * tiles_m * tiles_n;
-    let cores_used = u64::from(cores).min(tiles);
-    let waves = tiles.div_ceil(cores_used);
-
     // Each tile is ceil(tm/rows)·ceil(tn/cols) array passes of K steps; the array fills and
     // drains once per tile (consecutive passes pipeline through it).
-    let tile_cycles = tile.m.div_ceil(rows) * tile.n.div_ceil(cols) * k + (rows + cols - 2);
-    let compute_cycles = waves * tile_cycles;
+    let passes = tile.m.div_ceil(rows) * tile.n.div_ceil(cols);
+    let fill_drain = rows + cols - 2;
+    let acc_bytes = u64::from(elem_bytes).max(MIN_ACCUMULATOR_BYTES) as f64;
+    let (cores_used, waves, compute_cycles, fixup_bytes) = match decomposition {
+        Decomposition::Waves => {
+            let cores_used = u64::from(cores).min(tiles);
+            let waves = tiles.div_ceil(cores_used);
+            (cores_used, waves, waves * (passes * k + fill_drain), 0.0)
+        }
+        Decomposition::StreamK => {
+            let slices = k.div_ceil(tile.k_step.max(1));
+            let units = tiles * slices;
+            let cores_used = u64::from(cores).min(units);
+            let per_core = units.div_ceil(cores_used);
+            // Core c runs units [c·per_core, (c+1)·per_core): the array fills and drains once
+            // per tile the run touches, and every run that starts inside a tile hands that
+            // tile's partial sums over the GLB (written once, read once).
+            let mut cycles = 0;
+            let mut split_tiles = 0u64;
+            for start in (0..units).step_by(per_core as usize) {
+                let end = (start + per_core).min(units);
+                let touched = (end - 1) / slices - start / slices + 1;
+                let run = passes * ((end - start) * k).div_ceil(slices) + touched * fill_drain;
+                cycles = cycles.max(run);
+                split_tiles += u64::from(start % slices != 0);
+            }
+            let fixup = 2.0 * split_tiles as f64 * (tile.m * tile.n) as f64 * acc_bytes;
+            (cores_used, per_core.div_ceil(slices), cycles, fixup)
+        }
+    };
     let compute_s =
         compute_cycles as f64 / (arch.clock_hz * eff.sustained_clock * eff.tensor_compute);
 
@@ -184,7 +240,8 @@ fn cost_with_tile(
     let b_bytes = kf * nf * eb;
     let c_bytes = mf * nf * eb;
 
-    let glb_bytes = bf * (a_bytes * tiles_n as f64 + b_bytes * tiles_m as f64 + c_bytes);
+    let glb_bytes =
+        bf * (a_bytes * tiles_n as f64 + b_bytes * tiles_m as f64 + c_bytes) + fixup_bytes;
     // A core draws its share of the aggregate GLB bandwidth.
     let glb_bw = arch.glb.bandwidth_bytes_per_s * cores_used as f64 / f64::from(arch.tensor.count);
     let glb_s = glb_bytes / glb_bw;
@@ -218,6 +275,7 @@ fn cost_with_tile(
         energy_j,
         bound,
         tile,
+        decomposition,
         cores_used: u32::try_from(cores_used).unwrap_or(u32::MAX),
         waves,
         compute_cycles,

@@ -26,7 +26,7 @@ pub use collective::{collective_cost, CollectiveCost};
 pub use fit::{
     class_errors, fit_efficiency, on_all_cores, predicted_latency_s, KernelClass, KernelSample,
 };
-pub use gemm::{gemm_cost, GemmCost, GemmTile};
+pub use gemm::{gemm_cost, Decomposition, GemmCost, GemmTile};
 pub use power::{
     fit_static_power, peak_power, peak_power_w, static_power_w, PeakPower, PowerRow, PowerSample,
     StaticPowerFit, MIN_POWER_WINDOW_S, PEAK_GEMM_EDGE, PEAK_STREAM_ELEMENTS,
