@@ -169,18 +169,8 @@ pub fn load_measurements(dir: &Path) -> Result<Vec<Measurement>, InputError> {
             .file_name()
             .map(|n| n.to_string_lossy().to_lowercase())
             .unwrap_or_default();
-        let rows = if let Some(prefix) = name.strip_suffix("kernels.csv") {
-            let mut rows = load_collected(&file)?;
-            let profile = file.with_file_name(format!("{prefix}profile.csv"));
-            if profile.is_file() {
-                let busy = load_step_profile(&profile)?;
-                for m in &mut rows {
-                    if let Some(key) = step_key(m) {
-                        m.gpu_busy_s = busy.get(&key).copied();
-                    }
-                }
-            }
-            rows
+        let rows = if name.ends_with("kernels.csv") {
+            load_collected(&file)?
         } else if let Some(format) = ArtifactFormat::for_name(&name) {
             read_artifact(&file, format)?
         } else {
@@ -364,12 +354,11 @@ fn dtype_bytes(dtype: &str) -> Option<u32> {
     }
 }
 
-/// The measurements of one collect.py `kernels.csv`.
+/// The measurements of one collect.py `kernels.csv`, its training steps with their GPU time
+/// from the `profile.csv` of the same prefix beside it, where there is one.
 pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_path(file)
-        .map_err(|e| csv_error(file, e))?;
+    let mut reader = headed_reader(file)?;
+    let busy = step_profile_beside(file)?;
     let mut out = Vec::new();
     for (i, record) in reader.deserialize::<CollectedRow>().enumerate() {
         let row = i + 1;
@@ -558,33 +547,29 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             measured_s: r.median_s,
             board_power_w: r.power_run_w,
             timed_s: r.median_s * (r.repeats.max(1) * r.burst.max(1)) as f64,
-            gpu_busy_s: None,
+            gpu_busy_s: match target {
+                Target::Step(_) => {
+                    let shape = [r.batch, r.m, r.n, r.k, r.elements, u64::from(r.group)];
+                    busy.get(&(r.kernel.clone(), shape)).copied()
+                }
+                _ => None,
+            },
         });
     }
     Ok(out)
 }
 
-/// A training step as `kernels.csv` and `profile.csv` both name it: kernel (`pass` in the
-/// profile), batch, m, n, k, elements and group.
-type StepKey = (String, [u64; 6]);
-
-fn step_key(m: &Measurement) -> Option<StepKey> {
-    let Target::Step(step) = m.target else {
-        return None;
-    };
-    let s = step.sizes;
-    Some((
-        m.class.clone(),
-        [
-            s.global_batch,
-            s.seq_len,
-            s.hidden,
-            s.heads,
-            s.vocab,
-            s.layers,
-        ],
-    ))
+/// A reader of a CSV file with a header row.
+fn headed_reader(file: &Path) -> Result<csv::Reader<std::fs::File>, InputError> {
+    csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_path(file)
+        .map_err(|e| csv_error(file, e))
 }
+
+/// A training step as `kernels.csv` and `profile.csv` both name it: kernel (`pass` in the
+/// profile), and batch, m, n, k, elements and group.
+type StepKey = (String, [u64; 6]);
 
 /// A row of collect.py's `profile.csv`: one kernel name's CUDA time in one profiled run (a
 /// block's row leaves `elements` empty).
@@ -601,13 +586,19 @@ struct ProfileRow {
     total_s: f64,
 }
 
-/// The summed kernel time of every training step in a collect.py `profile.csv`.
-fn load_step_profile(file: &Path) -> Result<BTreeMap<StepKey, f64>, InputError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_path(file)
-        .map_err(|e| csv_error(file, e))?;
+/// The summed kernel time of every training step in the collect.py `profile.csv` beside the
+/// `kernels.csv` `file` (same prefix); none where there is no such file.
+fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, f64>, InputError> {
     let mut busy = BTreeMap::new();
+    let name = file.file_name().map(|n| n.to_string_lossy().to_lowercase());
+    let Some(prefix) = name.as_deref().and_then(|n| n.strip_suffix("kernels.csv")) else {
+        return Ok(busy);
+    };
+    let file = &file.with_file_name(format!("{prefix}profile.csv"));
+    if !file.is_file() {
+        return Ok(busy);
+    }
+    let mut reader = headed_reader(file)?;
     for (i, record) in reader.deserialize::<ProfileRow>().enumerate() {
         let r = record.map_err(|e| csv_error(file, e))?;
         if !(r.total_s.is_finite() && r.total_s >= 0.0) {
