@@ -147,6 +147,8 @@ pub(crate) fn validate_environment(
     for (name, value) in [
         ("efficiency.gemm_overhead_s", eff.gemm_overhead_s),
         ("efficiency.vector_overhead_s", eff.vector_overhead_s),
+        ("efficiency.launch_gap_s", eff.launch_gap_s),
+        ("efficiency.host_dispatch_s", eff.host_dispatch_s),
     ] {
         non_negative(file, &field(name), value)?;
         within(file, &field(name), value, (0.0, TIME_S))?;

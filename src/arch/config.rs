@@ -220,6 +220,18 @@ pub struct Efficiency {
     /// backward's. Fitted by `calibrate` from collect.py's overlap rows (two or more GPUs).
     #[serde(skip_serializing_if = "is_one")]
     pub comm_overlap: f64,
+    /// GPU time between two kernels that the host launches one at a time (eager PyTorch, as
+    /// training runs), beyond what a replay of the same kernels from a CUDA graph leaves
+    /// between them (the replays the other fractions and overheads are fitted to). Fitted by
+    /// `calibrate` from kernels timed both ways (collect.py `--eager` rows beside graph rows).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub launch_gap_s: f64,
+    /// The host's time to dispatch one eager kernel (framework dispatch and the launch call):
+    /// a pass whose kernels are on average shorter leaves the GPU waiting for the host.
+    /// Fitted by `calibrate` from the same rows (kernels that ran faster than the host
+    /// launched them).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub host_dispatch_s: f64,
 }
 
 /// A primitive's achieved fraction of HBM bandwidth in one pass as a function of row length:
@@ -256,6 +268,10 @@ impl RowBandwidth {
 
 fn is_one(fraction: &f64) -> bool {
     *fraction == 1.0
+}
+
+fn is_zero(seconds: &f64) -> bool {
+    *seconds == 0.0
 }
 
 /// An optional value per vector primitive (a chip file's `[efficiency.vector_op_overhead_s]`,
@@ -367,6 +383,15 @@ impl PerVectorOp {
 }
 
 impl Efficiency {
+    /// The time of `kernels` kernels launched eagerly one after another whose GPU work, as a
+    /// graph replay times it, is `gpu_s` in all: each adds `launch_gap_s`, and the pass takes
+    /// no less than the host's dispatch of all of them. The host usually runs ahead of a busy
+    /// GPU, so this is the pass's time when it starts with the host no further ahead.
+    pub fn eager_pass_s(&self, gpu_s: f64, kernels: usize) -> f64 {
+        let n = kernels as f64;
+        (gpu_s + n * self.launch_gap_s).max(n * self.host_dispatch_s)
+    }
+
     /// Fixed overhead of one vector kernel of primitive `op`.
     pub fn vector_overhead_for(&self, op: VectorOp) -> f64 {
         self.vector_op_overhead_s
@@ -413,6 +438,8 @@ impl Default for Efficiency {
             link_bandwidth: 1.0,
             sustained_clock: 1.0,
             comm_overlap: 1.0,
+            launch_gap_s: 0.0,
+            host_dispatch_s: 0.0,
         }
     }
 }

@@ -21,6 +21,12 @@ use std::path::{Path, PathBuf};
 pub enum Target {
     /// One operator on the whole device (collectives: across `group` devices).
     Op(OpKind),
+    /// One GEMM or vector operator launched eagerly from the host, call after call (collect.py
+    /// rows with `timing` = `eager`): its GPU time plus the gap between eagerly launched
+    /// kernels, or the host's dispatch interval where the kernel is shorter. Beside a
+    /// graph-replayed row of the same operator it measures both (`efficiency.launch_gap_s`,
+    /// `efficiency.host_dispatch_s`).
+    Eager(OpKind),
     /// One GPT transformer block (LayerNorm, attention, GeLU MLP), forward or backward; with
     /// `tensor_parallel` > 1, one device's slice of a Megatron-LM tensor-parallel block
     /// without its collectives (one GPU cannot time them).
@@ -125,6 +131,8 @@ pub struct Measurement {
     /// summed over one profiled iteration), i.e. the iteration less the GPU's waits for the
     /// host.
     pub gpu_busy_s: Option<f64>,
+    /// The kernels that profiled iteration launched.
+    pub gpu_kernels: Option<u64>,
 }
 
 /// A row of `kernels.csv` as written by `calibration/collect.py` (schema: calibration/README.md).
@@ -149,6 +157,11 @@ pub struct CollectedRow {
     /// Median board power while the row was timed; empty when no sample fell in it.
     #[serde(default, deserialize_with = "csv::invalid_option")]
     pub power_run_w: Option<f64>,
+    /// How the row was timed: `graph` (replays of a CUDA graph: the GPU's time alone) or
+    /// `eager` (launched from the host call after call); absent in files that predate the
+    /// column, whose kernel rows replayed graphs or were only timed one way.
+    #[serde(default)]
+    pub timing: Option<String>,
 }
 
 /// All measurements in `dir`, in file-name order then row order. Files that match neither
@@ -329,6 +342,7 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
             board_power_w: None,
             timed_s: measured_s,
             gpu_busy_s: None,
+            gpu_kernels: None,
         });
     }
     Ok(out)
@@ -481,9 +495,28 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             },
             other => return Err(bad("kernel", format!("unknown kernel `{other}`"))),
         };
+        let eager = match r.timing.as_deref() {
+            None | Some("" | "graph") => false,
+            Some("eager") => true,
+            Some(other) => {
+                return Err(bad(
+                    "timing",
+                    format!("unknown timing `{other}` (expected graph or eager)"),
+                ))
+            }
+        };
+        let (target, class) = match target {
+            Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) if eager => {
+                (Target::Eager(kind), format!("{}_eager", r.kernel))
+            }
+            other => (other, r.kernel.clone()),
+        };
         let zero = match target {
-            Target::Op(OpKind::Gemm { m, n, k, .. }) => m == 0 || n == 0 || k == 0,
-            Target::Op(OpKind::Vector { elements, .. }) => elements == 0,
+            Target::Op(OpKind::Gemm { m, n, k, .. })
+            | Target::Eager(OpKind::Gemm { m, n, k, .. }) => m == 0 || n == 0 || k == 0,
+            Target::Op(OpKind::Vector { elements, .. })
+            | Target::Eager(OpKind::Vector { elements, .. }) => elements == 0,
+            Target::Eager(OpKind::Collective { .. }) => false,
             Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
             Target::Block { shape: b, .. } => {
                 [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
@@ -539,21 +572,23 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Workload::gpt(&r.kernel, file, step.sizes, Precision::Fp16)
                 .map_err(|e| in_row(row, e))?;
         }
+        let profiled = match target {
+            Target::Step(_) => {
+                let shape = [r.batch, r.m, r.n, r.k, r.elements, u64::from(r.group)];
+                busy.get(&(r.kernel.clone(), shape)).copied()
+            }
+            _ => None,
+        };
         out.push(Measurement {
             source: format!("{}:{row}", file.display()),
-            class: r.kernel.clone(),
+            class,
             target,
             elem_bytes,
             measured_s: r.median_s,
             board_power_w: r.power_run_w,
             timed_s: r.median_s * (r.repeats.max(1) * r.burst.max(1)) as f64,
-            gpu_busy_s: match target {
-                Target::Step(_) => {
-                    let shape = [r.batch, r.m, r.n, r.k, r.elements, u64::from(r.group)];
-                    busy.get(&(r.kernel.clone(), shape)).copied()
-                }
-                _ => None,
-            },
+            gpu_busy_s: profiled.map(|(busy_s, _)| busy_s),
+            gpu_kernels: profiled.map(|(_, kernels)| kernels),
         });
     }
     Ok(out)
@@ -583,12 +618,14 @@ struct ProfileRow {
     #[serde(deserialize_with = "csv::invalid_option")]
     elements: Option<u64>,
     group: u64,
+    calls: u64,
     total_s: f64,
 }
 
-/// The summed kernel time of every training step in the collect.py `profile.csv` beside the
-/// `kernels.csv` `file` (same prefix); none where there is no such file.
-fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, f64>, InputError> {
+/// The summed kernel time and kernel count of every training step in the collect.py
+/// `profile.csv` beside the `kernels.csv` `file` (same prefix); none where there is no such
+/// file.
+fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, (f64, u64)>, InputError> {
     let mut busy = BTreeMap::new();
     let name = file.file_name().map(|n| n.to_string_lossy().to_lowercase());
     let Some(prefix) = name.as_deref().and_then(|n| n.strip_suffix("kernels.csv")) else {
@@ -617,7 +654,9 @@ fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, f64>, InputError
                 )
             })?;
             let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
-            *busy.entry(key).or_insert(0.0) += r.total_s;
+            let (busy_s, kernels) = busy.entry(key).or_insert((0.0, 0));
+            *busy_s += r.total_s;
+            *kernels += r.calls;
         }
     }
     Ok(busy)

@@ -34,7 +34,7 @@ use crate::error::InputError;
 use crate::placement::exposed_after_overlap;
 use crate::workload::{CollectiveKind, OpKind};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Predicted against measured for one measurement.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,8 +50,9 @@ pub struct KernelError {
 }
 
 /// A measured training iteration against the model, with the GPU's own share of it where the
-/// iteration was profiled: an eager iteration is the GPU's kernels plus the waits of a GPU
-/// that ran ahead of the host, which the model does not price.
+/// iteration was profiled. An eager iteration is the GPU's kernels, the launch gap after each
+/// (`efficiency.launch_gap_s`, fitted to single kernels) and any further waits of a GPU that
+/// ran ahead of the host, which the model does not price.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepError {
     pub source: String,
@@ -60,37 +61,51 @@ pub struct StepError {
     pub measured_s: f64,
     /// The GPU time of the iteration's kernels (collect.py `--profile`).
     pub gpu_busy_s: Option<f64>,
-    /// 1 − gpu_busy_s / measured_s: the share of the iteration the GPU waited for the host.
-    pub host_idle: Option<f64>,
+    /// The kernels the profiled iteration launched.
+    pub gpu_kernels: Option<u64>,
+    /// gpu_busy_s + gpu_kernels · launch_gap_s: the iteration had the host kept the GPU fed.
+    pub launched_s: Option<f64>,
+    /// 1 − launched_s / measured_s: the share of the iteration the GPU waited for the host
+    /// beyond the launch gaps.
+    pub host_wait: Option<f64>,
     pub predicted_s: f64,
     /// (predicted − measured) / measured.
     pub signed_error: f64,
-    /// (predicted − gpu_busy) / gpu_busy: the error of the model's own scope.
-    pub busy_signed_error: Option<f64>,
+    /// (predicted − launched) / launched: the error of the model's own scope.
+    pub launched_signed_error: Option<f64>,
 }
 
 /// The training steps among `errors` (from [`kernel_errors`] over `measurements`), each with
-/// its profiled GPU time.
-pub fn step_errors(measurements: &[Measurement], errors: &[KernelError]) -> Vec<StepError> {
-    let busy: BTreeMap<&str, Option<f64>> = measurements
+/// its profiled GPU time and that time with a gap of `launch_gap_s` after each kernel.
+pub fn step_errors(
+    measurements: &[Measurement],
+    errors: &[KernelError],
+    launch_gap_s: f64,
+) -> Vec<StepError> {
+    let profiled: BTreeMap<&str, (Option<f64>, Option<u64>)> = measurements
         .iter()
         .filter(|m| matches!(m.target, Target::Step(_)))
-        .map(|m| (m.source.as_str(), m.gpu_busy_s))
+        .map(|m| (m.source.as_str(), (m.gpu_busy_s, m.gpu_kernels)))
         .collect();
     errors
         .iter()
         .filter_map(|e| {
-            let gpu_busy_s = *busy.get(e.source.as_str())?;
+            let (gpu_busy_s, gpu_kernels) = *profiled.get(e.source.as_str())?;
+            let launched_s = gpu_busy_s
+                .zip(gpu_kernels)
+                .map(|(busy_s, kernels)| busy_s + kernels as f64 * launch_gap_s);
             Some(StepError {
                 source: e.source.clone(),
                 class: e.class.clone(),
                 shape: e.shape.clone(),
                 measured_s: e.measured_s,
                 gpu_busy_s,
-                host_idle: gpu_busy_s.map(|b| 1.0 - b / e.measured_s),
+                gpu_kernels,
+                launched_s,
+                host_wait: launched_s.map(|l| 1.0 - l / e.measured_s),
                 predicted_s: e.predicted_s,
                 signed_error: e.signed_error,
-                busy_signed_error: gpu_busy_s.map(|b| (e.predicted_s - b) / b),
+                launched_signed_error: launched_s.map(|l| (e.predicted_s - l) / l),
             })
         })
         .collect()
@@ -186,6 +201,15 @@ pub fn kernel_errors(
                     };
                     (predicted_latency_s(&isolated, &sample), shape(&kind))
                 }
+                Target::Eager(kind) => {
+                    let sample = KernelSample {
+                        kind,
+                        elem_bytes: m.elem_bytes,
+                        measured_s: m.measured_s,
+                    };
+                    let gpu_s = predicted_latency_s(&isolated, &sample);
+                    (isolated.efficiency.eager_pass_s(gpu_s, 1), shape(&kind))
+                }
                 Target::Block { shape, .. } => (predict_composite(m)?, shape.label()),
                 Target::Step(step) => (predict_composite(m)?, step.label()),
                 Target::Overlap { part, shape } => (
@@ -262,17 +286,75 @@ fn fit_comm_overlap(measurements: &[Measurement]) -> Result<Option<(f64, usize)>
         let hidden_s = gemms_s + all_reduce_s - both_s;
         fractions.push((hidden_s / gemms_s.min(all_reduce_s)).clamp(0.0, 1.0));
     }
-    if fractions.is_empty() {
-        return Ok(None);
+    let count = fractions.len();
+    Ok(median(fractions).map(|m| (m, count)))
+}
+
+/// The eager launch costs fitted from kernels timed both ways: the host's dispatch interval,
+/// the median time per call of the eager rows that took over twice their graph-replayed time
+/// (kernels the host launched slower than the GPU ran them), and the launch gap, the median
+/// excess of an eager row over its graph-replayed twin among kernels of at least twice that
+/// interval (which the host keeps fed). `None` without such pairs of both kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LaunchFit {
+    pub launch_gap_s: f64,
+    pub host_dispatch_s: f64,
+    /// Pairs that set each value.
+    pub gpu_bound_pairs: usize,
+    pub host_bound_pairs: usize,
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
     }
-    fractions.sort_by(f64::total_cmp);
-    let mid = fractions.len() / 2;
-    let median = if fractions.len() % 2 == 1 {
-        fractions[mid]
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[mid]
     } else {
-        0.5 * (fractions[mid - 1] + fractions[mid])
-    };
-    Ok(Some((median, fractions.len())))
+        0.5 * (values[mid - 1] + values[mid])
+    })
+}
+
+/// See [`LaunchFit`].
+pub fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
+    // Looked up only, never iterated: the fit does not depend on the map's order.
+    let mut replayed: HashMap<(OpKind, u32), f64> = HashMap::new();
+    for m in measurements {
+        if let Target::Op(kind) = m.target {
+            replayed.entry((kind, m.elem_bytes)).or_insert(m.measured_s);
+        }
+    }
+    // (graph-replayed, eager) seconds per call of each operator timed both ways.
+    let pairs: Vec<(f64, f64)> = measurements
+        .iter()
+        .filter_map(|m| match m.target {
+            Target::Eager(kind) => replayed
+                .get(&(kind, m.elem_bytes))
+                .map(|&graph_s| (graph_s, m.measured_s)),
+            _ => None,
+        })
+        .collect();
+    let host_bound: Vec<f64> = pairs
+        .iter()
+        .filter(|(graph_s, eager_s)| *eager_s > 2.0 * graph_s)
+        .map(|&(_, eager_s)| eager_s)
+        .collect();
+    let host_bound_pairs = host_bound.len();
+    let host_dispatch_s = median(host_bound)?;
+    let gaps: Vec<f64> = pairs
+        .iter()
+        .filter(|(graph_s, _)| *graph_s >= 2.0 * host_dispatch_s)
+        .map(|(graph_s, eager_s)| eager_s - graph_s)
+        .collect();
+    let gpu_bound_pairs = gaps.len();
+    Some(LaunchFit {
+        launch_gap_s: median(gaps)?.max(0.0),
+        host_dispatch_s,
+        gpu_bound_pairs,
+        host_bound_pairs,
+    })
 }
 
 /// The measurements the efficiency fit uses: single operators (GEMMs, vector kernels,
@@ -321,6 +403,8 @@ pub struct Calibration {
     /// How many collective measurements set `efficiency.link_bandwidth`; 0 keeps the chip's
     /// value.
     pub collectives: usize,
+    /// The eager launch costs, where kernels were timed both ways; `None` keeps the chip's.
+    pub launch: Option<LaunchFit>,
 }
 
 /// Fits `arch`'s efficiency parameters to `measurements` and cross-validates the fit.
@@ -343,10 +427,13 @@ pub fn calibrate(
         })
         .collect();
     let overlap = fit_comm_overlap(measurements)?;
+    let launch = fit_launch(measurements);
     let isolated = arch.timed_in_isolation();
     let fit = |samples: &[KernelSample]| Efficiency {
         sustained_clock: arch.efficiency.sustained_clock,
         comm_overlap: overlap.map_or(arch.efficiency.comm_overlap, |(f, _)| f),
+        launch_gap_s: launch.map_or(arch.efficiency.launch_gap_s, |l| l.launch_gap_s),
+        host_dispatch_s: launch.map_or(arch.efficiency.host_dispatch_s, |l| l.host_dispatch_s),
         ..fit_efficiency(&isolated, samples)
     };
     let mut held_out: Vec<Option<KernelError>> = vec![None; usable.len()];
@@ -376,6 +463,7 @@ pub fn calibrate(
         held_out,
         in_sample,
         overlaps: overlap.map_or(0, |(_, n)| n),
+        launch,
         collectives: all
             .iter()
             .filter(|s| KernelClass::of(&s.kind) == KernelClass::Collective)

@@ -89,6 +89,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "efficiency": fit.efficiency,
             "overlaps": fit.overlaps,
             "collectives": fit.collectives,
+            "launch": fit.launch,
             "held_out": held_out,
             "in_sample": in_sample,
         });
@@ -192,6 +193,21 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!("comm_overlap ({} overlaps measured)", fit.overlaps),
             format!("{:.3}", before.comm_overlap),
             format!("{:.3}", e.comm_overlap),
+        ]);
+    }
+    let (gpu_bound, host_bound) = fit
+        .launch
+        .map_or((0, 0), |l| (l.gpu_bound_pairs, l.host_bound_pairs));
+    if fit.launch.is_some() || before.launch_gap_s != 0.0 || before.host_dispatch_s != 0.0 {
+        rows.push(vec![
+            format!("launch_gap_s ({gpu_bound} kernels timed eagerly and replayed)"),
+            format!("{:.2e}", before.launch_gap_s),
+            format!("{:.2e}", e.launch_gap_s),
+        ]);
+        rows.push(vec![
+            format!("host_dispatch_s ({host_bound} kernels faster than their launch)"),
+            format!("{:.2e}", before.host_dispatch_s),
+            format!("{:.2e}", e.host_dispatch_s),
         ]);
     }
     println!("{}", table(&["parameter", "before", "fitted"], rows));

@@ -13,14 +13,17 @@ use crate::schedule::{energy_lower_bound, lower_bound, ScheduleError, SchedulePr
 use crate::workload::{Layer, Workload};
 use std::collections::BTreeMap;
 
-/// Forward, backward and selective-recompute lower bounds of one layer on `cost`'s chip.
+/// Forward, backward and selective-recompute lower bounds of one layer on `cost`'s chip, as
+/// training launches their kernels.
 fn layer_bounds(layer: &Layer, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
     let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
     let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
+    // Eager launch only adds to a pass, and monotonically in its GPU time.
+    let efficiency = &cost.arch().efficiency;
     Ok([
-        lower_bound(&fwd_problem)?,
-        lower_bound(&bwd_problem)?,
-        attention_core(&layer.fwd, &fwd_problem).0,
+        efficiency.eager_pass_s(lower_bound(&fwd_problem)?, layer.fwd.ops.len()),
+        efficiency.eager_pass_s(lower_bound(&bwd_problem)?, layer.bwd.ops.len()),
+        attention_core(&layer.fwd, &fwd_problem, efficiency).0,
     ])
 }
 
@@ -123,10 +126,11 @@ impl LayerWork {
         for (count, layer) in &self.unique {
             let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
             let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
-            let (selective_s, selective_j) = attention_core(&layer.fwd, &fwd_problem);
+            let efficiency = &cost.arch().efficiency;
+            let (selective_s, selective_j) = attention_core(&layer.fwd, &fwd_problem, efficiency);
             let times = [
-                lower_bound(&fwd_problem)?,
-                lower_bound(&bwd_problem)?,
+                efficiency.eager_pass_s(lower_bound(&fwd_problem)?, layer.fwd.ops.len()),
+                efficiency.eager_pass_s(lower_bound(&bwd_problem)?, layer.bwd.ops.len()),
                 selective_s,
             ];
             let joules = [

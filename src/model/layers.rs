@@ -3,7 +3,7 @@
 //! accumulation and selective recomputation beside it.
 
 use super::EvaluateError;
-use crate::arch::ArchConfig;
+use crate::arch::{ArchConfig, Efficiency};
 use crate::cost::{collective_cost, CollectiveCost, CostModel};
 use crate::placement::{BytesPerParam, LayerCost, LayerCostGraph, Plan, RecomputeMode, ZeroStage};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
@@ -22,6 +22,10 @@ pub struct UniqueLayerSchedule {
     pub count: usize,
     pub fwd: Arc<Schedule>,
     pub bwd: Arc<Schedule>,
+    /// The forward and backward as training launches their kernels: each schedule's GPU work
+    /// plus the chip's eager launch costs ([`Efficiency::eager_pass_s`]).
+    pub fwd_s: f64,
+    pub bwd_s: f64,
     /// The problems the schedules solve (operator names and variants, for display).
     #[serde(skip)]
     pub fwd_problem: ScheduleProblem,
@@ -207,8 +211,11 @@ pub fn layer_costs(
                 let hardware = cost.hardware_key();
                 let fwd = cache.get_or_compute(&format!("{key}|fwd"), hardware, &fwd_problem)?;
                 let bwd = cache.get_or_compute(&format!("{key}|bwd"), hardware, &bwd_problem)?;
+                let efficiency = &cost.arch().efficiency;
+                let fwd_s = efficiency.eager_pass_s(fwd.makespan_s, layer.fwd.ops.len());
+                let bwd_s = efficiency.eager_pass_s(bwd.makespan_s, layer.bwd.ops.len());
                 let (selective_recompute_s, selective_recompute_energy_j) =
-                    attention_core(&layer.fwd, &fwd_problem);
+                    attention_core(&layer.fwd, &fwd_problem, efficiency);
                 let (optimizer_step_s, optimizer_step_energy_j) =
                     optimizer_step(workload, cost, layer.params);
                 let (grad_accumulation_s, grad_accumulation_energy_j) =
@@ -220,6 +227,8 @@ pub fn layer_costs(
                     count: 1,
                     fwd,
                     bwd,
+                    fwd_s,
+                    bwd_s,
                     fwd_problem,
                     bwd_problem,
                     selective_recompute_s,
@@ -236,8 +245,8 @@ pub fn layer_costs(
         let replica_sync = replica_grad_sync(workload, cost, layer);
         layers.push(LayerCost {
             name: layer.name.clone(),
-            fwd_s: s.fwd.makespan_s,
-            bwd_s: s.bwd.makespan_s,
+            fwd_s: s.fwd_s,
+            bwd_s: s.bwd_s,
             selective_recompute_s: s.selective_recompute_s,
             params: layer.params,
             activation_bytes: layer.activation_bytes,
@@ -302,9 +311,10 @@ pub(super) fn grad_accumulation(workload: &Workload, cost: &CostModel, params: u
 }
 
 /// Time and energy of `ops` on the chip's vector cores: one after another, each in its
-/// faster variant.
+/// faster variant, launched as training launches them.
 fn kernels_in_turn(cost: &CostModel, ops: &[Op]) -> (f64, f64) {
-    ops.iter()
+    let (gpu_s, energy_j) = ops
+        .iter()
         .map(|op| {
             let c = cost.op_cost(op);
             if c.all_cores_s <= c.one_core_s {
@@ -313,13 +323,21 @@ fn kernels_in_turn(cost: &CostModel, ops: &[Op]) -> (f64, f64) {
                 (c.one_core_s, c.one_core_energy_j)
             }
         })
-        .fold((0.0, 0.0), |(s, j), (op_s, op_j)| (s + op_s, j + op_j))
+        .fold((0.0, 0.0), |(s, j), (op_s, op_j)| (s + op_s, j + op_j));
+    (
+        cost.arch().efficiency.eager_pass_s(gpu_s, ops.len()),
+        energy_j,
+    )
 }
 
 /// Time and energy of re-running the attention core (QKᵀ, softmax, dropout, ×V) that
 /// selective recompute drops from memory: the operators over the score tensor, found by shape
 /// (the softmax's element count), each in its faster variant since they form a chain.
-pub(super) fn attention_core(graph: &OpGraph, problem: &ScheduleProblem) -> (f64, f64) {
+pub(super) fn attention_core(
+    graph: &OpGraph,
+    problem: &ScheduleProblem,
+    efficiency: &Efficiency,
+) -> (f64, f64) {
     let score_elements: Vec<u64> = graph
         .ops
         .iter()
@@ -343,6 +361,7 @@ pub(super) fn attention_core(graph: &OpGraph, problem: &ScheduleProblem) -> (f64
     };
     let mut time_s = 0.0;
     let mut energy_j = 0.0;
+    let mut kernels = 0;
     for (op, sched) in graph.ops.iter().zip(&problem.ops) {
         if touches_scores(&op.kind) {
             let (t, e) = if sched.all_cores_s < sched.one_core_s {
@@ -352,7 +371,8 @@ pub(super) fn attention_core(graph: &OpGraph, problem: &ScheduleProblem) -> (f64
             };
             time_s += t;
             energy_j += e;
+            kernels += 1;
         }
     }
-    (time_s, energy_j)
+    (efficiency.eager_pass_s(time_s, kernels), energy_j)
 }

@@ -312,7 +312,7 @@ impl Comparison {
                 .unique
                 .iter()
                 .max_by_key(|u| u.count)
-                .map_or(f64::INFINITY, |u| u.fwd.makespan_s + u.bwd.makespan_s)
+                .map_or(f64::INFINITY, |u| u.fwd_s + u.bwd_s)
         })
     }
 
