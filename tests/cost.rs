@@ -404,7 +404,7 @@ fn vector_op_on_a100_is_memory_bound_for_large_n() {
                     * a100
                         .efficiency
                         .hbm_bandwidth_for_rows(op, Pass::Forward, 4096))
-                + a100.efficiency.vector_overhead_for(op),
+                + a100.efficiency.vector_overhead_for(op, Pass::Forward),
             "memory-bound latency",
         );
     }
@@ -902,6 +902,11 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         .efficiency
         .vector_op_backward_hbm_bandwidth
         .set(VectorOp::Softmax, Some(0.6));
+    // ... and with an overhead of its own.
+    truth
+        .efficiency
+        .vector_op_backward_overhead_s
+        .set(VectorOp::Softmax, Some(8e-6));
     // Compute-bound, memory-bound and overhead-bound GEMMs; small and large vector ops.
     let gemms = [
         (512, 512, 512),
@@ -970,12 +975,25 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         "vector_overhead_s (softmax)",
     );
     near(
-        fitted.vector_overhead_for(VectorOp::Gelu),
+        fitted.vector_overhead_for(VectorOp::Gelu, Pass::Forward),
         20e-6,
         0.1e-6,
         "gelu overhead",
     );
     assert_eq!(fitted.vector_op_overhead_s.get(VectorOp::Softmax), None);
+    near(
+        fitted.vector_overhead_for(VectorOp::Softmax, Pass::Backward),
+        8e-6,
+        0.1e-6,
+        "softmax backward overhead",
+    );
+    // LayerNorm's backward was not measured: it keeps the primitive's overhead.
+    assert_eq!(
+        fitted
+            .vector_op_backward_overhead_s
+            .get(VectorOp::LayerNorm),
+        None
+    );
     near(
         fitted.hbm_bandwidth_for(VectorOp::Softmax, Pass::Forward),
         0.5,
@@ -1038,8 +1056,8 @@ fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
     );
     for op in [VectorOp::Softmax, VectorOp::LayerNorm, VectorOp::Gelu] {
         near(
-            e.vector_overhead_for(op),
-            fitted.vector_overhead_for(op),
+            e.vector_overhead_for(op, Pass::Forward),
+            fitted.vector_overhead_for(op, Pass::Forward),
             1e-6,
             &format!("{op:?} overhead"),
         );

@@ -172,10 +172,18 @@ pub(crate) fn validate_environment(
                 }
             }
         }
-        if let Some(value) = eff.vector_op_overhead_s.get(op) {
-            let name = field(&format!("efficiency.vector_op_overhead_s.{name}"));
-            non_negative(file, &name, value)?;
-            within(file, &name, value, (0.0, TIME_S))?;
+        for (table, values) in [
+            ("vector_op_overhead_s", &eff.vector_op_overhead_s),
+            (
+                "vector_op_backward_overhead_s",
+                &eff.vector_op_backward_overhead_s,
+            ),
+        ] {
+            if let Some(value) = values.get(op) {
+                let name = field(&format!("efficiency.{table}.{name}"));
+                non_negative(file, &name, value)?;
+                within(file, &name, value, (0.0, TIME_S))?;
+            }
         }
     }
     for (i, table) in eff.row_hbm_bandwidth.iter().enumerate() {

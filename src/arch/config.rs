@@ -190,6 +190,11 @@ pub struct Efficiency {
     /// Per-primitive overrides of `vector_overhead_s` (kernels differ in launch and
     /// prologue work); unset primitives use `vector_overhead_s`.
     pub vector_op_overhead_s: PerVectorOp,
+    /// Per-primitive overrides of the overhead for backward kernels (another kernel, often
+    /// with less set-up: dropout's backward draws no random numbers); unset primitives use
+    /// their forward value.
+    #[serde(skip_serializing_if = "PerVectorOp::is_empty")]
+    pub vector_op_backward_overhead_s: PerVectorOp,
     /// Per-primitive overrides of `hbm_bandwidth` for vector kernels (implementations
     /// stream at different rates: a softmax that holds its row in registers runs at lower
     /// occupancy than an element-wise kernel); unset primitives use `hbm_bandwidth`.
@@ -392,10 +397,14 @@ impl Efficiency {
         (gpu_s + n * self.launch_gap_s).max(n * self.host_dispatch_s)
     }
 
-    /// Fixed overhead of one vector kernel of primitive `op`.
-    pub fn vector_overhead_for(&self, op: VectorOp) -> f64 {
-        self.vector_op_overhead_s
-            .get(op)
+    /// Fixed overhead of one vector kernel of primitive `op` in `pass`.
+    pub fn vector_overhead_for(&self, op: VectorOp, pass: Pass) -> f64 {
+        let backward = match pass {
+            Pass::Forward => None,
+            Pass::Backward => self.vector_op_backward_overhead_s.get(op),
+        };
+        backward
+            .or(self.vector_op_overhead_s.get(op))
             .unwrap_or(self.vector_overhead_s)
     }
 
@@ -432,6 +441,7 @@ impl Default for Efficiency {
             gemm_overhead_s: 0.0,
             vector_overhead_s: 0.0,
             vector_op_overhead_s: PerVectorOp::default(),
+            vector_op_backward_overhead_s: PerVectorOp::default(),
             vector_op_hbm_bandwidth: PerVectorOp::default(),
             vector_op_backward_hbm_bandwidth: PerVectorOp::default(),
             row_hbm_bandwidth: Vec::new(),

@@ -132,7 +132,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         fn(&Efficiency) -> &PerVectorOp,
         fn(&Efficiency, VectorOp) -> String,
     );
-    let columns: [PerOpColumn; 3] = [
+    let columns: [PerOpColumn; 4] = [
         (
             "hbm_bandwidth",
             "",
@@ -149,7 +149,13 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "vector_overhead_s",
             "",
             |e| &e.vector_op_overhead_s,
-            |e, op| format!("{:.2e}", e.vector_overhead_for(op)),
+            |e, op| format!("{:.2e}", e.vector_overhead_for(op, Pass::Forward)),
+        ),
+        (
+            "vector_overhead_s",
+            " backward",
+            |e| &e.vector_op_backward_overhead_s,
+            |e, op| format!("{:.2e}", e.vector_overhead_for(op, Pass::Backward)),
         ),
     ];
     for op in VectorOp::ALL {

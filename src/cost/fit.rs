@@ -124,6 +124,7 @@ enum Param {
     HbmBandwidth,
     GemmOverhead,
     VectorOverhead(VectorOp),
+    VectorBackwardOverhead(VectorOp),
     VectorBandwidth(VectorOp),
     VectorBackwardBandwidth(VectorOp),
     /// The fraction at one row length of one of `row_hbm_bandwidth`'s tables.
@@ -143,7 +144,9 @@ impl Param {
             | Param::VectorBackwardBandwidth(_)
             | Param::RowBandwidth { .. }
             | Param::LinkBandwidth => FRACTION_RANGE,
-            Param::GemmOverhead | Param::VectorOverhead(_) => OVERHEAD_RANGE_S,
+            Param::GemmOverhead | Param::VectorOverhead(_) | Param::VectorBackwardOverhead(_) => {
+                OVERHEAD_RANGE_S
+            }
         }
     }
 
@@ -152,7 +155,8 @@ impl Param {
             Param::TensorCompute => eff.tensor_compute,
             Param::HbmBandwidth => eff.hbm_bandwidth,
             Param::GemmOverhead => eff.gemm_overhead_s,
-            Param::VectorOverhead(op) => eff.vector_overhead_for(op),
+            Param::VectorOverhead(op) => eff.vector_overhead_for(op, Pass::Forward),
+            Param::VectorBackwardOverhead(op) => eff.vector_overhead_for(op, Pass::Backward),
             Param::VectorBandwidth(op) => eff.hbm_bandwidth_for(op, Pass::Forward),
             Param::VectorBackwardBandwidth(op) => eff.hbm_bandwidth_for(op, Pass::Backward),
             Param::RowBandwidth { table, row } => eff.row_hbm_bandwidth[table].hbm_bandwidth[row],
@@ -166,6 +170,9 @@ impl Param {
             Param::HbmBandwidth => eff.hbm_bandwidth = value,
             Param::GemmOverhead => eff.gemm_overhead_s = value,
             Param::VectorOverhead(op) => eff.vector_op_overhead_s.set(op, Some(value)),
+            Param::VectorBackwardOverhead(op) => {
+                eff.vector_op_backward_overhead_s.set(op, Some(value))
+            }
             Param::VectorBandwidth(op) => eff.vector_op_hbm_bandwidth.set(op, Some(value)),
             Param::VectorBackwardBandwidth(op) => {
                 eff.vector_op_backward_hbm_bandwidth.set(op, Some(value))
@@ -226,6 +233,7 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
             .efficiency
             .vector_op_backward_hbm_bandwidth
             .set(op, None);
+        trial.efficiency.vector_op_backward_overhead_s.set(op, None);
     }
     descend(&mut trial, samples, &params);
     let own: Vec<Param> = vector_ops
@@ -237,7 +245,14 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
             let backward = backward_ops
                 .contains(&op)
                 .then_some(Param::VectorBackwardBandwidth(op));
-            [forward, backward, Some(Param::VectorOverhead(op))]
+            let backward_overhead = (forward.is_some() && backward.is_some())
+                .then_some(Param::VectorBackwardOverhead(op));
+            [
+                forward,
+                backward,
+                Some(Param::VectorOverhead(op)),
+                backward_overhead,
+            ]
         })
         .flatten()
         .collect();
@@ -245,6 +260,13 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
     // Each table with its primitive's overhead, which one bandwidth over rows of several
     // lengths had to compromise with.
     trial.efficiency.row_hbm_bandwidth = row_tables(&trial.efficiency, samples);
+    // A pass's own overhead where both passes were measured.
+    let overhead_of = |op: VectorOp, pass: Pass| match pass {
+        Pass::Backward if forward_ops.contains(&op) && backward_ops.contains(&op) => {
+            Param::VectorBackwardOverhead(op)
+        }
+        _ => Param::VectorOverhead(op),
+    };
     let rows: Vec<Param> = trial
         .efficiency
         .row_hbm_bandwidth
@@ -253,7 +275,7 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
         .flat_map(|(table, t)| {
             (0..t.row_len.len())
                 .map(move |row| Param::RowBandwidth { table, row })
-                .chain([Param::VectorOverhead(t.op)])
+                .chain([overhead_of(t.op, t.pass)])
         })
         .collect();
     descend(&mut trial, samples, &rows);
@@ -261,7 +283,7 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
     let mut eff = trial.efficiency;
     let fitted: Vec<(VectorOp, f64)> = vector_ops
         .iter()
-        .map(|&op| (op, eff.vector_overhead_for(op)))
+        .map(|&op| (op, eff.vector_overhead_for(op, Pass::Forward)))
         .collect();
     if let Some(default_s) = fitted.iter().map(|&(_, s)| s).reduce(f64::min) {
         eff.vector_overhead_s = default_s;
@@ -276,6 +298,10 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
             .set(op, (bandwidth != eff.hbm_bandwidth).then_some(bandwidth));
     }
     for &op in &backward_ops {
+        let backward_s = eff.vector_overhead_for(op, Pass::Backward);
+        let forward_s = eff.vector_overhead_for(op, Pass::Forward);
+        eff.vector_op_backward_overhead_s
+            .set(op, (backward_s != forward_s).then_some(backward_s));
         let backward = eff.hbm_bandwidth_for(op, Pass::Backward);
         let forward = eff.hbm_bandwidth_for(op, Pass::Forward);
         eff.vector_op_backward_hbm_bandwidth

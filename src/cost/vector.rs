@@ -167,7 +167,7 @@ pub fn vector_cost(
     let overhead_s = if elements == 0 {
         0.0
     } else {
-        eff.vector_overhead_for(op)
+        eff.vector_overhead_for(op, pass)
     };
     let bound = dominant_bound(
         compute_s,
