@@ -318,7 +318,7 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 }
 
 /// See [`LaunchFit`].
-pub fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
+fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
     // Looked up only, never iterated: the fit does not depend on the map's order.
     let mut replayed: HashMap<(OpKind, u32), f64> = HashMap::new();
     for m in measurements {
