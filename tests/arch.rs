@@ -647,6 +647,31 @@ fn bad_chip_files_name_file_field_and_reason() {
     );
 
     let m = chip_error(
+        "h200.toml",
+        "launch_gap.toml",
+        "launch_gap_s = 2.05e-6",
+        "launch_gap_s = -2.05e-6",
+    );
+    assert_mentions(
+        &m,
+        &["efficiency.launch_gap_s", "non-negative", "-0.00000205"],
+    );
+
+    let m = chip_error(
+        "h200.toml",
+        "dropout_backward_overhead.toml",
+        "host_dispatch_s = 10.1e-6",
+        "host_dispatch_s = 10.1e-6\n\n[efficiency.vector_op_backward_overhead_s]\ndropout = -1.6e-6",
+    );
+    assert_mentions(
+        &m,
+        &[
+            "efficiency.vector_op_backward_overhead_s.dropout",
+            "non-negative",
+        ],
+    );
+
+    let m = chip_error(
         "a100.toml",
         "unknown_primitive.toml",
         "softmax = 0.74",
