@@ -495,28 +495,11 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             },
             other => return Err(bad("kernel", format!("unknown kernel `{other}`"))),
         };
-        let eager = match r.timing.as_deref() {
-            None | Some("" | "graph") => false,
-            Some("eager") => true,
-            Some(other) => {
-                return Err(bad(
-                    "timing",
-                    format!("unknown timing `{other}` (expected graph or eager)"),
-                ))
-            }
-        };
-        let (target, class) = match target {
-            Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) if eager => {
-                (Target::Eager(kind), format!("{}_eager", r.kernel))
-            }
-            other => (other, r.kernel.clone()),
-        };
         let zero = match target {
-            Target::Op(OpKind::Gemm { m, n, k, .. })
-            | Target::Eager(OpKind::Gemm { m, n, k, .. }) => m == 0 || n == 0 || k == 0,
-            Target::Op(OpKind::Vector { elements, .. })
-            | Target::Eager(OpKind::Vector { elements, .. }) => elements == 0,
-            Target::Eager(OpKind::Collective { .. }) => false,
+            Target::Op(OpKind::Gemm { m, n, k, .. }) => m == 0 || n == 0 || k == 0,
+            Target::Op(OpKind::Vector { elements, .. }) => elements == 0,
+            // Eager rows are made below, from checked operators.
+            Target::Eager(_) => false,
             Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
             Target::Block { shape: b, .. } => {
                 [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
@@ -572,6 +555,22 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Workload::gpt(&r.kernel, file, step.sizes, Precision::Fp16)
                 .map_err(|e| in_row(row, e))?;
         }
+        let eager = match r.timing.as_deref() {
+            None | Some("" | "graph") => false,
+            Some("eager") => true,
+            Some(other) => {
+                return Err(bad(
+                    "timing",
+                    format!("unknown timing `{other}` (expected graph or eager)"),
+                ))
+            }
+        };
+        let (target, class) = match target {
+            Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) if eager => {
+                (Target::Eager(kind), format!("{}_eager", r.kernel))
+            }
+            other => (other, r.kernel.clone()),
+        };
         let profiled = match target {
             Target::Step(_) => {
                 let shape = [r.batch, r.m, r.n, r.k, r.elements, u64::from(r.group)];

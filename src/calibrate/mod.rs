@@ -193,22 +193,19 @@ pub fn kernel_errors(
         .iter()
         .filter_map(|m| {
             let (predicted_s, shape) = match m.target {
-                Target::Op(kind) => {
-                    let sample = KernelSample {
-                        kind,
-                        elem_bytes: m.elem_bytes,
-                        measured_s: m.measured_s,
-                    };
-                    (predicted_latency_s(&isolated, &sample), shape(&kind))
-                }
-                Target::Eager(kind) => {
+                Target::Op(kind) | Target::Eager(kind) => {
                     let sample = KernelSample {
                         kind,
                         elem_bytes: m.elem_bytes,
                         measured_s: m.measured_s,
                     };
                     let gpu_s = predicted_latency_s(&isolated, &sample);
-                    (isolated.efficiency.eager_pass_s(gpu_s, 1), shape(&kind))
+                    let timed_s = match m.target {
+                        // A burst of eager calls is an eager pass of one kernel per call.
+                        Target::Eager(_) => isolated.efficiency.eager_pass_s(gpu_s, 1),
+                        _ => gpu_s,
+                    };
+                    (timed_s, shape(&kind))
                 }
                 Target::Block { shape, .. } => (predict_composite(m)?, shape.label()),
                 Target::Step(step) => (predict_composite(m)?, step.label()),
