@@ -474,7 +474,7 @@ fn shown_bytes_are_the_priced_bytes() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/gpt3-175b.toml");
     let gpt3 = Workload::load(&path).expect("workload");
     let graph = gpt3.layer_graph(8, 1, false).expect("graph");
-    let mut ops: Vec<Op> = gpt3.optimizer_step_ops(1 << 20);
+    let mut ops: Vec<Op> = gpt3.optimizer_step_ops(&[1 << 20]);
     for layer in &graph.layers {
         ops.extend(layer.fwd.ops.iter().chain(&layer.bwd.ops).cloned());
     }

@@ -15,7 +15,9 @@ use tandem::cost::{collective_cost, vector_cost, CostModel};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
 use tandem::placement::{PipelineSchedule, RecomputeMode, Stage, ZeroStage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
-use tandem::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
+use tandem::workload::{
+    CollectiveKind, GptSizes, OpKind, ParamKernels, Pass, Precision, VectorOp, Workload,
+};
 
 const CHIPS: [&str; 4] = ["phaze-tpuv4-template", "tpuv4", "a100", "h100"];
 const GIB: u64 = 1 << 30;
@@ -52,6 +54,10 @@ fn gpt_1_7b_params(cache: &ScheduleCache) -> (u64, usize) {
         layers.iter().filter(|l| l.params > 0).count(),
     )
 }
+
+/// GPT-1.7B's parameter tensors (24 blocks of 12, the token and position tables, the final
+/// LayerNorm's two).
+const GPT_1_7B_PARAM_TENSORS: usize = 24 * 12 + 4;
 
 /// Runs a command that must succeed and print JSON.
 fn tandem_json(args: &[&str]) -> serde_json::Value {
@@ -964,7 +970,7 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
 /// n hidden, k heads, group layers, elements vocabulary) is predicted as one device's whole
 /// iteration. For GPT-1.7B at micro-batch 16 under full recompute that is the per-GPU work of
 /// the first published run: its compute and optimizer step (its all-reduce is hidden), but for
-/// the run's bookkeeping and its fused causal softmax.
+/// the run's bookkeeping, its casts layer by layer and its fused causal softmax.
 #[test]
 fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
     let tmp = scratch("train-step");
@@ -1006,6 +1012,17 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
     let (params, layers) = gpt_1_7b_params(&cache);
     let bookkeeping_s =
         params as f64 * (8.0 + 4.0) / (2039e9 * 0.83) + 2.0 * 12.6e-6 * layers as f64;
+    // collect.py's step casts the gradients up and the weights down tensor by tensor, the
+    // run layer by layer: each more kernel each way adds a cast's overhead (the A100 has no
+    // launch gap).
+    let per_tensor_s = (GPT_1_7B_PARAM_TENSORS - layers) as f64
+        * (a100
+            .efficiency
+            .vector_overhead_for(VectorOp::Cast, Pass::Forward)
+            + a100
+                .efficiency
+                .vector_overhead_for(VectorOp::Cast, Pass::Backward));
+    assert!(per_tensor_s > 0.0);
     // And the run's attention softmax is Megatron-LM's fused causal kernel where collect.py's
     // step runs PyTorch's: in each of 24 blocks, forward twice (recompute) and backward once,
     // over 16 · 24 rows of 2048 scores per query.
@@ -1031,9 +1048,9 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
     assert!((0.3..0.4).contains(&fused_saves_s), "{fused_saves_s} s");
     let run_s = run.compute_s + run.optimizer_s;
     assert!(
-        (full_s + bookkeeping_s - fused_saves_s - run_s).abs() < 1e-9 * full_s,
-        "step {full_s} s + {bookkeeping_s} s - {fused_saves_s} s, run 1 without its all-reduce \
-         {run_s} s"
+        (full_s + bookkeeping_s - per_tensor_s - fused_saves_s - run_s).abs() < 1e-9 * full_s,
+        "step {full_s} s + {bookkeeping_s} s - {per_tensor_s} s - {fused_saves_s} s, run 1 \
+         without its all-reduce {run_s} s"
     );
     // Without recompute (which does not fit in 80 GB, but a measured step ran) the backward
     // drops the 24 blocks' forwards and the embedding's, not the head's.
@@ -1343,7 +1360,7 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
 /// Eager launch in a whole iteration: each kernel of a pass adds the launch gap, so a GPT
 /// step at t = p = d = 1 takes exactly gap × its kernels longer (the forward and backward
 /// operators of every layer and the optimizer step's kernels of every layer with
-/// parameters); with a host slower than every kernel, the step is the host's dispatch of all
+/// parameters, its casts one per parameter tensor as collect.py's step runs them); with a host slower than every kernel, the step is the host's dispatch of all
 /// of them.
 #[test]
 fn eager_launch_adds_its_costs_to_every_kernel_of_an_iteration() {
@@ -1363,6 +1380,7 @@ fn eager_launch_adds_its_costs_to_every_kernel_of_an_iteration() {
     let workload = Workload {
         loss_scaling: false,
         gradient_clipping: false,
+        param_kernels: ParamKernels::PerTensor,
         ..Workload::gpt("step", Path::new("measured step"), sizes, Precision::Bf16).expect("gpt")
     };
     let kernels: usize = workload
@@ -1372,7 +1390,7 @@ fn eager_launch_adds_its_costs_to_every_kernel_of_an_iteration() {
         .iter()
         .map(|l| {
             let optimizer = if l.params > 0 {
-                workload.optimizer_step_ops(l.params).len()
+                workload.optimizer_step_ops(&l.param_tensors).len()
             } else {
                 0
             };
@@ -1629,6 +1647,50 @@ fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
     assert!(
         (extra_j - expected_j).abs() <= 1e-9 * expected_j,
         "{extra_j} J vs {expected_j} J per sample"
+    );
+}
+
+/// A PyTorch loop over the parameters (`param_kernels = "per_tensor"`) casts each of a GPT
+/// block's 12 tensors up to the main weights and back on its own: the bytes are those of the
+/// per-layer casts, and each of the 11 more kernels each way adds its cast's overhead
+/// (forward up, backward down) and, launched eagerly, the H100's launch gap; the
+/// accumulation of unfused gradients adds 11 accumulation kernels' overheads and gaps.
+#[test]
+fn per_tensor_parameter_kernels_add_an_overhead_and_a_launch_gap_per_tensor() {
+    let h100 = chip("h100.calibrated");
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let per_layer = Workload {
+        gradient_accumulation_fusion: false,
+        ..workload("gpt-1.7b")
+    };
+    let per_tensor = Workload {
+        param_kernels: ParamKernels::PerTensor,
+        ..per_layer.clone()
+    };
+    let block = |w: &Workload| {
+        let costs = layer_costs(w, &CostModel::new(&h100), &cache, 1, 1, false).expect("costs");
+        let block = &costs.graph.layers[1];
+        (block.optimizer_step_s, block.grad_accumulation_s)
+    };
+    let (step_layer_s, accumulate_layer_s) = block(&per_layer);
+    let (step_tensor_s, accumulate_tensor_s) = block(&per_tensor);
+    let e = &h100.efficiency;
+    let gap_s = e.launch_gap_s;
+    assert!(gap_s > 1e-6);
+    let casts_s = e.vector_overhead_for(VectorOp::Cast, Pass::Forward)
+        + e.vector_overhead_for(VectorOp::Cast, Pass::Backward)
+        + 2.0 * gap_s;
+    let expected_s = 11.0 * casts_s;
+    let extra_s = step_tensor_s - step_layer_s;
+    assert!(
+        (extra_s - expected_s).abs() <= 1e-3 * expected_s,
+        "{extra_s} s vs {expected_s} s"
+    );
+    let expected_s = 11.0 * (e.vector_overhead_for(VectorOp::Add, Pass::Forward) + gap_s);
+    let extra_s = accumulate_tensor_s - accumulate_layer_s;
+    assert!(
+        (extra_s - expected_s).abs() <= 1e-3 * expected_s,
+        "{extra_s} s vs {expected_s} s"
     );
 }
 

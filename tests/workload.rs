@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use tandem::calibrate::megatron_flops_per_iteration;
 use tandem::placement::RecomputeMode;
 use tandem::workload::{
-    CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, Pass, Precision, VectorOp,
-    Workload,
+    CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, ParamKernels, Pass, Precision,
+    VectorOp, Workload,
 };
 
 fn load(name: &str) -> Workload {
@@ -498,7 +498,7 @@ fn optimizer_step_kernels_by_optimizer_and_precision() {
     let params = 1_000_000u64;
     // "name primitive pass bytes-read/bytes-written per parameter", one per kernel.
     let kernels = |w: &Workload| -> Vec<String> {
-        w.optimizer_step_ops(params)
+        w.optimizer_step_ops(&[params])
             .iter()
             .map(|op| match op.kind {
                 OpKind::Vector {
@@ -570,19 +570,138 @@ fn optimizer_step_kernels_by_optimizer_and_precision() {
     // Gradient accumulation: fused into the GEMMs by default, no kernel of its own; unfused,
     // a kernel reading both fp16 gradients and writing the sum.
     assert!(fp16.gradient_accumulation_fusion);
-    assert!(fp16.grad_accumulation_op(params).is_none());
+    assert!(fp16.grad_accumulation_ops(&[params]).is_empty());
     std::fs::write(
         &file,
         format!("{text}\nprecision = \"fp16\"\ngradient_accumulation_fusion = false\n"),
     )
     .expect("write");
     let separate = load(file.to_str().expect("utf-8"));
-    let accumulate = separate.grad_accumulation_op(params).expect("a kernel");
+    let accumulate = separate.grad_accumulation_ops(&[params]);
+    assert_eq!(accumulate.len(), 1);
     assert_eq!(
-        (accumulate.bytes_read, accumulate.bytes_written),
+        (accumulate[0].bytes_read, accumulate[0].bytes_written),
         (4 * params, 2 * params)
     );
-    assert!(separate.grad_accumulation_op(0).is_none());
+    assert!(separate.grad_accumulation_ops(&[]).is_empty());
+}
+
+/// Each layer's parameter tensors, counted by hand: a GPT block has two LayerNorms (scale
+/// and shift each), the fused QKV and output projections and the two feed-forward
+/// projections, each with a bias (12 tensors); the embedding its token and position tables;
+/// the head its final LayerNorm (the output projection is the tied token table). GPT-1.7B
+/// has 24·12 + 4 = 292, the parameters collect.py's training step copies one by one. A
+/// Llama block (RMSNorm, no biases, gate and up projections fused) has 2 + 2 + 2 = 6, its
+/// untied head the norm and the output projection; Mixtral's expert blocks add the router
+/// and two tensors per expert. In every bundled workload the tensors add up to the layer's
+/// parameters, at every tensor width.
+#[test]
+fn parameter_tensors_are_counted_per_layer_and_add_up_to_the_parameters() {
+    let tensors = |path: &str, tp: u32| -> Vec<usize> {
+        let w = load(path);
+        let graph = w.layer_graph(tp, 1, false).expect("graph");
+        graph.layers.iter().map(|l| l.param_tensors.len()).collect()
+    };
+    let gpt = tensors("workloads/gpt-1.7b.toml", 1);
+    assert_eq!(gpt.len(), 26);
+    assert_eq!((gpt[0], gpt[1], gpt[25]), (2, 12, 2));
+    assert_eq!(gpt.iter().sum::<usize>(), 24 * 12 + 4);
+    let llama = tensors("workloads/llama2-7b.toml", 1);
+    assert_eq!((llama[0], llama[1], llama[llama.len() - 1]), (1, 6, 2));
+    let mixtral = tensors("workloads/mixtral-8x7b.toml", 1);
+    assert_eq!(mixtral[1], 2 + 2 + 1 + 8 * 2);
+    let gpt = load("workloads/gpt-1.7b.toml");
+    let graph = gpt.layer_graph(1, 1, false).expect("graph");
+    let h = 2304u64;
+    assert_eq!(
+        graph.layers[1].param_tensors,
+        [
+            h,
+            h,
+            h,
+            h,
+            3 * h * h,
+            h * h,
+            3 * h,
+            h,
+            4 * h * h,
+            h * 4 * h,
+            4 * h,
+            h
+        ]
+    );
+    for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads"))
+        .expect("workloads")
+    {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let w = Workload::load(&path).expect("workload");
+        for tp in w.valid_tp(8) {
+            let graph = w.layer_graph(tp, 1, false).expect("graph");
+            for layer in &graph.layers {
+                assert_eq!(
+                    layer.param_tensors.iter().sum::<u64>(),
+                    layer.params,
+                    "{} t{tp} {}",
+                    path.display(),
+                    layer.name
+                );
+                assert!(layer.param_tensors.iter().all(|&n| n > 0));
+            }
+        }
+    }
+}
+
+/// `param_kernels = "per_tensor"` launches the casts to and from the fp32 main weights and
+/// the gradient accumulation once per tensor, each over its own elements; the per-layer
+/// default once over all of them. Adam and the gradient norm stay one kernel per layer.
+#[test]
+fn per_tensor_parameter_kernels_visit_each_tensor() {
+    let mut w = load("workloads/gpt-1.7b.toml");
+    w.gradient_accumulation_fusion = false;
+    let tensors = [4u64, 1000, 7];
+    let summary = |w: &Workload| -> Vec<(String, u64)> {
+        w.optimizer_step_ops(&tensors)
+            .into_iter()
+            .chain(w.grad_accumulation_ops(&tensors))
+            .map(|op| match op.kind {
+                OpKind::Vector { elements, .. } => (op.name, elements),
+                _ => panic!("{} is not a vector kernel", op.name),
+            })
+            .collect()
+    };
+    let named = |list: &[(&str, u64)]| -> Vec<(String, u64)> {
+        list.iter().map(|&(n, e)| (n.to_string(), e)).collect()
+    };
+    assert_eq!(
+        summary(&w),
+        named(&[
+            ("grads_to_fp32", 1011),
+            ("grad_norm", 1011),
+            ("optimizer_step", 1011),
+            ("weights_from_fp32", 1011),
+            ("grad_accumulate", 1011),
+        ])
+    );
+    w.param_kernels = ParamKernels::PerTensor;
+    assert_eq!(
+        summary(&w),
+        named(&[
+            ("grads_to_fp32", 4),
+            ("grads_to_fp32", 1000),
+            ("grads_to_fp32", 7),
+            ("grad_norm", 1011),
+            ("optimizer_step", 1011),
+            ("weights_from_fp32", 4),
+            ("weights_from_fp32", 1000),
+            ("weights_from_fp32", 7),
+            ("grad_accumulate", 4),
+            ("grad_accumulate", 1000),
+            ("grad_accumulate", 7),
+        ])
+    );
 }
 
 #[test]
@@ -813,6 +932,74 @@ fn bad_inputs_name_file_field_and_reason() {
         &dag.replace("[2, 3, 65536]", "[3, 3, 65536]"),
     );
     assert_mentions(&e, &["layer_edge.json", "`edges[3]`", "i < j"]);
+    // Parameter tensors: each holds parameters, together the layer's.
+    let tensors = |list: &str| {
+        dag.replace(
+            "\"params\": 262656,",
+            &format!("\"params\": 262656, \"param_tensors\": {list},"),
+        )
+    };
+    let e = load_error("sum.json", &tensors("[65536, 65536, 65536, 65536, 256]"));
+    assert_mentions(
+        &e,
+        &["sum.json", "`layers[1].param_tensors`", "params = 262656"],
+    );
+    let e = load_error(
+        "empty-tensor.json",
+        &tensors("[65536, 65536, 65536, 65536, 512, 0]"),
+    );
+    assert_mentions(
+        &e,
+        &[
+            "empty-tensor.json",
+            "`layers[1].param_tensors[5]`",
+            "at least one",
+        ],
+    );
+    let e = load_error(
+        "kernels.json",
+        &dag.replace(
+            "\"layers\": [",
+            "\"param_kernels\": \"per_op\", \"layers\": [",
+        ),
+    );
+    assert_mentions(
+        &e,
+        &["kernels.json", "`param_kernels`", "unknown value `per_op`"],
+    );
+    let per_tensor = write_temp(
+        "per-tensor.json",
+        &tensors("[65536, 65536, 65536, 65536, 256, 256]").replace(
+            "\"layers\": [",
+            "\"param_kernels\": \"per_tensor\", \"layers\": [",
+        ),
+    );
+    let per_tensor = Workload::load(&per_tensor).unwrap();
+    let graph = per_tensor.layer_graph(1, 1, false).unwrap();
+    assert_eq!(graph.layers[1].param_tensors.len(), 6);
+    assert_eq!(graph.layers[0].param_tensors, [288768]);
+    let casts = |tensors: &[u64]| {
+        per_tensor
+            .optimizer_step_ops(tensors)
+            .iter()
+            .filter(|op| op.name == "grads_to_fp32")
+            .count()
+    };
+    assert_eq!(casts(&graph.layers[1].param_tensors), 6);
+    assert_eq!(casts(&graph.layers[0].param_tensors), 1);
+    let e = load_error(
+        "kernels.toml",
+        &format!("{GOOD}param_kernels = \"per_op\"\n"),
+    );
+    assert_mentions(
+        &e,
+        &[
+            "kernels.toml",
+            "`param_kernels`",
+            "unknown value `per_op`",
+            "per_tensor",
+        ],
+    );
 }
 
 /// Megatron's backward sums the output gradient of every biased linear over the tokens and

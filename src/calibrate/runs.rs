@@ -9,7 +9,9 @@ use crate::error::InputError;
 use crate::model::{evaluate, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{ScheduleCache, ScheduleProblem};
-use crate::workload::{AttentionSoftmax, GptSizes, Model, OpGraph, Precision, Workload};
+use crate::workload::{
+    AttentionSoftmax, GptSizes, Model, OpGraph, ParamKernels, Precision, Workload,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -407,9 +409,11 @@ pub fn gpt_step_latency(
 ) -> Result<f64, EvaluateError> {
     let sizes = step.sizes;
     let workload = Workload {
-        // collect.py's step neither scales the loss nor clips the gradients.
+        // collect.py's step neither scales the loss nor clips the gradients, and copies the
+        // gradients to the fp32 main weights and the weights back tensor by tensor.
         loss_scaling: false,
         gradient_clipping: false,
+        param_kernels: ParamKernels::PerTensor,
         ..Workload::gpt("step", Path::new("measured step"), sizes, precision)?
     };
     let micro_batch = u32::try_from(sizes.global_batch)

@@ -50,8 +50,8 @@ fn lower_bound_graph(
                         f,
                         b,
                         s,
-                        optimizer_step(workload, cost, layer.params).0,
-                        grad_accumulation(workload, cost, layer.params).0,
+                        optimizer_step(workload, cost, &layer.param_tensors).0,
+                        grad_accumulation(workload, cost, &layer.param_tensors).0,
                     ];
                     bounds.insert(&layer.signature, b);
                     b
@@ -147,7 +147,7 @@ impl LayerWork {
                 }
                 sum[2] += n * s;
             }
-            optimizer_j += n * optimizer_step(workload, cost, layer.params).1;
+            optimizer_j += n * optimizer_step(workload, cost, &layer.param_tensors).1;
             all_to_all_bytes += *count as u64 * layer.all_to_all_bytes;
         }
         let t = f64::from(self.tp);

@@ -217,9 +217,9 @@ pub fn layer_costs(
                 let (selective_recompute_s, selective_recompute_energy_j) =
                     attention_core(&layer.fwd, &fwd_problem, efficiency);
                 let (optimizer_step_s, optimizer_step_energy_j) =
-                    optimizer_step(workload, cost, layer.params);
+                    optimizer_step(workload, cost, &layer.param_tensors);
                 let (grad_accumulation_s, grad_accumulation_energy_j) =
-                    grad_accumulation(workload, cost, layer.params);
+                    grad_accumulation(workload, cost, &layer.param_tensors);
                 index_of.insert(&layer.signature, unique.len());
                 unique.push(UniqueLayerSchedule {
                     signature: layer.signature.clone(),
@@ -279,12 +279,17 @@ pub fn layer_costs(
     })
 }
 
-/// Time and energy of the optimizer step over `params` parameters on the chip's vector cores.
-pub(super) fn optimizer_step(workload: &Workload, cost: &CostModel, params: u64) -> (f64, f64) {
-    if params == 0 {
+/// Time and energy of the optimizer step over a layer's parameter tensors on the chip's
+/// vector cores.
+pub(super) fn optimizer_step(
+    workload: &Workload,
+    cost: &CostModel,
+    param_tensors: &[u64],
+) -> (f64, f64) {
+    if param_tensors.iter().all(|&n| n == 0) {
         return (0.0, 0.0);
     }
-    kernels_in_turn(cost, &workload.optimizer_step_ops(params))
+    kernels_in_turn(cost, &workload.optimizer_step_ops(param_tensors))
 }
 
 /// The all-reduce, once per iteration, of the gradients of the parameters `layer`'s tensor
@@ -304,10 +309,14 @@ pub(super) fn replica_grad_sync(
     )
 }
 
-/// Time and energy of one micro-batch's gradient accumulation over `params` parameters.
-pub(super) fn grad_accumulation(workload: &Workload, cost: &CostModel, params: u64) -> (f64, f64) {
-    let op = workload.grad_accumulation_op(params);
-    kernels_in_turn(cost, op.as_slice())
+/// Time and energy of one micro-batch's gradient accumulation over a layer's parameter
+/// tensors.
+pub(super) fn grad_accumulation(
+    workload: &Workload,
+    cost: &CostModel,
+    param_tensors: &[u64],
+) -> (f64, f64) {
+    kernels_in_turn(cost, &workload.grad_accumulation_ops(param_tensors))
 }
 
 /// Time and energy of `ops` on the chip's vector cores: one after another, each in its

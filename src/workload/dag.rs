@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::graph::{ActivationBytes, Layer, LayerGraph, Op, OpGraph, OpKind, ReplicatedParams};
 use super::ops::{build_graphs, collective, gemm, mul, vector, Node};
-use super::{Model, Optimizer, Precision, Workload};
+use super::{Model, Optimizer, ParamKernels, Precision, Workload};
 use crate::error::InputError;
 
 /// Which GEMM dimension holds the samples (and grows with the micro-batch).
@@ -58,6 +58,10 @@ pub struct DagLayer {
     pub name: String,
     /// Parameters held by the device.
     pub params: u64,
+    /// Elements of each of the layer's parameter tensors, summing to `params`; absent, the
+    /// parameters are one tensor.
+    #[serde(default)]
+    pub param_tensors: Option<Vec<u64>>,
     /// Activation bytes kept per sample under each recompute mode.
     pub activation_bytes: ActivationBytes,
     /// Bytes of the layer's output per sample.
@@ -92,6 +96,7 @@ pub(crate) struct RawDag {
     gradient_clipping: bool,
     #[serde(default = "fuses_accumulation")]
     gradient_accumulation_fusion: bool,
+    param_kernels: Option<String>,
     layers: Vec<DagLayer>,
     edges: Vec<(usize, usize, u64)>,
 }
@@ -140,6 +145,34 @@ fn positive(file: &Path, field: &str, value: i64) -> Result<u64, InputError> {
             format!("must be a positive integer, got {value}"),
         )
     })
+}
+
+/// A layer's parameter tensors: each holds parameters, and together they are the layer's.
+fn check_param_tensors(
+    file: &Path,
+    field: &str,
+    tensors: &[u64],
+    params: u64,
+) -> Result<(), InputError> {
+    if let Some(n) = tensors.iter().position(|&t| t == 0) {
+        return Err(InputError::invalid(
+            file,
+            format!("{field}[{n}]"),
+            "every tensor must hold at least one parameter",
+        ));
+    }
+    let sum = tensors
+        .iter()
+        .try_fold(0u64, |sum, &t| sum.checked_add(t))
+        .filter(|&sum| sum == params);
+    if sum.is_none() {
+        return Err(InputError::invalid(
+            file,
+            field,
+            format!("the tensors must add up to the layer's params = {params}"),
+        ));
+    }
+    Ok(())
 }
 
 fn check_edges(
@@ -222,6 +255,16 @@ impl RawDag {
         at_most(file, "global_batch", global_batch, MAX_BATCH)?;
         let seq_len = positive(file, "seq_len", self.seq_len)?;
         at_most(file, "seq_len", seq_len, MAX_BATCH)?;
+        let param_kernels = match self.param_kernels.as_deref() {
+            None => ParamKernels::PerLayer,
+            Some(text) => ParamKernels::parse(text).ok_or_else(|| {
+                InputError::invalid(
+                    file,
+                    "param_kernels",
+                    format!("unknown value `{text}`; expected one of per_layer, per_tensor"),
+                )
+            })?,
+        };
         let mut total_params = 0u64;
         if self.layers.is_empty() {
             return Err(InputError::invalid(
@@ -251,6 +294,9 @@ impl RawDag {
                 ));
             }
             at_most(file, &format!("{at}.params"), layer.params, MAX_SIZE)?;
+            if let Some(tensors) = &layer.param_tensors {
+                check_param_tensors(file, &format!("{at}.param_tensors"), tensors, layer.params)?;
+            }
             total_params += layer.params;
             at_most(
                 file,
@@ -317,6 +363,7 @@ impl RawDag {
                 .unwrap_or(self.precision == Precision::Fp16),
             gradient_clipping: self.gradient_clipping,
             gradient_accumulation_fusion: self.gradient_accumulation_fusion,
+            param_kernels,
             source: file.to_path_buf(),
             model: Model::Dag(Dag {
                 layers: self.layers,
@@ -427,8 +474,12 @@ impl Dag {
                     selective: mul(&[act.selective, micro_batch]),
                     full: mul(&[act.full, micro_batch]),
                 };
+                let tensors = layer
+                    .param_tensors
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(" tensors{t:?}"));
                 let signature = format!(
-                    "dag {} b{micro_batch} p{} act{}/{}/{} out{} fwd {} bwd {}",
+                    "dag {} b{micro_batch} p{}{tensors} act{}/{}/{} out{} fwd {} bwd {}",
                     self.precision.name(),
                     layer.params,
                     act.none,
@@ -444,6 +495,13 @@ impl Dag {
                     fwd: Arc::new(fwd),
                     bwd: Arc::new(bwd),
                     params: layer.params,
+                    param_tensors: layer.param_tensors.clone().unwrap_or_else(|| {
+                        if layer.params == 0 {
+                            Vec::new()
+                        } else {
+                            vec![layer.params]
+                        }
+                    }),
                     activation_bytes,
                     output_bytes: mul(&[layer.output_bytes, micro_batch]),
                     replicated: ReplicatedParams::default(),

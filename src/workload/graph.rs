@@ -163,6 +163,10 @@ pub struct Layer {
     pub bwd: Arc<OpGraph>,
     /// Parameters held by one device (after tensor-parallel slicing).
     pub params: u64,
+    /// Elements of each parameter tensor one device holds, summing to `params`: what the
+    /// per-tensor kernels of [`crate::workload::ParamKernels::PerTensor`] visit one by one.
+    #[serde(default)]
+    pub param_tensors: Vec<u64>,
     pub activation_bytes: ActivationBytes,
     /// Bytes of the layer's output per device: what a pipeline send carries.
     pub output_bytes: u64,

@@ -9,7 +9,8 @@
 //! logits after a cast up, whose backward casts the gradient down); the optimizer step's kernels
 //! (`optimizer_step_ops`: in mixed precision gradients cast up, the loss scale taken off them
 //! and their norm for clipping where the recipe says so, Adam, weights cast down); the gradient
-//! accumulation kernel (`grad_accumulation_op`, unless the workload fuses it into the GEMMs).
+//! accumulation kernels (`grad_accumulation_ops`, unless the workload fuses them into the
+//! GEMMs), per layer or per parameter tensor (`param_kernels`).
 //! `graph.rs` holds the `OpGraph` / `LayerGraph` types all later stages consume.
 
 mod dag;
@@ -117,6 +118,31 @@ impl Optimizer {
     }
 }
 
+/// How the kernels that visit every parameter outside the optimizer's fused update are
+/// launched: the casts between the weights and the fp32 main copies and the gradient
+/// accumulation (`param_kernels` in a workload file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParamKernels {
+    /// One kernel per layer's parameters: multi-tensor kernels or contiguous buffers, as
+    /// Megatron-LM has them.
+    #[default]
+    PerLayer,
+    /// One kernel per parameter tensor: a PyTorch loop over the parameters (`copy_` to and
+    /// from the main copies, `AccumulateGrad`), as collect.py's training step has it.
+    PerTensor,
+}
+
+impl ParamKernels {
+    pub(crate) fn parse(text: &str) -> Option<ParamKernels> {
+        match text {
+            "per_layer" => Some(ParamKernels::PerLayer),
+            "per_tensor" => Some(ParamKernels::PerTensor),
+            _ => None,
+        }
+    }
+}
+
 /// Bytes held per model parameter, by role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BytesPerModelParam {
@@ -164,9 +190,12 @@ pub struct Workload {
     /// Whether the weight-gradient GEMMs add into the iteration's gradients themselves
     /// (`gradient_accumulation_fusion` in a workload file; default true, as Megatron-LM has
     /// done by default since 2022): otherwise every micro-batch after a copy's first adds its
-    /// weight gradients with a kernel of its own ([`Workload::grad_accumulation_op`]:
+    /// weight gradients with a kernel of its own ([`Workload::grad_accumulation_ops`]:
     /// PyTorch's `AccumulateGrad`, the Megatron-LM of the 2021 published runs).
     pub gradient_accumulation_fusion: bool,
+    /// Whether the per-parameter casts and gradient accumulation run a kernel per layer or
+    /// per parameter tensor (`param_kernels`; default per layer).
+    pub param_kernels: ParamKernels,
     pub model: Model,
     /// The file it was loaded from (named in errors).
     pub source: PathBuf,
@@ -359,17 +388,20 @@ impl Workload {
         }
     }
 
-    /// The kernels of the optimizer step over `params` parameters, in order. Adam reads the
-    /// fp32 weights, gradients and both moments and writes back the weights and moments (28 B
-    /// per parameter, a fused Adam on fp32 main parameters and gradients); in mixed precision
-    /// the gradients are first cast up to the main copy and the updated main weights cast back
-    /// to the model's precision (Megatron-LM's `_copy_model_grads_to_main_grads` and
-    /// `_copy_main_params_to_model_params`: 6 B per parameter each). SGD reads weights and
-    /// gradients and writes the weights. Before the update, loss scaling takes the scale off
-    /// the gradients and checks them for infinities (one read and write), and clipping
-    /// computes their norm (one read): Megatron-LM's
-    /// `_unscale_main_grads_and_check_for_nan` and `clip_grad_norm_fp32`.
-    pub fn optimizer_step_ops(&self, params: u64) -> Vec<Op> {
+    /// The kernels of the optimizer step over a layer's parameter tensors (sizes in
+    /// elements), in order. Adam reads the fp32 weights, gradients and both moments and writes
+    /// back the weights and moments (28 B per parameter, a fused Adam on fp32 main parameters
+    /// and gradients); in mixed precision the gradients are first cast up to the main copy and
+    /// the updated main weights cast back to the model's precision (Megatron-LM's
+    /// `_copy_model_grads_to_main_grads` and `_copy_main_params_to_model_params`: 6 B per
+    /// parameter each), a kernel per layer or per tensor as [`Workload::param_kernels`] says.
+    /// SGD reads weights and gradients and writes the weights. Before the update, loss scaling
+    /// takes the scale off the gradients and checks them for infinities (one read and write),
+    /// and clipping computes their norm (one read): Megatron-LM's
+    /// `_unscale_main_grads_and_check_for_nan` and `clip_grad_norm_fp32`, multi-tensor
+    /// kernels in PyTorch too, so one per layer.
+    pub fn optimizer_step_ops(&self, param_tensors: &[u64]) -> Vec<Op> {
+        let params: u64 = param_tensors.iter().sum();
         let e = self.precision.bytes();
         let mixed = self.optimizer == Optimizer::Adam && e < 4;
         // The gradients the bookkeeping and the update read: Adam's fp32 main copy.
@@ -377,9 +409,14 @@ impl Workload {
             Optimizer::Adam => 4,
             Optimizer::Sgd => e,
         };
-        let mut ops = Vec::with_capacity(5);
+        let casts = self.param_kernel_sizes(param_tensors);
+        let mut ops = Vec::with_capacity(3 + 2 * casts.len());
         if mixed {
-            ops.push(ops::vector("grads_to_fp32", VectorOp::Cast, params, 1, e));
+            ops.extend(
+                casts
+                    .iter()
+                    .map(|&n| ops::vector("grads_to_fp32", VectorOp::Cast, n, 1, e)),
+            );
         }
         for (wanted, name, op) in [
             (self.loss_scaling, "unscale_grads", VectorOp::Scale),
@@ -394,26 +431,42 @@ impl Workload {
             Optimizer::Sgd => ops::vector("optimizer_step", VectorOp::Add, params, 1, e),
         });
         if mixed {
-            ops.push(ops::vector_in_pass(
-                "weights_from_fp32",
-                VectorOp::Cast,
-                Pass::Backward,
-                params,
-                1,
-                e,
-            ));
+            ops.extend(casts.iter().map(|&n| {
+                ops::vector_in_pass("weights_from_fp32", VectorOp::Cast, Pass::Backward, n, 1, e)
+            }));
         }
         ops
     }
 
-    /// The kernel that adds one micro-batch's weight gradients over `params` parameters into
-    /// the iteration's (both read, the sum written, at the gradients' precision: PyTorch's
-    /// `AccumulateGrad`, Megatron-LM's `main_grad.add_`), run by every micro-batch after a
-    /// copy's first; `None` without parameters or when the GEMMs accumulate themselves.
-    pub fn grad_accumulation_op(&self, params: u64) -> Option<Op> {
+    /// The kernels that add one micro-batch's weight gradients over a layer's parameter
+    /// tensors into the iteration's (both read, the sum written, at the gradients' precision:
+    /// PyTorch's `AccumulateGrad`, Megatron-LM's `main_grad.add_`), run by every micro-batch
+    /// after a copy's first; none without parameters or when the GEMMs accumulate themselves.
+    pub fn grad_accumulation_ops(&self, param_tensors: &[u64]) -> Vec<Op> {
+        if self.gradient_accumulation_fusion {
+            return Vec::new();
+        }
         let grads = self.bytes_per_param().grads;
-        (!self.gradient_accumulation_fusion && params > 0)
-            .then(|| ops::vector("grad_accumulate", VectorOp::Add, params, 1, grads))
+        self.param_kernel_sizes(param_tensors)
+            .into_iter()
+            .map(|n| ops::vector("grad_accumulate", VectorOp::Add, n, 1, grads))
+            .collect()
+    }
+
+    /// Elements of each per-parameter kernel over a layer's parameter tensors: all of them in
+    /// one, or one per tensor; none for a layer without parameters.
+    fn param_kernel_sizes(&self, param_tensors: &[u64]) -> Vec<u64> {
+        match self.param_kernels {
+            ParamKernels::PerLayer => {
+                let params: u64 = param_tensors.iter().sum();
+                if params == 0 {
+                    Vec::new()
+                } else {
+                    vec![params]
+                }
+            }
+            ParamKernels::PerTensor => param_tensors.iter().copied().filter(|&n| n > 0).collect(),
+        }
     }
 
     /// Whether the model has mixture-of-experts layers (a template's `[moe]` table; operator

@@ -17,7 +17,7 @@ use super::ops::{
     build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector,
     vector_in_pass, Feeds, Node,
 };
-use super::{Family, GptSizes, Model, Optimizer, Precision, Workload};
+use super::{Family, GptSizes, Model, Optimizer, ParamKernels, Precision, Workload};
 use crate::error::InputError;
 use crate::vocab::{Pass, VectorOp};
 
@@ -42,6 +42,7 @@ pub(crate) struct RawTemplate {
     loss_scaling: Option<bool>,
     gradient_clipping: Option<bool>,
     gradient_accumulation_fusion: Option<bool>,
+    param_kernels: Option<String>,
     norm: Option<Norm>,
     activation: Option<Activation>,
     positions: Option<Positions>,
@@ -119,6 +120,7 @@ impl RawTemplate {
             loss_scaling: None,
             gradient_clipping: None,
             gradient_accumulation_fusion: None,
+            param_kernels: None,
             norm: None,
             activation: None,
             positions: None,
@@ -399,6 +401,16 @@ impl RawTemplate {
                 )
             })?,
         };
+        let param_kernels = match self.param_kernels.as_deref() {
+            None => ParamKernels::PerLayer,
+            Some(text) => ParamKernels::parse(text).ok_or_else(|| {
+                InputError::invalid(
+                    file,
+                    "param_kernels",
+                    format!("unknown value `{text}`; expected one of per_layer, per_tensor"),
+                )
+            })?,
+        };
         let block = self.block_shape(family);
         if family == Family::Bert && block.softmax == AttentionSoftmax::FusedCausal {
             return Err(InputError::invalid(
@@ -421,6 +433,7 @@ impl RawTemplate {
             loss_scaling: self.loss_scaling.unwrap_or(precision == Precision::Fp16),
             gradient_clipping: self.gradient_clipping.unwrap_or(true),
             gradient_accumulation_fusion: self.gradient_accumulation_fusion.unwrap_or(true),
+            param_kernels,
             source: file.to_path_buf(),
             model: Model::Template(Template {
                 family,
@@ -646,11 +659,12 @@ impl Template {
             Norm::LayerNorm => VectorOp::LayerNorm,
         }
     }
-    /// Parameters of one normalisation layer (scale, plus shift for a LayerNorm with biases).
-    fn norm_params(&self) -> u64 {
+    /// Parameter tensors of one normalisation layer: the scale, plus the shift of a LayerNorm
+    /// with biases.
+    fn norm_tensors(&self) -> Vec<u64> {
         match self.block.norm {
-            Norm::LayerNorm if self.block.bias => 2 * self.hidden,
-            _ => self.hidden,
+            Norm::LayerNorm if self.block.bias => vec![self.hidden; 2],
+            _ => vec![self.hidden],
         }
     }
     fn has_dropout(&self) -> bool {
@@ -742,50 +756,58 @@ impl Template {
         }
     }
 
-    /// Weights and biases of `count` feed-forward networks of width `width` at tensor width
-    /// `tp`: column-parallel up (and gate) projections and their biases sliced, the
-    /// row-parallel down projection's bias replicated.
-    fn ffn_params(&self, count: u64, width: u64, tp: u64) -> u64 {
+    /// Parameter tensors of `count` feed-forward networks of width `width` at tensor width
+    /// `tp`, each: the column-parallel up projection (with the gate, fused as Megatron-LM
+    /// fuses them) and its bias sliced, the row-parallel down projection whole along its
+    /// output and its bias replicated.
+    fn ffn_tensors(&self, count: u64, width: u64, tp: u64) -> Vec<u64> {
         let up = self.up_projections();
         let h = self.hidden;
-        let weights = (up + 1) * h * width / tp;
-        let biases = if self.has_bias() {
-            up * width / tp + h
-        } else {
-            0
-        };
-        count * (weights + biases)
+        let mut one = vec![up * h * width / tp, h * width / tp];
+        if self.has_bias() {
+            one.extend([up * width / tp, h]);
+        }
+        let copies = usize::try_from(count).unwrap_or(usize::MAX);
+        one.repeat(copies)
+    }
+
+    /// Parameter tensors of one transformer block held by one device at width `tp`: the
+    /// norms, the fused QKV projection and the output projection (the QKV bias sliced, the
+    /// projection's replicated) and the feed-forward networks; with `experts`, the
+    /// mixture-of-experts block (router, shared experts and all routed experts).
+    pub(crate) fn block_tensors(&self, tp: u64, experts: bool) -> Vec<u64> {
+        let h = self.hidden;
+        let norms = if self.block.parallel { 1 } else { 2 };
+        let mut tensors = self.norm_tensors().repeat(norms);
+        tensors.extend([h * self.qkv_width(tp), self.attention_width() / tp * h]);
+        if self.has_bias() {
+            tensors.extend([self.qkv_width(tp), h]);
+        }
+        match self.moe {
+            Some(m) if experts => {
+                tensors.push(m.experts * h);
+                tensors.extend(self.ffn_tensors(m.shared_experts, m.expert_ffn_hidden, tp));
+                tensors.extend(self.ffn_tensors(m.experts, m.expert_ffn_hidden, tp));
+            }
+            _ => tensors.extend(self.ffn_tensors(1, self.ffn_hidden, tp)),
+        }
+        tensors
     }
 
     /// Parameters of one transformer block held by one device at width `tp`; with `experts`,
     /// the mixture-of-experts block (all its experts, [`Template::expert_params`] of them).
     pub(crate) fn block_params(&self, tp: u64, experts: bool) -> u64 {
-        let h = self.hidden;
-        let qkv = h * self.qkv_width(tp);
-        let proj = self.attention_width() / tp * h;
-        let norms = if self.block.parallel { 1 } else { 2 } * self.norm_params();
-        // The QKV bias is sliced, the projection's replicated.
-        let attention_biases = if self.has_bias() {
-            self.qkv_width(tp) + h
-        } else {
-            0
-        };
-        let ffn = match self.moe {
-            Some(m) if experts => {
-                let router = m.experts * h;
-                let shared = self.ffn_params(m.shared_experts, m.expert_ffn_hidden, tp);
-                router + shared + self.expert_params(tp)
-            }
-            _ => self.ffn_params(1, self.ffn_hidden, tp),
-        };
-        qkv + proj + attention_biases + ffn + norms
+        self.block_tensors(tp, experts).iter().sum()
     }
 
     /// The routed experts' parameters of a mixture-of-experts block on one device at width
     /// `tp`, before expert parallelism divides them.
     pub(crate) fn expert_params(&self, tp: u64) -> u64 {
-        self.moe
-            .map_or(0, |m| self.ffn_params(m.experts, m.expert_ffn_hidden, tp))
+        self.moe.map_or(0, |m| {
+            self.ffn_tensors(m.experts, m.expert_ffn_hidden, tp)
+                .iter()
+                .sum()
+        })
     }
 
     /// Blocks with experts.
@@ -804,47 +826,56 @@ impl Template {
         kv * self.hidden + if self.has_bias() { kv } else { 0 }
     }
 
-    /// Parameters of the embedding layer per device: the (vocab-parallel) token table plus
-    /// replicated position rows; BERT adds two token-type rows and its embedding layernorm.
-    pub(crate) fn embedding_params(&self, seq_len: u64, tp: u64) -> u64 {
+    /// Parameter tensors of the embedding layer per device: the (vocab-parallel) token table
+    /// and the replicated position table where positions are learned; BERT adds its two
+    /// token-type rows and its embedding layernorm.
+    pub(crate) fn embedding_tensors(&self, seq_len: u64, tp: u64) -> Vec<u64> {
         let h = self.hidden;
-        let extra = match self.family {
-            Family::Bert => 2 * h + self.norm_params(),
-            _ => 0,
-        };
-        self.vocab_per_device(tp) * h + self.position_rows(seq_len) * h + extra
+        let mut tensors = vec![self.vocab_per_device(tp) * h];
+        let positions = self.position_rows(seq_len);
+        if positions > 0 {
+            tensors.push(positions * h);
+        }
+        if self.family == Family::Bert {
+            tensors.push(2 * h);
+            tensors.extend(self.norm_tensors());
+        }
+        tensors
     }
 
-    /// Parameters of the head per device: the final norm (BERT: the masked-LM transform, a
-    /// dense layer and a layernorm, and the decoder bias), and an output projection of its own
-    /// where the embeddings are not tied (with a bias where the model has biases). Tied output
-    /// embeddings are counted once, in the embedding layer; BERT's pooler is not modelled.
-    pub(crate) fn head_params(&self, tp: u64) -> u64 {
+    /// Parameter tensors of the head per device: the final norm (BERT: the masked-LM
+    /// transform, a dense layer and its bias and a layernorm, and the decoder bias), and an
+    /// output projection of its own where the embeddings are not tied (with a bias where the
+    /// model has biases). Tied output embeddings are counted once, in the embedding layer;
+    /// BERT's pooler is not modelled.
+    pub(crate) fn head_tensors(&self, tp: u64) -> Vec<u64> {
         let h = self.hidden;
         let vocab = self.vocab_per_device(tp);
-        let transform = match self.family {
-            Family::Bert => h * h + h + self.norm_params() + vocab,
-            _ => self.norm_params(),
+        let mut tensors = match self.family {
+            Family::Bert => {
+                let mut transform = vec![h * h, h];
+                transform.extend(self.norm_tensors());
+                transform.push(vocab);
+                transform
+            }
+            _ => self.norm_tensors(),
         };
-        let output = if self.block.tied_embeddings {
-            0
-        } else {
-            vocab * h
-                + if self.has_bias() && self.family != Family::Bert {
-                    vocab
-                } else {
-                    0
-                }
-        };
-        transform + output
+        if !self.block.tied_embeddings {
+            tensors.push(vocab * h);
+            if self.has_bias() && self.family != Family::Bert {
+                tensors.push(vocab);
+            }
+        }
+        tensors
     }
 
     pub(crate) fn total_params(&self, seq_len: u64) -> u64 {
         let experts = self.expert_blocks();
-        self.embedding_params(seq_len, 1)
+        let sum = |tensors: Vec<u64>| tensors.iter().sum::<u64>();
+        sum(self.embedding_tensors(seq_len, 1))
             + (self.layers - experts) * self.block_params(1, false)
             + experts * self.block_params(1, true)
-            + self.head_params(1)
+            + sum(self.head_tensors(1))
     }
 
     /// Korthikanti et al. 2022 activation memory of one block, generalised to GQA/MQA (K/V
@@ -1331,14 +1362,15 @@ impl Template {
         let family = self.family.name();
         let tail = self.signature_tail(shape);
         let hidden_bytes = mul(&[shape.local_tokens(), self.hidden, shape.e()]);
-        let make = |name: String, kind: &str, nodes: Vec<Node>, params, act, out| {
+        let make = |name: String, kind: &str, nodes: Vec<Node>, tensors: Vec<u64>, act, out| {
             let (fwd, bwd) = build_graphs(&nodes);
             Layer {
                 name,
                 signature: format!("{family}-{kind} {tail}"),
                 fwd: Arc::new(fwd),
                 bwd: Arc::new(bwd),
-                params,
+                params: tensors.iter().sum(),
+                param_tensors: tensors,
                 activation_bytes: act,
                 output_bytes: out,
                 replicated: ReplicatedParams::default(),
@@ -1351,7 +1383,7 @@ impl Template {
             "embedding".to_string(),
             "embedding",
             self.embedding_nodes(shape),
-            self.embedding_params(shape.seq_len, shape.tp),
+            self.embedding_tensors(shape.seq_len, shape.tp),
             self.embedding_activation_bytes(shape),
             hidden_bytes,
         ));
@@ -1365,7 +1397,7 @@ impl Template {
                 "block".to_string(),
                 "block",
                 self.block_nodes(shape, false),
-                self.block_params(shape.tp, false),
+                self.block_tensors(shape.tp, false),
                 self.block_activation_bytes(shape, false),
                 hidden_bytes,
             )
@@ -1378,7 +1410,7 @@ impl Template {
                 "block".to_string(),
                 "moe-block",
                 self.block_nodes(shape, true),
-                self.block_params(shape.tp, true),
+                self.block_tensors(shape.tp, true),
                 self.block_activation_bytes(shape, true),
                 hidden_bytes,
             )
@@ -1398,7 +1430,7 @@ impl Template {
             "head".to_string(),
             "head",
             self.head_nodes(shape),
-            self.head_params(shape.tp),
+            self.head_tensors(shape.tp),
             self.head_activation_bytes(shape),
             4 * shape.micro_batch,
         ));
