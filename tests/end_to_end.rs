@@ -813,8 +813,8 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     let gap_s = fitted.efficiency.launch_gap_s;
     let mut launched_errors = Vec::new();
     for (label, m, predicted_s) in &steps {
-        let busy_s = m.gpu_busy_s.expect("every iteration was profiled");
-        let launched_s = busy_s + gap_s * m.gpu_kernels.expect("with its kernels") as f64;
+        let profile = m.profile.expect("every iteration was profiled");
+        let launched_s = profile.gpu_busy_s + gap_s * profile.gpu_kernels as f64;
         let launched_error = (predicted_s - launched_s) / launched_s;
         assert!(
             launched_error.abs() < 0.045,
@@ -875,9 +875,9 @@ fn h100_repeated_iterations_are_predicted_as_well() {
     let mut busy_errors = Vec::new();
     for m in &repeats {
         let predicted_s = composite_latency(&fitted, &cache, m).expect("a training step");
-        match m.gpu_busy_s.zip(m.gpu_kernels) {
-            Some((busy_s, kernels)) => {
-                let launched_s = busy_s + gap_s * kernels as f64;
+        match m.profile {
+            Some(profile) => {
+                let launched_s = profile.gpu_busy_s + gap_s * profile.gpu_kernels as f64;
                 let error = (predicted_s - launched_s) / launched_s;
                 assert!(error.abs() < 0.02, "{}: {:+.1} %", m.source, 100.0 * error);
                 busy_errors.push(error);
@@ -936,7 +936,7 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
         .map(|m| {
             (
                 m.source.rsplit('/').next().unwrap().to_string(),
-                m.gpu_busy_s,
+                m.profile.map(|p| p.gpu_busy_s),
             )
         })
         .collect();

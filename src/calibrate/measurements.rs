@@ -127,12 +127,18 @@ pub struct Measurement {
     pub board_power_w: Option<f64>,
     /// How long the row was timed for in all (samples × calls per sample × seconds per call).
     pub timed_s: f64,
-    /// For a training step collect.py profiled: the GPU time of its kernels (torch.profiler,
-    /// summed over one profiled iteration), i.e. the iteration less the GPU's waits for the
-    /// host.
-    pub gpu_busy_s: Option<f64>,
-    /// The kernels that profiled iteration launched.
-    pub gpu_kernels: Option<u64>,
+    /// For a training step collect.py profiled: its kernels in one profiled iteration.
+    pub profile: Option<StepProfile>,
+}
+
+/// The kernels of one profiled training iteration (collect.py `--profile`, torch.profiler).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepProfile {
+    /// The GPU time of the iteration's kernels, summed: the iteration less the GPU's waits for
+    /// the host.
+    pub gpu_busy_s: f64,
+    /// The kernels it launched.
+    pub gpu_kernels: u64,
 }
 
 /// A row of `kernels.csv` as written by `calibration/collect.py` (schema: calibration/README.md).
@@ -341,8 +347,7 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
             measured_s,
             board_power_w: None,
             timed_s: measured_s,
-            gpu_busy_s: None,
-            gpu_kernels: None,
+            profile: None,
         });
     }
     Ok(out)
@@ -571,7 +576,7 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             }
             other => (other, r.kernel.clone()),
         };
-        let profiled = match target {
+        let profile = match target {
             Target::Step(_) => {
                 let shape = [r.batch, r.m, r.n, r.k, r.elements, u64::from(r.group)];
                 busy.get(&(r.kernel.clone(), shape)).copied()
@@ -586,8 +591,7 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             measured_s: r.median_s,
             board_power_w: r.power_run_w,
             timed_s: r.median_s * (r.repeats.max(1) * r.burst.max(1)) as f64,
-            gpu_busy_s: profiled.map(|(busy_s, _)| busy_s),
-            gpu_kernels: profiled.map(|(_, kernels)| kernels),
+            profile,
         });
     }
     Ok(out)
@@ -624,7 +628,7 @@ struct ProfileRow {
 /// The summed kernel time and kernel count of every training step in the collect.py
 /// `profile.csv` beside the `kernels.csv` `file` (same prefix); none where there is no such
 /// file.
-fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, (f64, u64)>, InputError> {
+fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, StepProfile>, InputError> {
     let mut busy = BTreeMap::new();
     let name = file.file_name().map(|n| n.to_string_lossy().to_lowercase());
     let Some(prefix) = name.as_deref().and_then(|n| n.strip_suffix("kernels.csv")) else {
@@ -653,9 +657,12 @@ fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, (f64, u64)>, Inp
                 )
             })?;
             let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
-            let (busy_s, kernels) = busy.entry(key).or_insert((0.0, 0));
-            *busy_s += r.total_s;
-            *kernels += r.calls;
+            let profile = busy.entry(key).or_insert(StepProfile {
+                gpu_busy_s: 0.0,
+                gpu_kernels: 0,
+            });
+            profile.gpu_busy_s += r.total_s;
+            profile.gpu_kernels += r.calls;
         }
     }
     Ok(busy)

@@ -19,7 +19,7 @@ mod runs;
 
 pub use measurements::{
     load_collected, load_measurements, BlockShape, CollectedRow, Measurement, OverlapPart,
-    OverlapShape, StepShape, Target,
+    OverlapShape, StepProfile, StepShape, Target,
 };
 pub use runs::{
     composite_latency, gpt_block_latency, gpt_step_latency, megatron_flops_per_iteration,
@@ -82,25 +82,23 @@ pub fn step_errors(
     errors: &[KernelError],
     launch_gap_s: f64,
 ) -> Vec<StepError> {
-    let profiled: BTreeMap<&str, (Option<f64>, Option<u64>)> = measurements
+    let profiled: BTreeMap<&str, Option<StepProfile>> = measurements
         .iter()
         .filter(|m| matches!(m.target, Target::Step(_)))
-        .map(|m| (m.source.as_str(), (m.gpu_busy_s, m.gpu_kernels)))
+        .map(|m| (m.source.as_str(), m.profile))
         .collect();
     errors
         .iter()
         .filter_map(|e| {
-            let (gpu_busy_s, gpu_kernels) = *profiled.get(e.source.as_str())?;
-            let launched_s = gpu_busy_s
-                .zip(gpu_kernels)
-                .map(|(busy_s, kernels)| busy_s + kernels as f64 * launch_gap_s);
+            let profile = *profiled.get(e.source.as_str())?;
+            let launched_s = profile.map(|p| p.gpu_busy_s + p.gpu_kernels as f64 * launch_gap_s);
             Some(StepError {
                 source: e.source.clone(),
                 class: e.class.clone(),
                 shape: e.shape.clone(),
                 measured_s: e.measured_s,
-                gpu_busy_s,
-                gpu_kernels,
+                gpu_busy_s: profile.map(|p| p.gpu_busy_s),
+                gpu_kernels: profile.map(|p| p.gpu_kernels),
                 launched_s,
                 host_wait: launched_s.map(|l| 1.0 - l / e.measured_s),
                 predicted_s: e.predicted_s,
