@@ -150,8 +150,18 @@ def time_cuda(fn, warmup, repeats, burst, graph):
     return statistics.median(times), min(times), max(times), "graph" if replay else "eager"
 
 
+def l2_flush():
+    """A kernel that reads a buffer of twice the GPU's L2 (128 MiB at least) and so leaves none
+    of the L2 to the kernel timed after it: `--cold` times each call after one, less the
+    flush's own time. Reading, not writing, leaves the L2 clean, so the timed kernel pays no
+    write-backs but those of its own results."""
+    l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)
+    buffer = torch.ones(max(2 * l2_bytes, 128 << 20), device="cuda", dtype=torch.uint8)
+    return lambda: buffer.sum()
+
+
 class Writer:
-    def __init__(self, path, env, warmup, repeats, burst, graph, clocks=None):
+    def __init__(self, path, env, warmup, repeats, burst, graph, clocks=None, cold=False):
         self.file = open(path, "w", newline="")
         self.csv = csv.DictWriter(self.file, fieldnames=COLUMNS)
         self.csv.writeheader()
@@ -161,6 +171,7 @@ class Writer:
         self.burst = burst
         self.graph = graph
         self.clocks = clocks
+        self.flush = l2_flush() if cold and graph else None
 
     def time(self, kernel, fn, batch=1, m=0, n=0, k=0, elements=0, row_len=0, group=1,
              dtype=None, timing=None, baseline=None):
@@ -169,14 +180,21 @@ class Writer:
         a user runs them). With `baseline`, the row is the time of `fn` minus the median time
         of `baseline`: a backward pass is timed as its forward and backward together minus the
         forward, since autograd only replays in a CUDA graph when the forward was captured
-        with it."""
+        with it. Replayed `--cold`, every call of `fn` (and of `baseline`) follows an L2 flush
+        and the row is less the flush's own time (`baseline` defaults to the flush)."""
         warmup, repeats, burst = timing or (self.warmup, self.repeats, self.burst)
         graph = self.graph and timing is None
+        flush = self.flush if graph else None
+        if flush:
+            fn = (lambda call: lambda: (flush(), call()))(fn)
+            baseline = (lambda call: lambda: (flush(), call()))(baseline) if baseline else flush
         start = time.monotonic()
         median_s, min_s, max_s, method = time_cuda(fn, warmup, repeats, burst, graph)
         if baseline:
             base_s = time_cuda(baseline, warmup, repeats, burst, graph)[0]
             median_s, min_s, max_s = median_s - base_s, min_s - base_s, max_s - base_s
+        if flush:
+            method = "cold"
         clock, power = self.clocks.during(start, time.monotonic()) if self.clocks else ("", "")
         row = dict(self.env)
         if dtype:
@@ -765,6 +783,10 @@ def main():
     parser.add_argument("--eager", action="store_true",
                         help="launch every timed call from the host instead of replaying a CUDA "
                              "graph of them (small kernels then time PyTorch's dispatch)")
+    parser.add_argument("--cold", action="store_true",
+                        help="replay every call after a read of twice the L2, less that read's "
+                             "own time, so operands come from HBM as a training step's large "
+                             "tensors do (rows `timing` = cold; not with --eager)")
     parser.add_argument("--quick", action="store_true", help="a small sweep (a few minutes)")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to time (default all: {','.join(SECTIONS)})")
@@ -779,6 +801,8 @@ def main():
     unknown = [x for x in sections if x not in SECTIONS]
     if unknown or not sections:
         sys.exit(f"collect.py: --only: unknown sections {unknown}; choose from {list(SECTIONS)}")
+    if args.cold and args.eager:
+        sys.exit("collect.py: --cold replays CUDA graphs; it does not go with --eager")
     if not args.file.endswith("kernels.csv") or os.sep in args.file:
         sys.exit("collect.py: --file must be a file name ending in kernels.csv")
     stem = args.file[: -len("kernels.csv")]
@@ -794,12 +818,13 @@ def main():
     meta = dict(env, command=" ".join([sys.executable] + sys.argv), python=platform.python_version(),
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                 gpus=torch.cuda.device_count(), warmup=args.warmup, repeats=args.repeats,
-                burst=args.burst, timing="eager" if args.eager else "graph")
+                burst=args.burst,
+                timing="eager" if args.eager else "cold" if args.cold else "graph")
     with open(os.path.join(args.out, stem + "environment.json"), "w") as f:
         json.dump(meta, f, indent=2)
     clocks = ClockSampler()
     w = Writer(os.path.join(args.out, args.file), env, args.warmup, args.repeats, args.burst,
-               not args.eager, clocks)
+               not args.eager, clocks, args.cold)
     profile = (Profile(os.path.join(args.out, stem + "profile.csv"), env, args.warmup)
                if args.profile else None)
     for section in sections:

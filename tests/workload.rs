@@ -656,7 +656,8 @@ fn parameter_tensors_are_counted_per_layer_and_add_up_to_the_parameters() {
 
 /// `param_kernels = "per_tensor"` launches the casts to and from the fp32 main weights and
 /// the gradient accumulation once per tensor, each over its own elements; the per-layer
-/// default once over all of them. Adam and the gradient norm stay one kernel per layer.
+/// default once over all of them; `per_tensor_grads` the gradients' kernels per tensor and
+/// the weights' cast per layer. Adam and the gradient norm stay one kernel per layer.
 #[test]
 fn per_tensor_parameter_kernels_visit_each_tensor() {
     let mut w = load("workloads/gpt-1.7b.toml");
@@ -697,6 +698,22 @@ fn per_tensor_parameter_kernels_visit_each_tensor() {
             ("weights_from_fp32", 4),
             ("weights_from_fp32", 1000),
             ("weights_from_fp32", 7),
+            ("grad_accumulate", 4),
+            ("grad_accumulate", 1000),
+            ("grad_accumulate", 7),
+        ])
+    );
+    // Megatron-LM 2021: the gradients tensor by tensor, the weights back in one kernel.
+    w.param_kernels = ParamKernels::PerTensorGrads;
+    assert_eq!(
+        summary(&w),
+        named(&[
+            ("grads_to_fp32", 4),
+            ("grads_to_fp32", 1000),
+            ("grads_to_fp32", 7),
+            ("grad_norm", 1011),
+            ("optimizer_step", 1011),
+            ("weights_from_fp32", 1011),
             ("grad_accumulate", 4),
             ("grad_accumulate", 1000),
             ("grad_accumulate", 7),

@@ -163,9 +163,11 @@ pub struct CollectedRow {
     /// Median board power while the row was timed; empty when no sample fell in it.
     #[serde(default, deserialize_with = "csv::invalid_option")]
     pub power_run_w: Option<f64>,
-    /// How the row was timed: `graph` (replays of a CUDA graph: the GPU's time alone) or
-    /// `eager` (launched from the host call after call); absent in files that predate the
-    /// column, whose kernel rows replayed graphs or were only timed one way.
+    /// How the row was timed: `graph` (replays of a CUDA graph: the GPU's time alone), `cold`
+    /// (the same with the L2 read away before every call, whose own time is subtracted: the
+    /// operands come from HBM) or `eager` (launched from the host call after call); absent in
+    /// files that predate the column, whose kernel rows replayed graphs or were only timed
+    /// one way.
     #[serde(default)]
     pub timing: Option<String>,
 }
@@ -560,13 +562,16 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Workload::gpt(&r.kernel, file, step.sizes, Precision::Fp16)
                 .map_err(|e| in_row(row, e))?;
         }
-        let eager = match r.timing.as_deref() {
-            None | Some("" | "graph") => false,
-            Some("eager") => true,
+        // (eager, cold); a cold replay is priced as a replay (the model's HBM traffic is what
+        // it measures) and reported in a class of its own.
+        let (eager, cold) = match r.timing.as_deref() {
+            None | Some("" | "graph") => (false, false),
+            Some("eager") => (true, false),
+            Some("cold") => (false, true),
             Some(other) => {
                 return Err(bad(
                     "timing",
-                    format!("unknown timing `{other}` (expected graph or eager)"),
+                    format!("unknown timing `{other}` (expected graph, cold or eager)"),
                 ))
             }
         };
@@ -574,6 +579,7 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) if eager => {
                 (Target::Eager(kind), format!("{}_eager", r.kernel))
             }
+            other if cold => (other, format!("{}_cold", r.kernel)),
             other => (other, r.kernel.clone()),
         };
         let profile = match target {

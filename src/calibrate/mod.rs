@@ -32,7 +32,7 @@ use crate::cost::{
 };
 use crate::error::InputError;
 use crate::placement::exposed_after_overlap;
-use crate::workload::{CollectiveKind, OpKind};
+use crate::workload::{kernel_op, CollectiveKind, OpKind};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -47,6 +47,10 @@ pub struct KernelError {
     pub predicted_s: f64,
     /// (predicted − measured) / measured.
     pub signed_error: f64,
+    /// A single kernel's operands and results, once each: what stays in the chip's L2
+    /// (`glb.bytes`) between calls of a replayed burst when it fits. Empty for blocks,
+    /// iterations and overlap rows.
+    pub working_set_bytes: Option<u64>,
 }
 
 /// A measured training iteration against the model, with the GPU's own share of it where the
@@ -190,7 +194,7 @@ pub fn kernel_errors(
     measurements
         .iter()
         .filter_map(|m| {
-            let (predicted_s, shape) = match m.target {
+            let (predicted_s, shape, working_set_bytes) = match m.target {
                 Target::Op(kind) | Target::Eager(kind) => {
                     let sample = KernelSample {
                         kind,
@@ -203,13 +207,16 @@ pub fn kernel_errors(
                         Target::Eager(_) => isolated.efficiency.eager_pass_s(gpu_s, 1),
                         _ => gpu_s,
                     };
-                    (timed_s, shape(&kind))
+                    let op = kernel_op(kind, m.elem_bytes);
+                    let working_set = op.bytes_read.saturating_add(op.bytes_written);
+                    (timed_s, shape(&kind), Some(working_set))
                 }
-                Target::Block { shape, .. } => (predict_composite(m)?, shape.label()),
-                Target::Step(step) => (predict_composite(m)?, step.label()),
+                Target::Block { shape, .. } => (predict_composite(m)?, shape.label(), None),
+                Target::Step(step) => (predict_composite(m)?, step.label(), None),
                 Target::Overlap { part, shape } => (
                     predict_overlap(&isolated, part, shape, m.elem_bytes),
                     shape.label(),
+                    None,
                 ),
             };
             Some(KernelError {
@@ -219,9 +226,24 @@ pub fn kernel_errors(
                 measured_s: m.measured_s,
                 predicted_s,
                 signed_error: (predicted_s - m.measured_s) / m.measured_s,
+                working_set_bytes,
             })
         })
         .collect()
+}
+
+/// The single kernels among `errors` whose working set fits in `l2_bytes` (`fits`) or does
+/// not, summarised by class: a burst of calls replayed on the same buffers reads a working set
+/// that fits from the L2, one that does not from HBM, which is what the model prices.
+pub fn summarise_by_working_set(
+    errors: &[KernelError],
+    l2_bytes: u64,
+    fits: bool,
+) -> Vec<ErrorSummary> {
+    summarise_errors(errors.iter().filter_map(|e| {
+        let bytes = e.working_set_bytes?;
+        ((bytes <= l2_bytes) == fits).then_some((e.class.as_str(), e.signed_error))
+    }))
 }
 
 /// The GEMM stream's and the all-reduce's predicted latencies of an overlap measurement.

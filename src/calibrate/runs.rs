@@ -284,8 +284,13 @@ pub fn validate_runs(
             seq_len: run.seq,
             global_batch: run.global_batch,
         };
+        // Its gradients are accumulated (PyTorch's `AccumulateGrad`, or with `--DDP-impl
+        // local` a hook's `main_grad.add_`) and cast up to the fp32 main copy
+        // (`_copy_model_grads_to_main_grads`) one parameter at a time; the weights are copied
+        // back by a multi-tensor kernel (`_copy_main_params_to_model_params`).
         let mut workload = Workload {
             gradient_accumulation_fusion: false,
+            param_kernels: ParamKernels::PerTensorGrads,
             ..Workload::gpt(&run.model, runs_csv, sizes, Precision::Fp16)
                 .map_err(|e| in_row(row, e))?
         };

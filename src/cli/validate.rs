@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    composite_latency, kernel_errors, load_measurements, step_errors, summarise, summarise_errors,
-    validate_runs, ErrorSummary, KernelError, RunError, RunPlans, StepError,
+    composite_latency, kernel_errors, load_measurements, step_errors, summarise,
+    summarise_by_working_set, summarise_errors, validate_runs, ErrorSummary, KernelError, RunError,
+    RunPlans, StepError,
 };
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
@@ -71,6 +72,32 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         markdown += &format!("## Kernels (`{}`)\n\n", dir.display());
         markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
         summaries.extend(s.into_iter().map(|x| ("kernel", x)));
+        let l2_bytes = arch.glb.bytes;
+        for (scope, fits, title) in [
+            ("kernel_in_l2", true, "whose working set fits in"),
+            ("kernel_beyond_l2", false, "whose working set exceeds"),
+        ] {
+            let s = summarise_by_working_set(&kernel_rows, l2_bytes, fits);
+            if s.is_empty() {
+                continue;
+            }
+            let heading = format!(
+                "Single kernels {title} the {:.0} MiB L2 (`glb.bytes`)",
+                l2_bytes as f64 / f64::from(1u32 << 20)
+            );
+            println!("{heading}");
+            println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
+            markdown += &format!(
+                "### {heading}
+
+"
+            );
+            if fits {
+                markdown += WORKING_SET_NOTE;
+            }
+            markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
+            summaries.extend(s.into_iter().map(|x| (scope, x)));
+        }
         step_rows = step_errors(&measurements, &kernel_rows, arch.efficiency.launch_gap_s);
         if !step_rows.is_empty() {
             let rows: Vec<Vec<String>> = step_rows.iter().map(step_row).collect();
@@ -158,6 +185,11 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+const WORKING_SET_NOTE: &str = "A burst of calls on the same buffers (replayed from a CUDA \
+graph or launched eagerly) finds a working set (operands and results) that fits in the L2 there \
+after its first call; the model prices \
+every kernel's traffic from HBM, as a training iteration streams tensors larger than the L2.\n\n";
 
 const STEP_HEADER: [&str; 9] = [
     "iteration",

@@ -261,7 +261,7 @@ impl RawDag {
                 InputError::invalid(
                     file,
                     "param_kernels",
-                    format!("unknown value `{text}`; expected one of per_layer, per_tensor"),
+                    format!("unknown value `{text}`; expected one of per_layer, per_tensor, per_tensor_grads"),
                 )
             })?,
         };

@@ -131,6 +131,10 @@ pub enum ParamKernels {
     /// One kernel per parameter tensor: a PyTorch loop over the parameters (`copy_` to and
     /// from the main copies, `AccumulateGrad`), as collect.py's training step has it.
     PerTensor,
+    /// The gradients' kernels per tensor (accumulation, the cast up to the main copy), the
+    /// weights' copy back per layer: the Megatron-LM of 2021, whose optimizer casts each
+    /// gradient up in a loop and copies the weights back with a multi-tensor kernel.
+    PerTensorGrads,
 }
 
 impl ParamKernels {
@@ -138,7 +142,17 @@ impl ParamKernels {
         match text {
             "per_layer" => Some(ParamKernels::PerLayer),
             "per_tensor" => Some(ParamKernels::PerTensor),
+            "per_tensor_grads" => Some(ParamKernels::PerTensorGrads),
             _ => None,
+        }
+    }
+
+    /// Whether the kernels over the parameters' gradients (`grads`) or weights run per tensor.
+    fn per_tensor(self, grads: bool) -> bool {
+        match self {
+            ParamKernels::PerLayer => false,
+            ParamKernels::PerTensor => true,
+            ParamKernels::PerTensorGrads => grads,
         }
     }
 }
@@ -199,6 +213,26 @@ pub struct Workload {
     pub model: Model,
     /// The file it was loaded from (named in errors).
     pub source: PathBuf,
+}
+
+/// One call of a kernel of `kind` as an operator: its FLOPs and the bytes it reads and writes,
+/// counted as the generated graphs count them (a measured kernel's working set).
+pub fn kernel_op(kind: OpKind, elem_bytes: u32) -> Op {
+    let name = "kernel";
+    match kind {
+        OpKind::Gemm { batch, m, n, k } => ops::gemm(name, batch, m, n, k, elem_bytes),
+        OpKind::Vector {
+            op,
+            elements,
+            row_len,
+            pass,
+        } => ops::vector_in_pass(name, op, pass, elements, row_len, elem_bytes),
+        OpKind::Collective {
+            collective,
+            bytes,
+            group,
+        } => ops::collective(name, collective, bytes, group, elem_bytes),
+    }
 }
 
 /// Longest workload name: names become directory names (`compare`'s sweeps) and CSV cells.
@@ -409,13 +443,12 @@ impl Workload {
             Optimizer::Adam => 4,
             Optimizer::Sgd => e,
         };
-        let casts = self.param_kernel_sizes(param_tensors);
-        let mut ops = Vec::with_capacity(3 + 2 * casts.len());
+        let mut ops = Vec::with_capacity(3 + 2 * param_tensors.len());
         if mixed {
             ops.extend(
-                casts
-                    .iter()
-                    .map(|&n| ops::vector("grads_to_fp32", VectorOp::Cast, n, 1, e)),
+                self.param_kernel_sizes(param_tensors, true)
+                    .into_iter()
+                    .map(|n| ops::vector("grads_to_fp32", VectorOp::Cast, n, 1, e)),
             );
         }
         for (wanted, name, op) in [
@@ -431,9 +464,20 @@ impl Workload {
             Optimizer::Sgd => ops::vector("optimizer_step", VectorOp::Add, params, 1, e),
         });
         if mixed {
-            ops.extend(casts.iter().map(|&n| {
-                ops::vector_in_pass("weights_from_fp32", VectorOp::Cast, Pass::Backward, n, 1, e)
-            }));
+            ops.extend(
+                self.param_kernel_sizes(param_tensors, false)
+                    .into_iter()
+                    .map(|n| {
+                        ops::vector_in_pass(
+                            "weights_from_fp32",
+                            VectorOp::Cast,
+                            Pass::Backward,
+                            n,
+                            1,
+                            e,
+                        )
+                    }),
+            );
         }
         ops
     }
@@ -447,25 +491,24 @@ impl Workload {
             return Vec::new();
         }
         let grads = self.bytes_per_param().grads;
-        self.param_kernel_sizes(param_tensors)
+        self.param_kernel_sizes(param_tensors, true)
             .into_iter()
             .map(|n| ops::vector("grad_accumulate", VectorOp::Add, n, 1, grads))
             .collect()
     }
 
-    /// Elements of each per-parameter kernel over a layer's parameter tensors: all of them in
-    /// one, or one per tensor; none for a layer without parameters.
-    fn param_kernel_sizes(&self, param_tensors: &[u64]) -> Vec<u64> {
-        match self.param_kernels {
-            ParamKernels::PerLayer => {
-                let params: u64 = param_tensors.iter().sum();
-                if params == 0 {
-                    Vec::new()
-                } else {
-                    vec![params]
-                }
-            }
-            ParamKernels::PerTensor => param_tensors.iter().copied().filter(|&n| n > 0).collect(),
+    /// Elements of each per-parameter kernel over a layer's parameter tensors, for the
+    /// gradients' kernels (`grads`) or the weights': all of them in one, or one per tensor;
+    /// none for a layer without parameters.
+    fn param_kernel_sizes(&self, param_tensors: &[u64], grads: bool) -> Vec<u64> {
+        if self.param_kernels.per_tensor(grads) {
+            return param_tensors.iter().copied().filter(|&n| n > 0).collect();
+        }
+        let params: u64 = param_tensors.iter().sum();
+        if params == 0 {
+            Vec::new()
+        } else {
+            vec![params]
         }
     }
 

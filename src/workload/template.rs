@@ -407,7 +407,7 @@ impl RawTemplate {
                 InputError::invalid(
                     file,
                     "param_kernels",
-                    format!("unknown value `{text}`; expected one of per_layer, per_tensor"),
+                    format!("unknown value `{text}`; expected one of per_layer, per_tensor, per_tensor_grads"),
                 )
             })?,
         };
