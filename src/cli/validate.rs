@@ -87,11 +87,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             );
             println!("{heading}");
             println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
-            markdown += &format!(
-                "### {heading}
-
-"
-            );
+            markdown += &format!("### {heading}\n\n");
             if fits {
                 markdown += WORKING_SET_NOTE;
             }
@@ -188,8 +184,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
 
 const WORKING_SET_NOTE: &str = "A burst of calls on the same buffers (replayed from a CUDA \
 graph or launched eagerly) finds a working set (operands and results) that fits in the L2 there \
-after its first call; the model prices \
-every kernel's traffic from HBM, as a training iteration streams tensors larger than the L2.\n\n";
+after its first call; the model prices every kernel's traffic from HBM, as a training iteration \
+streams tensors larger than the L2.\n\n";
 
 const STEP_HEADER: [&str; 9] = [
     "iteration",
