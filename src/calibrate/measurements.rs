@@ -139,6 +139,15 @@ pub struct StepProfile {
     pub gpu_busy_s: f64,
     /// The kernels it launched.
     pub gpu_kernels: u64,
+    /// The GPU time of its GEMM kernels (names with `gemm` or cuBLAS's `nvjet`), summed.
+    pub gemm_busy_s: f64,
+}
+
+/// Whether a profiled CUDA kernel's name is a GEMM's: cuBLAS's and CUTLASS's carry `gemm`,
+/// except Hopper's cuBLAS kernels, named `nvjet_…`.
+fn is_gemm_kernel(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.contains("gemm") || name.contains("nvjet")
 }
 
 /// A row of `kernels.csv` as written by `calibration/collect.py` (schema: calibration/README.md).
@@ -627,6 +636,8 @@ struct ProfileRow {
     #[serde(deserialize_with = "csv::invalid_option")]
     elements: Option<u64>,
     group: u64,
+    /// The CUDA kernel's name.
+    name: String,
     calls: u64,
     total_s: f64,
 }
@@ -666,9 +677,13 @@ fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, StepProfile>, In
             let profile = busy.entry(key).or_insert(StepProfile {
                 gpu_busy_s: 0.0,
                 gpu_kernels: 0,
+                gemm_busy_s: 0.0,
             });
             profile.gpu_busy_s += r.total_s;
             profile.gpu_kernels += r.calls;
+            if is_gemm_kernel(&r.name) {
+                profile.gemm_busy_s += r.total_s;
+            }
         }
     }
     Ok(busy)

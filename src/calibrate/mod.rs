@@ -22,8 +22,8 @@ pub use measurements::{
     OverlapShape, StepProfile, StepShape, Target,
 };
 pub use runs::{
-    composite_latency, gpt_block_latency, gpt_step_latency, megatron_flops_per_iteration,
-    validate_runs, RunError, RunPlans,
+    composite_latency, gpt_block_latency, gpt_step_gemm_s, gpt_step_latency, measured_step_gemm_s,
+    megatron_flops_per_iteration, validate_runs, RunError, RunPlans,
 };
 
 use crate::arch::{ArchConfig, Efficiency};
@@ -77,24 +77,35 @@ pub struct StepError {
     pub signed_error: f64,
     /// (predicted − launched) / launched: the error of the model's own scope.
     pub launched_signed_error: Option<f64>,
+    /// The GPU time of the profiled iteration's GEMM kernels.
+    pub gpu_gemm_s: Option<f64>,
+    /// The model's time for the iteration's GEMMs ([`gpt_step_gemm_s`]).
+    pub predicted_gemm_s: Option<f64>,
+    /// (predicted_gemm_s − gpu_gemm_s) / gpu_gemm_s.
+    pub gemm_signed_error: Option<f64>,
 }
 
 /// The training steps among `errors` (from [`kernel_errors`] over `measurements`), each with
-/// its profiled GPU time and that time with a gap of `launch_gap_s` after each kernel.
+/// its profiled GPU time, that time with a gap of `launch_gap_s` after each kernel, and its
+/// GEMM kernels' time beside the model's (`predict_gemm`, e.g. [`gpt_step_gemm_s`]).
 pub fn step_errors(
     measurements: &[Measurement],
     errors: &[KernelError],
     launch_gap_s: f64,
+    predict_gemm: impl Fn(&Measurement) -> Option<f64>,
 ) -> Vec<StepError> {
-    let profiled: BTreeMap<&str, Option<StepProfile>> = measurements
+    let steps: BTreeMap<&str, &Measurement> = measurements
         .iter()
         .filter(|m| matches!(m.target, Target::Step(_)))
-        .map(|m| (m.source.as_str(), m.profile))
+        .map(|m| (m.source.as_str(), m))
         .collect();
     errors
         .iter()
         .filter_map(|e| {
-            let profile = *profiled.get(e.source.as_str())?;
+            let step = *steps.get(e.source.as_str())?;
+            let profile = step.profile;
+            let gpu_gemm_s = profile.map(|p| p.gemm_busy_s).filter(|&s| s > 0.0);
+            let predicted_gemm_s = gpu_gemm_s.and_then(|_| predict_gemm(step));
             let launched_s = profile.map(|p| p.gpu_busy_s + p.gpu_kernels as f64 * launch_gap_s);
             Some(StepError {
                 source: e.source.clone(),
@@ -103,6 +114,11 @@ pub fn step_errors(
                 measured_s: e.measured_s,
                 gpu_busy_s: profile.map(|p| p.gpu_busy_s),
                 gpu_kernels: profile.map(|p| p.gpu_kernels),
+                gpu_gemm_s,
+                predicted_gemm_s,
+                gemm_signed_error: gpu_gemm_s
+                    .zip(predicted_gemm_s)
+                    .map(|(measured, predicted)| (predicted - measured) / measured),
                 launched_s,
                 host_wait: launched_s.map(|l| 1.0 - l / e.measured_s),
                 predicted_s: e.predicted_s,

@@ -6,11 +6,11 @@ use super::{in_row, BlockShape, Measurement, StepShape, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
 use crate::error::InputError;
-use crate::model::{evaluate, EvaluateError, PlanOptions};
+use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{ScheduleCache, ScheduleProblem};
 use crate::workload::{
-    AttentionSoftmax, GptSizes, Model, OpGraph, ParamKernels, Precision, Workload,
+    AttentionSoftmax, CoreType, GptSizes, Model, OpGraph, ParamKernels, Precision, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -412,17 +412,7 @@ pub fn gpt_step_latency(
     step: StepShape,
     precision: Precision,
 ) -> Result<f64, EvaluateError> {
-    let sizes = step.sizes;
-    let workload = Workload {
-        // collect.py's step neither scales the loss nor clips the gradients, and copies the
-        // gradients to the fp32 main weights and the weights back tensor by tensor.
-        loss_scaling: false,
-        gradient_clipping: false,
-        param_kernels: ParamKernels::PerTensor,
-        ..Workload::gpt("step", Path::new("measured step"), sizes, precision)?
-    };
-    let micro_batch = u32::try_from(sizes.global_batch)
-        .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
+    let (workload, micro_batch) = measured_step_workload(step, precision)?;
     let options = PlanOptions {
         micro_batches: vec![micro_batch],
         recompute: vec![step.recompute],
@@ -440,6 +430,81 @@ pub fn gpt_step_latency(
     Ok(evaluate(&workload, arch, &options, cache)?
         .plan
         .time_per_batch_s)
+}
+
+/// collect.py's training step as a workload, and its micro-batch.
+fn measured_step_workload(
+    step: StepShape,
+    precision: Precision,
+) -> Result<(Workload, u32), InputError> {
+    let sizes = step.sizes;
+    let workload = Workload {
+        // collect.py's step neither scales the loss nor clips the gradients, and copies the
+        // gradients to the fp32 main weights and the weights back tensor by tensor.
+        loss_scaling: false,
+        gradient_clipping: false,
+        param_kernels: ParamKernels::PerTensor,
+        ..Workload::gpt("step", Path::new("measured step"), sizes, precision)?
+    };
+    let micro_batch = u32::try_from(sizes.global_batch)
+        .map_err(|_| InputError::invalid(&workload.source, "batch", "micro-batch too large"))?;
+    Ok((workload, micro_batch))
+}
+
+/// The predicted time of a measured training step's GEMMs (the tensor-core operators of its
+/// layers' schedules: every forward, the forwards full recompute reruns, every backward), to
+/// set beside its profiled GEMM kernels; `None` under selective recompute, whose rerun
+/// attention core is priced outside the schedules.
+pub fn gpt_step_gemm_s(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    step: StepShape,
+    precision: Precision,
+) -> Result<Option<f64>, EvaluateError> {
+    let (workload, micro_batch) = measured_step_workload(step, precision)?;
+    let rerun = match step.recompute {
+        RecomputeMode::Selective => return Ok(None),
+        RecomputeMode::None => false,
+        RecomputeMode::Full => true,
+    };
+    let costs = layer_costs(
+        &workload,
+        &CostModel::new(arch),
+        cache,
+        1,
+        micro_batch,
+        false,
+    )?;
+    let mut gemm_s = 0.0;
+    for unique in &costs.unique {
+        let recomputed = rerun
+            && costs
+                .graph
+                .layers
+                .iter()
+                .find(|l| l.name == unique.name)
+                .is_some_and(|l| l.activation_bytes.recomputed_under_full());
+        let fwd_s = unique.fwd.busy_s(&unique.fwd_problem, CoreType::Tensor);
+        let bwd_s = unique.bwd.busy_s(&unique.bwd_problem, CoreType::Tensor);
+        let forwards = if recomputed { 2.0 } else { 1.0 };
+        gemm_s += unique.count as f64 * (forwards * fwd_s + bwd_s);
+    }
+    Ok(Some(gemm_s))
+}
+
+/// The model's GEMM time of a measured training step ([`gpt_step_gemm_s`]); `None` for other
+/// measurements, under selective recompute, or for a shape that cannot be planned.
+pub fn measured_step_gemm_s(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    m: &Measurement,
+) -> Option<f64> {
+    match m.target {
+        Target::Step(step) => gpt_step_gemm_s(arch, cache, step, measured_precision(m.elem_bytes))
+            .ok()
+            .flatten(),
+        _ => None,
+    }
 }
 
 /// The predicted latency of a measurement that spans many operators: a GPT block's forward

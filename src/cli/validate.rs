@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    composite_latency, kernel_errors, load_measurements, step_errors, summarise,
-    summarise_by_working_set, summarise_errors, validate_runs, ErrorSummary, KernelError, RunError,
-    RunPlans, StepError,
+    composite_latency, kernel_errors, load_measurements, measured_step_gemm_s, step_errors,
+    summarise, summarise_by_working_set, summarise_errors, validate_runs, ErrorSummary,
+    KernelError, RunError, RunPlans, StepError,
 };
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
@@ -94,7 +94,12 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
             summaries.extend(s.into_iter().map(|x| (scope, x)));
         }
-        step_rows = step_errors(&measurements, &kernel_rows, arch.efficiency.launch_gap_s);
+        step_rows = step_errors(
+            &measurements,
+            &kernel_rows,
+            arch.efficiency.launch_gap_s,
+            |m| measured_step_gemm_s(&arch, &cache, m),
+        );
         if !step_rows.is_empty() {
             let rows: Vec<Vec<String>> = step_rows.iter().map(step_row).collect();
             println!("training iterations: measured (eager, wall) and the GPU's kernels in it");
@@ -113,6 +118,20 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 markdown += "Against the profiled iterations' kernels and their launch gaps:\n\n";
                 markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&launched));
                 summaries.extend(launched.into_iter().map(|x| ("gpu_launched", x)));
+            }
+            let gemm_rows: Vec<Vec<String>> = step_rows.iter().filter_map(gemm_row).collect();
+            if !gemm_rows.is_empty() {
+                println!("the profiled iterations' GEMM kernels against the model's GEMMs");
+                println!("{}", table(&GEMM_HEADER, gemm_rows.clone()));
+                markdown += GEMM_NOTE;
+                markdown += &markdown_table(&GEMM_HEADER, &gemm_rows);
+                let gemms = summarise_errors(
+                    step_rows
+                        .iter()
+                        .filter_map(|r| Some((r.class.as_str(), r.gemm_signed_error?))),
+                );
+                markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&gemms));
+                summaries.extend(gemms.into_iter().map(|x| ("gpu_gemm", x)));
             }
         }
     }
@@ -186,6 +205,39 @@ const WORKING_SET_NOTE: &str = "A burst of calls on the same buffers (replayed f
 graph or launched eagerly) finds a working set (operands and results) that fits in the L2 there \
 after its first call; the model prices every kernel's traffic from HBM, as a training iteration \
 streams tensors larger than the L2.\n\n";
+
+const GEMM_HEADER: [&str; 8] = [
+    "iteration",
+    "GEMM kernels (profiled)",
+    "share of GPU busy",
+    "model's GEMMs",
+    "error",
+    "other kernels + launch gaps",
+    "model's rest",
+    "error",
+];
+
+const GEMM_NOTE: &str = "The iterations' GEMM kernels (profiled kernels named `gemm` or \
+cuBLAS's `nvjet`) against the model's GEMMs of the same iteration (the tensor-core operators \
+of its layers' schedules), and the rest (the other kernels and every launch gap) against the \
+rest of the model's iteration:\n\n";
+
+fn gemm_row(r: &StepError) -> Option<Vec<String>> {
+    let measured_s = r.gpu_gemm_s?;
+    let predicted_s = r.predicted_gemm_s?;
+    let rest_s = r.launched_s? - measured_s;
+    let predicted_rest_s = r.predicted_s - predicted_s;
+    Some(vec![
+        format!("{} {}", r.class, r.shape),
+        seconds(measured_s),
+        format!("{:.1} %", 100.0 * measured_s / r.gpu_busy_s?),
+        seconds(predicted_s),
+        format!("{:+.1} %", 100.0 * r.gemm_signed_error?),
+        seconds(rest_s),
+        seconds(predicted_rest_s),
+        format!("{:+.1} %", 100.0 * (predicted_rest_s - rest_s) / rest_s),
+    ])
+}
 
 const STEP_HEADER: [&str; 9] = [
     "iteration",
