@@ -903,9 +903,9 @@ const COLLECTED_HEADER: &str = "gpu,sm_clock_mhz,mem_clock_mhz,driver,cuda,torch
                                 batch,m,n,k,elements,row_len,group,median_s,min_s,max_s,\
                                 repeats,burst";
 
-/// A training step takes its GPU time from the `profile.csv` of its own prefix (the kernels
-/// of that step summed, a block's rows ignored), and its GEMMs' from the kernels named `gemm`
-/// or `nvjet`; one without a profile has none, and a profile row that breaks the format names
+/// A training step or block pass takes its GPU time from the `profile.csv` of its own prefix
+/// (the kernels of that step or pass summed), and its GEMMs' from the kernels named `gemm` or
+/// `nvjet`; one without a profile has none, and a profile row that breaks the format names
 /// the file, row and field.
 #[test]
 fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
@@ -918,6 +918,8 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
         COLLECTED_HEADER.to_string(),
         row("train_step_full", 1),
         row("train_step_none", 1),
+        "H100,1980,2619,1,13.0,2.11,bf16,block_fwd,1,2048,2304,24,0,0,1,0.2,0.2,0.2,5,1"
+            .to_string(),
     ]
     .join("\n");
     std::fs::write(dir.join("more_kernels.csv"), &kernels).expect("write");
@@ -948,12 +950,16 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
         [
             ("kernels.csv:1".to_string(), None),
             ("kernels.csv:2".to_string(), None),
+            ("kernels.csv:3".to_string(), None),
             ("more_kernels.csv:1".to_string(), Some(0.4375)),
             ("more_kernels.csv:2".to_string(), None),
+            ("more_kernels.csv:3".to_string(), Some(0.5)),
         ]
     );
-    let profile_2 = loaded[2].profile.expect("profiled");
-    assert_eq!((profile_2.gpu_kernels, profile_2.gemm_busy_s), (456, 0.375));
+    let step = loaded[3].profile.expect("profiled");
+    assert_eq!((step.gpu_kernels, step.gemm_busy_s), (456, 0.375));
+    let block = loaded[5].profile.expect("profiled");
+    assert_eq!((block.gpu_kernels, block.gemm_busy_s), (4, 0.5));
     let broken = profile.replace("51200,24,gemm,400,0.125", ",24,gemm,400,0.125");
     std::fs::write(dir.join("more_profile.csv"), broken).expect("write");
     let message = load_measurements(dir)
@@ -974,8 +980,9 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
 /// A measured step's GEMM time is its layers' GEMMs, each as the cost model prices it on a chip
 /// that runs one kernel at a time (its faster variant): every block's forward twice under full
 /// recompute, once without, every backward once; none under selective recompute (its rerun
-/// attention core is priced outside the schedules). On the H100 the profiled iterations' GEMM
-/// kernels run 5-12 % faster than these (`validate`, `gpu_gemm`).
+/// attention core is priced outside the schedules). A block pass's are the block's. On the
+/// H100 the profiled blocks' and iterations' GEMM kernels run up to 12 % faster than these
+/// (`validate`, `gemms.csv`).
 #[test]
 fn a_training_steps_gemms_are_its_layers_gemm_operators() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
@@ -1022,6 +1029,30 @@ fn a_training_steps_gemms_are_its_layers_gemm_operators() {
         assert!(
             (got_s - expected_s).abs() <= 1e-9 * expected_s,
             "{recompute:?}: {got_s} s vs {expected_s} s"
+        );
+    }
+    // A block pass's GEMMs are its own: the block of the same sizes, forward and backward.
+    let block = graph
+        .layers
+        .iter()
+        .find(|l| l.name.starts_with("block"))
+        .expect("a block");
+    let shape = BlockShape {
+        micro_batch: 2,
+        seq_len: 1024,
+        hidden: 1024,
+        heads: 16,
+        tensor_parallel: 1,
+    };
+    let (fwd_s, bwd_s) =
+        tandem::calibrate::gpt_block_gemm_s(&h100, &cache, shape, Precision::Bf16).expect("plans");
+    for (got_s, expected_s) in [
+        (fwd_s, gemm_s(&block.fwd.ops)),
+        (bwd_s, gemm_s(&block.bwd.ops)),
+    ] {
+        assert!(
+            (got_s - expected_s).abs() <= 1e-9 * expected_s,
+            "{got_s} s vs {expected_s} s"
         );
     }
     let selective = tandem::calibrate::gpt_step_gemm_s(

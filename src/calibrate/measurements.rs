@@ -127,15 +127,17 @@ pub struct Measurement {
     pub board_power_w: Option<f64>,
     /// How long the row was timed for in all (samples × calls per sample × seconds per call).
     pub timed_s: f64,
-    /// For a training step collect.py profiled: its kernels in one profiled iteration.
-    pub profile: Option<StepProfile>,
+    /// For a block pass or a training step collect.py profiled: its kernels in one profiled
+    /// run.
+    pub profile: Option<PassProfile>,
 }
 
-/// The kernels of one profiled training iteration (collect.py `--profile`, torch.profiler).
+/// The kernels of one profiled run of a block pass or a training iteration (collect.py
+/// `--profile`, torch.profiler).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepProfile {
-    /// The GPU time of the iteration's kernels, summed: the iteration less the GPU's waits for
-    /// the host.
+pub struct PassProfile {
+    /// The GPU time of its kernels, summed: for an iteration, the iteration less the GPU's
+    /// waits for the host.
     pub gpu_busy_s: f64,
     /// The kernels it launched.
     pub gpu_kernels: u64,
@@ -388,7 +390,7 @@ fn dtype_bytes(dtype: &str) -> Option<u32> {
 /// from the `profile.csv` of the same prefix beside it, where there is one.
 pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
     let mut reader = headed_reader(file)?;
-    let busy = step_profile_beside(file)?;
+    let busy = profiles_beside(file)?;
     let mut out = Vec::new();
     for (i, record) in reader.deserialize::<CollectedRow>().enumerate() {
         let row = i + 1;
@@ -596,6 +598,10 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 let shape = [r.batch, r.m, r.n, r.k, r.elements, u64::from(r.group)];
                 busy.get(&(r.kernel.clone(), shape)).copied()
             }
+            Target::Block { .. } => {
+                let shape = [r.batch, r.m, r.n, r.k, 0, u64::from(r.group)];
+                busy.get(&(r.kernel.clone(), shape)).copied()
+            }
             _ => None,
         };
         out.push(Measurement {
@@ -620,9 +626,9 @@ fn headed_reader(file: &Path) -> Result<csv::Reader<std::fs::File>, InputError> 
         .map_err(|e| csv_error(file, e))
 }
 
-/// A training step as `kernels.csv` and `profile.csv` both name it: kernel (`pass` in the
-/// profile), and batch, m, n, k, elements and group.
-type StepKey = (String, [u64; 6]);
+/// A block pass or training step as `kernels.csv` and `profile.csv` both name it: kernel
+/// (`pass` in the profile), and batch, m, n, k, elements (0 for a block) and group.
+type PassKey = (String, [u64; 6]);
 
 /// A row of collect.py's `profile.csv`: one kernel name's CUDA time in one profiled run (a
 /// block's row leaves `elements` empty).
@@ -642,10 +648,10 @@ struct ProfileRow {
     total_s: f64,
 }
 
-/// The summed kernel time and kernel count of every training step in the collect.py
-/// `profile.csv` beside the `kernels.csv` `file` (same prefix); none where there is no such
-/// file.
-fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, StepProfile>, InputError> {
+/// The summed kernel time, kernel count and GEMM kernel time of every block pass and training
+/// step in the collect.py `profile.csv` beside the `kernels.csv` `file` (same prefix); none
+/// where there is no such file.
+fn profiles_beside(file: &Path) -> Result<BTreeMap<PassKey, PassProfile>, InputError> {
     let mut busy = BTreeMap::new();
     let name = file.file_name().map(|n| n.to_string_lossy().to_lowercase());
     let Some(prefix) = name.as_deref().and_then(|n| n.strip_suffix("kernels.csv")) else {
@@ -665,25 +671,29 @@ fn step_profile_beside(file: &Path) -> Result<BTreeMap<StepKey, StepProfile>, In
                 format!("must be a time of zero or more seconds, got {}", r.total_s),
             ));
         }
-        if r.pass.starts_with("train_step") {
-            let elements = r.elements.ok_or_else(|| {
+        let elements = if r.pass.starts_with("train_step") {
+            r.elements.ok_or_else(|| {
                 InputError::invalid(
                     file,
                     format!("row {}, elements", i + 1),
                     "a training step needs its vocabulary size",
                 )
-            })?;
-            let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
-            let profile = busy.entry(key).or_insert(StepProfile {
-                gpu_busy_s: 0.0,
-                gpu_kernels: 0,
-                gemm_busy_s: 0.0,
-            });
-            profile.gpu_busy_s += r.total_s;
-            profile.gpu_kernels += r.calls;
-            if is_gemm_kernel(&r.name) {
-                profile.gemm_busy_s += r.total_s;
-            }
+            })?
+        } else if r.pass == "block_fwd" || r.pass == "block_bwd" {
+            0
+        } else {
+            continue;
+        };
+        let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
+        let profile = busy.entry(key).or_insert(PassProfile {
+            gpu_busy_s: 0.0,
+            gpu_kernels: 0,
+            gemm_busy_s: 0.0,
+        });
+        profile.gpu_busy_s += r.total_s;
+        profile.gpu_kernels += r.calls;
+        if is_gemm_kernel(&r.name) {
+            profile.gemm_busy_s += r.total_s;
         }
     }
     Ok(busy)

@@ -19,11 +19,11 @@ mod runs;
 
 pub use measurements::{
     load_collected, load_measurements, BlockShape, CollectedRow, Measurement, OverlapPart,
-    OverlapShape, StepProfile, StepShape, Target,
+    OverlapShape, PassProfile, StepShape, Target,
 };
 pub use runs::{
-    composite_latency, gpt_block_latency, gpt_step_gemm_s, gpt_step_latency, measured_step_gemm_s,
-    megatron_flops_per_iteration, validate_runs, RunError, RunPlans,
+    composite_latency, gpt_block_gemm_s, gpt_block_latency, gpt_step_gemm_s, gpt_step_latency,
+    measured_gemm_s, megatron_flops_per_iteration, validate_runs, RunError, RunPlans,
 };
 
 use crate::arch::{ArchConfig, Efficiency};
@@ -77,35 +77,48 @@ pub struct StepError {
     pub signed_error: f64,
     /// (predicted − launched) / launched: the error of the model's own scope.
     pub launched_signed_error: Option<f64>,
-    /// The GPU time of the profiled iteration's GEMM kernels.
-    pub gpu_gemm_s: Option<f64>,
-    /// The model's time for the iteration's GEMMs ([`gpt_step_gemm_s`]).
-    pub predicted_gemm_s: Option<f64>,
-    /// (predicted_gemm_s − gpu_gemm_s) / gpu_gemm_s.
-    pub gemm_signed_error: Option<f64>,
+}
+
+/// A profiled block pass or training iteration split into its GEMM kernels and the rest,
+/// each against the model's: the rest of an iteration is its other kernels and the launch gap
+/// after every kernel, that of a block pass (validated as replayed) its other kernels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GemmSplit {
+    pub source: String,
+    pub class: String,
+    pub shape: String,
+    /// The profiled GEMM kernels' GPU time.
+    pub gpu_gemm_s: f64,
+    /// The model's GEMMs of the same pass or iteration.
+    pub predicted_gemm_s: f64,
+    /// (predicted − measured) / measured, of the GEMMs.
+    pub gemm_signed_error: f64,
+    /// The rest, measured: the other kernels (and, for an iteration, every launch gap).
+    pub gpu_rest_s: f64,
+    /// The rest of the model's pass or iteration.
+    pub predicted_rest_s: f64,
+    /// (predicted − measured) / measured, of the rest.
+    pub rest_signed_error: f64,
+    /// The GEMM kernels' share of the profiled GPU time.
+    pub gemm_share: f64,
 }
 
 /// The training steps among `errors` (from [`kernel_errors`] over `measurements`), each with
-/// its profiled GPU time, that time with a gap of `launch_gap_s` after each kernel, and its
-/// GEMM kernels' time beside the model's (`predict_gemm`, e.g. [`gpt_step_gemm_s`]).
+/// its profiled GPU time and that time with a gap of `launch_gap_s` after each kernel.
 pub fn step_errors(
     measurements: &[Measurement],
     errors: &[KernelError],
     launch_gap_s: f64,
-    predict_gemm: impl Fn(&Measurement) -> Option<f64>,
 ) -> Vec<StepError> {
-    let steps: BTreeMap<&str, &Measurement> = measurements
+    let profiled: BTreeMap<&str, Option<PassProfile>> = measurements
         .iter()
         .filter(|m| matches!(m.target, Target::Step(_)))
-        .map(|m| (m.source.as_str(), m))
+        .map(|m| (m.source.as_str(), m.profile))
         .collect();
     errors
         .iter()
         .filter_map(|e| {
-            let step = *steps.get(e.source.as_str())?;
-            let profile = step.profile;
-            let gpu_gemm_s = profile.map(|p| p.gemm_busy_s).filter(|&s| s > 0.0);
-            let predicted_gemm_s = gpu_gemm_s.and_then(|_| predict_gemm(step));
+            let profile = *profiled.get(e.source.as_str())?;
             let launched_s = profile.map(|p| p.gpu_busy_s + p.gpu_kernels as f64 * launch_gap_s);
             Some(StepError {
                 source: e.source.clone(),
@@ -114,16 +127,58 @@ pub fn step_errors(
                 measured_s: e.measured_s,
                 gpu_busy_s: profile.map(|p| p.gpu_busy_s),
                 gpu_kernels: profile.map(|p| p.gpu_kernels),
-                gpu_gemm_s,
-                predicted_gemm_s,
-                gemm_signed_error: gpu_gemm_s
-                    .zip(predicted_gemm_s)
-                    .map(|(measured, predicted)| (predicted - measured) / measured),
                 launched_s,
                 host_wait: launched_s.map(|l| 1.0 - l / e.measured_s),
                 predicted_s: e.predicted_s,
                 signed_error: e.signed_error,
                 launched_signed_error: launched_s.map(|l| (e.predicted_s - l) / l),
+            })
+        })
+        .collect()
+}
+
+/// The profiled block passes and training steps among `errors` (from [`kernel_errors`] over
+/// `measurements`) that ran GEMM kernels, split into their GEMMs and the rest, each against
+/// the model's: `predict_gemm` gives the model's GEMM time of a measurement (e.g.
+/// [`measured_gemm_s`]), and an iteration's rest carries a gap of `launch_gap_s` after each of
+/// its kernels, as the model's does.
+pub fn gemm_splits(
+    measurements: &[Measurement],
+    errors: &[KernelError],
+    launch_gap_s: f64,
+    predict_gemm: impl Fn(&Measurement) -> Option<f64>,
+) -> Vec<GemmSplit> {
+    let profiled: BTreeMap<&str, &Measurement> = measurements
+        .iter()
+        .filter(|m| m.profile.is_some_and(|p| p.gemm_busy_s > 0.0))
+        .map(|m| (m.source.as_str(), m))
+        .collect();
+    errors
+        .iter()
+        .filter_map(|e| {
+            let m = *profiled.get(e.source.as_str())?;
+            let profile = m.profile?;
+            let predicted_gemm_s = predict_gemm(m)?;
+            let gaps_s = match m.target {
+                Target::Step(_) => profile.gpu_kernels as f64 * launch_gap_s,
+                _ => 0.0,
+            };
+            let gpu_rest_s = profile.gpu_busy_s - profile.gemm_busy_s + gaps_s;
+            if gpu_rest_s <= 0.0 {
+                return None;
+            }
+            let predicted_rest_s = e.predicted_s - predicted_gemm_s;
+            Some(GemmSplit {
+                source: e.source.clone(),
+                class: e.class.clone(),
+                shape: e.shape.clone(),
+                gpu_gemm_s: profile.gemm_busy_s,
+                predicted_gemm_s,
+                gemm_signed_error: (predicted_gemm_s - profile.gemm_busy_s) / profile.gemm_busy_s,
+                gpu_rest_s,
+                predicted_rest_s,
+                rest_signed_error: (predicted_rest_s - gpu_rest_s) / gpu_rest_s,
+                gemm_share: profile.gemm_busy_s / profile.gpu_busy_s,
             })
         })
         .collect()

@@ -8,13 +8,14 @@ use crate::cost::CostModel;
 use crate::error::InputError;
 use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
-use crate::schedule::{ScheduleCache, ScheduleProblem};
+use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
     AttentionSoftmax, CoreType, GptSizes, Model, OpGraph, ParamKernels, Precision, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A row of `published_runs.csv`.
 #[derive(Debug, Clone, Deserialize)]
@@ -372,6 +373,33 @@ pub fn gpt_block_latency(
     block: BlockShape,
     precision: Precision,
 ) -> Result<(f64, f64), EvaluateError> {
+    let [fwd, bwd] = block_schedules(arch, cache, block, precision)?;
+    Ok((fwd.0.makespan_s, bwd.0.makespan_s))
+}
+
+/// The GEMM time (tensor-core operators' spans) of the forward and backward schedules of
+/// [`gpt_block_latency`].
+pub fn gpt_block_gemm_s(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    block: BlockShape,
+    precision: Precision,
+) -> Result<(f64, f64), EvaluateError> {
+    let [fwd, bwd] = block_schedules(arch, cache, block, precision)?;
+    let gemm_s = |(schedule, problem): &(Arc<Schedule>, ScheduleProblem)| {
+        schedule.busy_s(problem, CoreType::Tensor)
+    };
+    Ok((gemm_s(&fwd), gemm_s(&bwd)))
+}
+
+/// The forward and backward schedules of one device's share of a GPT block, without its
+/// tensor-parallel collectives, with the problems they solve.
+fn block_schedules(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    block: BlockShape,
+    precision: Precision,
+) -> Result<[(Arc<Schedule>, ScheduleProblem); 2], EvaluateError> {
     let sizes = GptSizes {
         layers: 1,
         hidden: block.hidden,
@@ -390,14 +418,13 @@ pub fn gpt_block_latency(
         .find(|l| l.signature.contains("block"))
         .ok_or_else(|| InputError::invalid(&workload.source, "layers", "no transformer block"))?;
     let cost = CostModel::new(arch);
-    let schedule = |pass: &str, ops: &OpGraph| -> Result<f64, EvaluateError> {
+    let schedule = |pass: &str, ops: &OpGraph| -> Result<_, EvaluateError> {
         let problem = ScheduleProblem::from_op_graph(&ops.without_collectives(), &cost);
         let key = format!("{}|compute only|{pass}", layer.signature);
-        Ok(cache
-            .get_or_compute(&key, cost.hardware_key(), &problem)?
-            .makespan_s)
+        let schedule = cache.get_or_compute(&key, cost.hardware_key(), &problem)?;
+        Ok((schedule, problem))
     };
-    Ok((schedule("fwd", &layer.fwd)?, schedule("bwd", &layer.bwd)?))
+    Ok([schedule("fwd", &layer.fwd)?, schedule("bwd", &layer.bwd)?])
 }
 
 /// HBM assumed for a measured training step (1 EiB): any that ran fits.
@@ -492,17 +519,17 @@ pub fn gpt_step_gemm_s(
     Ok(Some(gemm_s))
 }
 
-/// The model's GEMM time of a measured training step ([`gpt_step_gemm_s`]); `None` for other
-/// measurements, under selective recompute, or for a shape that cannot be planned.
-pub fn measured_step_gemm_s(
-    arch: &ArchConfig,
-    cache: &ScheduleCache,
-    m: &Measurement,
-) -> Option<f64> {
+/// The model's GEMM time of a measured block pass ([`gpt_block_gemm_s`]) or training step
+/// ([`gpt_step_gemm_s`]); `None` for other measurements, a step under selective recompute, or
+/// a shape that cannot be planned.
+pub fn measured_gemm_s(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
+    let precision = measured_precision(m.elem_bytes);
     match m.target {
-        Target::Step(step) => gpt_step_gemm_s(arch, cache, step, measured_precision(m.elem_bytes))
-            .ok()
-            .flatten(),
+        Target::Step(step) => gpt_step_gemm_s(arch, cache, step, precision).ok().flatten(),
+        Target::Block { backward, shape } => {
+            let (fwd_s, bwd_s) = gpt_block_gemm_s(arch, cache, shape, precision).ok()?;
+            Some(if backward { bwd_s } else { fwd_s })
+        }
         _ => None,
     }
 }

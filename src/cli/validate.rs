@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    composite_latency, kernel_errors, load_measurements, measured_step_gemm_s, step_errors,
-    summarise, summarise_by_working_set, summarise_errors, validate_runs, ErrorSummary,
+    composite_latency, gemm_splits, kernel_errors, load_measurements, measured_gemm_s, step_errors,
+    summarise, summarise_by_working_set, summarise_errors, validate_runs, ErrorSummary, GemmSplit,
     KernelError, RunError, RunPlans, StepError,
 };
 use tandem::output::write_atomic;
@@ -36,7 +36,8 @@ pub struct Args {
     #[arg(long, requires = "runs")]
     run_plans: Option<PathBuf>,
     /// Directory for kernels.csv, steps.csv (the training iterations, with the GPU time
-    /// collect.py profiled), runs.csv, summary.csv and summary.md.
+    /// collect.py profiled), gemms.csv (profiled blocks and iterations split into their GEMMs
+    /// and the rest), runs.csv, summary.csv and summary.md.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -61,6 +62,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut summaries: Vec<(&str, ErrorSummary)> = Vec::new();
     let mut kernel_rows: Vec<KernelError> = Vec::new();
     let mut step_rows: Vec<StepError> = Vec::new();
+    let mut gemm_rows: Vec<GemmSplit> = Vec::new();
     if let Some(dir) = &args.kernels {
         let measurements = load_measurements(dir)?;
         kernel_rows = kernel_errors(&arch, &measurements, |m| {
@@ -94,12 +96,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
             summaries.extend(s.into_iter().map(|x| (scope, x)));
         }
-        step_rows = step_errors(
-            &measurements,
-            &kernel_rows,
-            arch.efficiency.launch_gap_s,
-            |m| measured_step_gemm_s(&arch, &cache, m),
-        );
+        step_rows = step_errors(&measurements, &kernel_rows, arch.efficiency.launch_gap_s);
         if !step_rows.is_empty() {
             let rows: Vec<Vec<String>> = step_rows.iter().map(step_row).collect();
             println!("training iterations: measured (eager, wall) and the GPU's kernels in it");
@@ -119,19 +116,32 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&launched));
                 summaries.extend(launched.into_iter().map(|x| ("gpu_launched", x)));
             }
-            let gemm_rows: Vec<Vec<String>> = step_rows.iter().filter_map(gemm_row).collect();
-            if !gemm_rows.is_empty() {
-                println!("the profiled iterations' GEMM kernels against the model's GEMMs");
-                println!("{}", table(&GEMM_HEADER, gemm_rows.clone()));
-                markdown += GEMM_NOTE;
-                markdown += &markdown_table(&GEMM_HEADER, &gemm_rows);
-                let gemms = summarise_errors(
-                    step_rows
-                        .iter()
-                        .filter_map(|r| Some((r.class.as_str(), r.gemm_signed_error?))),
-                );
-                markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&gemms));
-                summaries.extend(gemms.into_iter().map(|x| ("gpu_gemm", x)));
+        }
+        gemm_rows = gemm_splits(
+            &measurements,
+            &kernel_rows,
+            arch.efficiency.launch_gap_s,
+            |m| measured_gemm_s(&arch, &cache, m),
+        );
+        if !gemm_rows.is_empty() {
+            let rows: Vec<Vec<String>> = gemm_rows.iter().map(gemm_row).collect();
+            println!("profiled blocks and iterations: GEMM kernels and the rest against the model");
+            println!("{}", table(&GEMM_HEADER, rows.clone()));
+            markdown += "## Profiled blocks and iterations: their GEMMs and the rest\n\n";
+            markdown += GEMM_NOTE;
+            markdown += &markdown_table(&GEMM_HEADER, &rows);
+            for (scope, what, part) in [
+                (
+                    "gemm_kernels",
+                    "The GEMMs",
+                    (|r| r.gemm_signed_error) as fn(&GemmSplit) -> f64,
+                ),
+                ("other_kernels", "The rest", |r| r.rest_signed_error),
+            ] {
+                let s = summarise_errors(gemm_rows.iter().map(|r| (r.class.as_str(), part(r))));
+                markdown += &format!("{what}:\n\n");
+                markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
+                summaries.extend(s.into_iter().map(|x| (scope, x)));
             }
         }
     }
@@ -178,6 +188,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         if !step_rows.is_empty() {
             write_csv(&out.join("steps.csv"), &step_rows)?;
         }
+        if !gemm_rows.is_empty() {
+            write_csv(&out.join("gemms.csv"), &gemm_rows)?;
+        }
         if args.runs.is_some() {
             write_csv(&out.join("runs.csv"), &run_rows)?;
         }
@@ -207,36 +220,33 @@ after its first call; the model prices every kernel's traffic from HBM, as a tra
 streams tensors larger than the L2.\n\n";
 
 const GEMM_HEADER: [&str; 8] = [
-    "iteration",
+    "block pass or iteration",
     "GEMM kernels (profiled)",
     "share of GPU busy",
     "model's GEMMs",
     "error",
-    "other kernels + launch gaps",
+    "the rest",
     "model's rest",
     "error",
 ];
 
-const GEMM_NOTE: &str = "The iterations' GEMM kernels (profiled kernels named `gemm` or \
-cuBLAS's `nvjet`) against the model's GEMMs of the same iteration (the tensor-core operators \
-of its layers' schedules), and the rest (the other kernels and every launch gap) against the \
-rest of the model's iteration:\n\n";
+const GEMM_NOTE: &str = "Each profiled block pass and iteration (collect.py `--profile`: one \
+run's kernels) split into its GEMM kernels (named `gemm` or cuBLAS's `nvjet`), against the \
+model's GEMMs of the same pass or iteration (the tensor-core operators of its schedules), and \
+the rest, against the rest of the model's: a block pass's other kernels, an iteration's other \
+kernels and the launch gap after every kernel.\n\n";
 
-fn gemm_row(r: &StepError) -> Option<Vec<String>> {
-    let measured_s = r.gpu_gemm_s?;
-    let predicted_s = r.predicted_gemm_s?;
-    let rest_s = r.launched_s? - measured_s;
-    let predicted_rest_s = r.predicted_s - predicted_s;
-    Some(vec![
+fn gemm_row(r: &GemmSplit) -> Vec<String> {
+    vec![
         format!("{} {}", r.class, r.shape),
-        seconds(measured_s),
-        format!("{:.1} %", 100.0 * measured_s / r.gpu_busy_s?),
-        seconds(predicted_s),
-        format!("{:+.1} %", 100.0 * r.gemm_signed_error?),
-        seconds(rest_s),
-        seconds(predicted_rest_s),
-        format!("{:+.1} %", 100.0 * (predicted_rest_s - rest_s) / rest_s),
-    ])
+        seconds(r.gpu_gemm_s),
+        format!("{:.1} %", 100.0 * r.gemm_share),
+        seconds(r.predicted_gemm_s),
+        format!("{:+.1} %", 100.0 * r.gemm_signed_error),
+        seconds(r.gpu_rest_s),
+        seconds(r.predicted_rest_s),
+        format!("{:+.1} %", 100.0 * r.rest_signed_error),
+    ]
 }
 
 const STEP_HEADER: [&str; 9] = [
