@@ -353,6 +353,27 @@ def run_casts(w, dtype, quick):
         del x, x32
 
 
+def run_column_sums(w, dtype, quick):
+    """The backward's column sums, which every biased linear and LayerNorm runs: a bias
+    gradient sums the output gradient over the tokens (`column_sum`: elements = tokens x width,
+    row_len = width); a LayerNorm's weight and bias gradients read the output gradient and the
+    saved input (`layernorm_wgrad`: elements counts both, 2 x tokens x width, as tandem's
+    block does)."""
+    for tokens in ([2048] if quick else [2048, 8192, 32768]):
+        for width in ([1024] if quick else [1024, 2304, 4096, 9216]):
+            dy = torch.randn(tokens, width, device="cuda", dtype=dtype)
+            x = torch.randn_like(dy)
+            ln = torch.nn.LayerNorm(width, device="cuda", dtype=dtype)
+            with torch.no_grad():
+                w.time("column_sum", lambda: dy.sum(0), elements=tokens * width, row_len=width)
+                _, mean, rstd = torch.ops.aten.native_layer_norm(x, [width], ln.weight,
+                                                                 ln.bias, 1e-5)
+                w.time("layernorm_wgrad", lambda: torch.ops.aten.native_layer_norm_backward(
+                    dy, x, [width], mean, rstd, ln.weight, ln.bias, [False, True, True]),
+                       elements=2 * tokens * width, row_len=width)
+            del dy, x, ln, mean, rstd
+
+
 def copy_shapes(quick):
     """(batch x heads, sequence, head dim) of the attention tensors the layout copies move."""
     if quick:
@@ -759,6 +780,7 @@ SECTIONS = {
     "attention": run_attention,
     "casts": run_casts,
     "copies": run_copies,
+    "column_sums": run_column_sums,
     "softmax_rows": run_softmax_rows,
     "blocks": run_blocks,
     "gemm_layouts": run_gemm_layouts,

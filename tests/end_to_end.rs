@@ -1184,8 +1184,9 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
 /// collect.py rows beyond the plain GEMM: the two transposed layouts load as GEMMs of their own
 /// class, dropout and its backward as the dropout primitive's two passes, the softmax,
 /// LayerNorm and GeLU backward kernels as their primitive's backward, the casts up to fp32
-/// and back as the cast primitive's two passes, a layout copy as the copy primitive, a
-/// block's `group` is
+/// and back as the cast primitive's two passes, a layout copy as the copy primitive, a bias
+/// gradient and a LayerNorm's weight gradients as backward column sums (the latter reading
+/// two tensors: `elements` counts both, as the block's operator does), a block's `group` is
 /// its tensor-parallel slice, and a slice that does not divide the
 /// heads is refused with the file, row and field.
 #[test]
@@ -1209,6 +1210,8 @@ fn collected_layouts_and_block_slices_load() {
         collected("cast", "0,0,0,0,1048576,1", 1),
         collected("cast_bwd", "0,0,0,0,1048576,1", 1),
         collected("copy", "0,0,0,0,8388608,1", 1),
+        collected("column_sum", "0,0,0,0,18874368,9216", 1),
+        collected("layernorm_wgrad", "0,0,0,0,9437184,2304", 1),
     ]
     .join("\n");
     std::fs::write(dir.join("kernels.csv"), good).expect("write");
@@ -1227,7 +1230,9 @@ fn collected_layouts_and_block_slices_load() {
             "gelu_bwd",
             "cast",
             "cast_bwd",
-            "copy"
+            "copy",
+            "column_sum",
+            "layernorm_wgrad"
         ]
     );
     let vectors = [
@@ -1239,6 +1244,8 @@ fn collected_layouts_and_block_slices_load() {
         (VectorOp::Cast, 1 << 20, 1, Pass::Forward),
         (VectorOp::Cast, 1 << 20, 1, Pass::Backward),
         (VectorOp::Copy, 1 << 23, 1, Pass::Forward),
+        (VectorOp::ColumnSum, 2048 * 9216, 9216, Pass::Backward),
+        (VectorOp::ColumnSum, 2 * 2048 * 2304, 2304, Pass::Backward),
     ];
     for (measured, (op, elements, row_len, pass)) in loaded[3..].iter().zip(vectors) {
         assert_eq!(

@@ -457,6 +457,11 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             // stacks three head-major gradients into token-major rows.
             "copy" => op(vector(VectorOp::Copy)),
             "stack" => op(vector(VectorOp::Stack)),
+            // The backward's column sums: a bias gradient (the output gradient summed over the
+            // tokens) and a LayerNorm's weight gradients (`elements` counts both tensors read).
+            "column_sum" | "layernorm_wgrad" => {
+                op(vector_pass(VectorOp::ColumnSum, Pass::Backward))
+            }
             // fp16/bf16 → fp32 (`dtype` is the narrow side) and back.
             "cast" => op(vector(VectorOp::Cast)),
             "cast_bwd" => op(vector_pass(VectorOp::Cast, Pass::Backward)),
