@@ -56,6 +56,18 @@ fn gpt_1_7b_params(cache: &ScheduleCache) -> (u64, usize) {
     )
 }
 
+/// A GPT of two 1024-wide blocks over 1024 tokens, two samples: a whole step in milliseconds.
+fn two_block_gpt() -> GptSizes {
+    GptSizes {
+        layers: 2,
+        hidden: 1024,
+        heads: 16,
+        vocab: 51200,
+        seq_len: 1024,
+        global_batch: 2,
+    }
+}
+
 /// GPT-1.7B's parameter tensors (24 blocks of 12, the token and position tables, the final
 /// LayerNorm's two).
 const GPT_1_7B_PARAM_TENSORS: usize = 24 * 12 + 4;
@@ -988,14 +1000,7 @@ fn a_training_steps_gemms_are_its_layers_gemm_operators() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let h100 = chip("h100.calibrated");
     let cost = CostModel::new(&h100);
-    let sizes = GptSizes {
-        layers: 2,
-        hidden: 1024,
-        heads: 16,
-        vocab: 51200,
-        seq_len: 1024,
-        global_batch: 2,
-    };
+    let sizes = two_block_gpt();
     let workload = Workload::gpt("step", Path::new("step"), sizes, Precision::Bf16).expect("gpt");
     let graph = workload.layer_graph(1, 2, false).expect("graph");
     let gemm_s = |ops: &[tandem::workload::Op]| -> f64 {
@@ -1468,20 +1473,13 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
 
 /// Eager launch in a whole iteration: each kernel of a pass adds the launch gap, so a GPT
 /// step at t = p = d = 1 takes exactly gap × its kernels longer (the forward and backward
-/// operators of every layer and the optimizer step's kernels of every layer with
-/// parameters, its casts one per parameter tensor as collect.py's step runs them); with a host slower than every kernel, the step is the host's dispatch of all
-/// of them.
+/// operators of every layer and the optimizer step's kernels of every layer with parameters,
+/// its casts one per parameter tensor as collect.py's step runs them); with a host slower
+/// than every kernel, the step is the host's dispatch of all of them.
 #[test]
 fn eager_launch_adds_its_costs_to_every_kernel_of_an_iteration() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let sizes = GptSizes {
-        layers: 2,
-        hidden: 1024,
-        heads: 16,
-        vocab: 51200,
-        seq_len: 1024,
-        global_batch: 2,
-    };
+    let sizes = two_block_gpt();
     let step = StepShape {
         sizes,
         recompute: RecomputeMode::None,

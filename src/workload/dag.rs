@@ -255,16 +255,7 @@ impl RawDag {
         at_most(file, "global_batch", global_batch, MAX_BATCH)?;
         let seq_len = positive(file, "seq_len", self.seq_len)?;
         at_most(file, "seq_len", seq_len, MAX_BATCH)?;
-        let param_kernels = match self.param_kernels.as_deref() {
-            None => ParamKernels::PerLayer,
-            Some(text) => ParamKernels::parse(text).ok_or_else(|| {
-                InputError::invalid(
-                    file,
-                    "param_kernels",
-                    format!("unknown value `{text}`; expected one of per_layer, per_tensor, per_tensor_grads"),
-                )
-            })?,
-        };
+        let param_kernels = ParamKernels::read(file, self.param_kernels.as_deref())?;
         let mut total_params = 0u64;
         if self.layers.is_empty() {
             return Err(InputError::invalid(

@@ -121,8 +121,7 @@ impl Optimizer {
 /// How the kernels that visit every parameter outside the optimizer's fused update are
 /// launched: the casts between the weights and the fp32 main copies and the gradient
 /// accumulation (`param_kernels` in a workload file).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum ParamKernels {
     /// One kernel per layer's parameters: multi-tensor kernels or contiguous buffers, as
     /// Megatron-LM has them.
@@ -138,12 +137,20 @@ pub enum ParamKernels {
 }
 
 impl ParamKernels {
-    pub(crate) fn parse(text: &str) -> Option<ParamKernels> {
+    /// The `param_kernels` field of workload `file` (absent: per layer).
+    fn read(file: &Path, text: Option<&str>) -> Result<ParamKernels, InputError> {
         match text {
-            "per_layer" => Some(ParamKernels::PerLayer),
-            "per_tensor" => Some(ParamKernels::PerTensor),
-            "per_tensor_grads" => Some(ParamKernels::PerTensorGrads),
-            _ => None,
+            None | Some("per_layer") => Ok(ParamKernels::PerLayer),
+            Some("per_tensor") => Ok(ParamKernels::PerTensor),
+            Some("per_tensor_grads") => Ok(ParamKernels::PerTensorGrads),
+            Some(other) => Err(InputError::invalid(
+                file,
+                "param_kernels",
+                format!(
+                    "unknown value `{other}`; expected one of per_layer, per_tensor, \
+                     per_tensor_grads"
+                ),
+            )),
         }
     }
 

@@ -401,16 +401,7 @@ impl RawTemplate {
                 )
             })?,
         };
-        let param_kernels = match self.param_kernels.as_deref() {
-            None => ParamKernels::PerLayer,
-            Some(text) => ParamKernels::parse(text).ok_or_else(|| {
-                InputError::invalid(
-                    file,
-                    "param_kernels",
-                    format!("unknown value `{text}`; expected one of per_layer, per_tensor, per_tensor_grads"),
-                )
-            })?,
-        };
+        let param_kernels = ParamKernels::read(file, self.param_kernels.as_deref())?;
         let block = self.block_shape(family);
         if family == Family::Bert && block.softmax == AttentionSoftmax::FusedCausal {
             return Err(InputError::invalid(
