@@ -551,7 +551,24 @@ fn bad_chip_files_name_file_field_and_reason() {
         &[
             "sustained_clock.toml",
             "efficiency.sustained_clock",
-            "(0, 1]",
+            "must be positive",
+        ],
+    );
+
+    // Above 1 is a training clock above the fitted kernels', but not above the peak.
+    let m = chip_error(
+        "a100.toml",
+        "sustained_clock_peak.toml",
+        "sustained_clock = 0.926",
+        "sustained_clock = 1.2",
+    );
+    assert_mentions(
+        &m,
+        &[
+            "sustained_clock_peak.toml",
+            "efficiency.sustained_clock",
+            "at most 1",
+            "1.2",
         ],
     );
 

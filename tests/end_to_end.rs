@@ -8,11 +8,11 @@ use common::{scratch, tandem};
 use std::path::Path;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    calibrate, composite_latency, gpt_block_latency, kernel_errors, load_measurements, summarise,
-    summarise_by_working_set, validate_runs, BlockShape, OverlapPart, OverlapShape, RunPlans,
-    StepShape, Target,
+    calibrate, composite_latency, gpt_block_latency, kernel_errors, load_measurements,
+    measured_gemm_s, summarise, summarise_by_working_set, validate_runs, BlockShape, Measurement,
+    OverlapPart, OverlapShape, PassProfile, RunPlans, StepShape, Target,
 };
-use tandem::cost::{collective_cost, vector_cost, CostModel};
+use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
 use tandem::placement::{PipelineSchedule, RecomputeMode, Stage, ZeroStage};
 use tandem::schedule::{list_schedule, lower_bound, verify, ScheduleCache, SolverOptions};
@@ -818,23 +818,44 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     // each (fitted to single kernels timed eagerly and from a CUDA graph) and any further
     // waits for the host, which the model does not price. collect.py profiled each
     // (`profile.csv`: kernel time and count), so each is checked against its kernels and their
-    // gaps: every row within 4.5 % and the mean within 2 %, predicted slow on average (the
-    // fitted GEMMs ran under the 700 W cap at a median 1.4 GHz, the iterations at 1.6-2.0
-    // GHz). Where the GPU waited for the host beyond the gaps under 2 % of the iteration, the
-    // wall time too is within 4 %; GPT-1.7B at micro-batch 1 under full recompute waited 12 %
-    // on the H100 (149.2 ms wall, 126.5 ms of kernels; 3.6 % in all in the repeat).
+    // gaps: every row within 5 % and the mean within 2 % (H100 3.1 % and 0.95 %, H200 4.8 %
+    // and 1.96 %; all but one predicted fast). Where the GPU waited for the host beyond the
+    // gaps under 2 % of the iteration, the wall time too is within 4 %; GPT-1.7B at
+    // micro-batch 1 under full recompute waited 12 % on the H100 (149.2 ms wall, 126.5 ms of
+    // kernels; 3.6 % in all in the repeat).
+    // Split: the iterations' GEMMs, whose clock was fitted to the block passes' GEMMs and not
+    // to theirs, are each within 7.5 % of their GEMM kernels and 4 % on average (H100 −0.7 to
+    // +6.3 %, H200 −1.2 to +7.1 %); the rest, other kernels and launch gaps, is priced 2.5 to
+    // 12.2 % fast, each within 13 %: the column sums, the QKV-gradient stack and the L2-warm
+    // vector rows of the fit (calibration/README.md, "Rows still wanted").
     let gap_s = fitted.efficiency.launch_gap_s;
     let mut launched_errors = Vec::new();
+    let mut gemm_errors = Vec::new();
     for (label, m, predicted_s) in &steps {
         let profile = m.profile.expect("every iteration was profiled");
         let launched_s = profile.gpu_busy_s + gap_s * profile.gpu_kernels as f64;
         let launched_error = (predicted_s - launched_s) / launched_s;
         assert!(
-            launched_error.abs() < 0.045,
+            launched_error.abs() < 0.05,
             "{gpu} {label}: {:+.1} % of its kernels and launch gaps",
             100.0 * launched_error
         );
         launched_errors.push(launched_error);
+        let gemm_s = measured_gemm_s(&fitted, &cache, m).expect("no selective recompute");
+        let gemm_error = (gemm_s - profile.gemm_busy_s) / profile.gemm_busy_s;
+        assert!(
+            gemm_error.abs() < 0.075,
+            "{gpu} {label}: GEMMs {:+.1} % of their kernels",
+            100.0 * gemm_error
+        );
+        gemm_errors.push(gemm_error);
+        let rest_s = launched_s - profile.gemm_busy_s;
+        let rest_error = (predicted_s - gemm_s - rest_s) / rest_s;
+        assert!(
+            rest_error.abs() < 0.13,
+            "{gpu} {label}: the rest {:+.1} % of its kernels and gaps",
+            100.0 * rest_error
+        );
         let waited = 1.0 - launched_s / m.measured_s;
         let wall_error = (predicted_s - m.measured_s) / m.measured_s;
         if waited < 0.02 {
@@ -845,6 +866,12 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
             );
         }
     }
+    let mean_gemm = gemm_errors.iter().map(|e| e.abs()).sum::<f64>() / gemm_errors.len() as f64;
+    assert!(
+        mean_gemm < 0.04,
+        "{gpu}: mean iteration GEMM error {:.1} %",
+        100.0 * mean_gemm
+    );
     let mean_launched =
         launched_errors.iter().map(|e| e.abs()).sum::<f64>() / launched_errors.len() as f64;
     assert!(
@@ -865,13 +892,145 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     assert!(mean < 0.06, "mean block error {:.1} %", 100.0 * mean);
 }
 
+/// `calibrate` sets `efficiency.sustained_clock` from the GEMM kernels of profiled block passes:
+/// synthetic data, single GEMMs priced by the calibrated H100 as timed in isolation and four
+/// block passes whose profiled GEMMs ran at 1.1 times that clock, give back 1.1 (the single
+/// kernels' fit recovers the GEMM parameters to within their descent's step), and the fitted
+/// chip's GEMM time of the four passes sums to their profiled GEMMs'. Profiles no clock up to
+/// the chip's peak can match (GEMMs at a nanosecond) are refused, naming the first block's row.
+#[test]
+fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
+    let truth = chip("h100.calibrated").timed_in_isolation();
+    let mut single = Vec::new();
+    for (i, (m, n, k)) in [
+        (2048, 2304, 2304),
+        (2048, 6912, 2304),
+        (8192, 4096, 4096),
+        (8192, 16384, 4096),
+        (4096, 4096, 16384),
+        (16384, 12288, 12288),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let kind = OpKind::Gemm { batch: 1, m, n, k };
+        let measured_s = predicted_latency_s(
+            &truth,
+            &KernelSample {
+                kind,
+                elem_bytes: 2,
+                measured_s: 0.0,
+            },
+        );
+        single.push(Measurement {
+            source: format!("synthetic:{}", i + 1),
+            class: "gemm".into(),
+            target: Target::Op(kind),
+            elem_bytes: 2,
+            measured_s,
+            board_power_w: None,
+            timed_s: measured_s,
+            profile: None,
+        });
+    }
+    let mut training = truth.clone();
+    training.efficiency.sustained_clock = 1.1;
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let mut blocks = Vec::new();
+    for (micro_batch, hidden, heads) in [(1, 2304, 24), (4, 4096, 32)] {
+        for backward in [false, true] {
+            let shape = BlockShape {
+                micro_batch,
+                seq_len: 2048,
+                hidden,
+                heads,
+                tensor_parallel: 1,
+            };
+            let mut m = Measurement {
+                source: format!("synthetic-block:{}", blocks.len() + 1),
+                class: if backward { "block_bwd" } else { "block_fwd" }.into(),
+                target: Target::Block { backward, shape },
+                elem_bytes: 2,
+                measured_s: 0.0,
+                board_power_w: None,
+                timed_s: 0.0,
+                profile: None,
+            };
+            m.measured_s = composite_latency(&training, &cache, &m).expect("block schedules");
+            m.profile = Some(PassProfile {
+                gpu_busy_s: m.measured_s,
+                gpu_kernels: 20,
+                gemm_busy_s: measured_gemm_s(&training, &cache, &m).expect("block GEMMs"),
+            });
+            blocks.push(m);
+        }
+    }
+    let measurements: Vec<Measurement> = single.iter().chain(&blocks).cloned().collect();
+    let fit = calibrate(&chip("h100"), &measurements).expect("fit");
+    let clock = fit.clock.expect("profiled blocks set the clock");
+    assert_eq!(clock.block_passes, 4);
+    assert_eq!(fit.efficiency.sustained_clock, clock.sustained_clock);
+    assert!(
+        (clock.sustained_clock - 1.1).abs() < 0.01,
+        "{}",
+        clock.sustained_clock
+    );
+    let mut fitted = chip("h100");
+    fitted.efficiency = fit.efficiency;
+    let errors: Vec<f64> = blocks
+        .iter()
+        .map(|m| {
+            let measured_s = m.profile.expect("profiled").gemm_busy_s;
+            (measured_gemm_s(&fitted, &cache, m).expect("block GEMMs") - measured_s) / measured_s
+        })
+        .collect();
+    let profiled_s: f64 = blocks
+        .iter()
+        .map(|m| m.profile.expect("p").gemm_busy_s)
+        .sum();
+    let predicted_s: f64 = blocks
+        .iter()
+        .map(|m| measured_gemm_s(&fitted, &cache, m).expect("block GEMMs"))
+        .sum();
+    assert!(
+        (predicted_s - profiled_s).abs() < 1e-9 * profiled_s,
+        "{predicted_s} vs {profiled_s}"
+    );
+    let min = errors.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = errors.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!((clock.min_signed_error, clock.max_signed_error), (min, max));
+    assert!(min.abs() < 0.01 && max.abs() < 0.01, "{errors:?}");
+
+    // Without profiled blocks the chip's own clock stays.
+    let kernels_only = calibrate(&chip("a100"), &single).expect("fit");
+    assert!(kernels_only.clock.is_none());
+    assert_eq!(kernels_only.efficiency.sustained_clock, 0.926);
+
+    let mut impossible = measurements.clone();
+    let last = impossible.len() - 1;
+    if let Some(p) = impossible[last].profile.as_mut() {
+        p.gemm_busy_s = 1e-3;
+    }
+    for m in &mut impossible[single.len()..last] {
+        if let Some(p) = m.profile.as_mut() {
+            p.gemm_busy_s = 1e-9;
+        }
+    }
+    let err = calibrate(&chip("h100"), &impossible)
+        .expect_err("no clock prices GEMMs at a nanosecond")
+        .to_string();
+    assert!(
+        err.contains("synthetic-block:1") && err.contains("clock"),
+        "{err}"
+    );
+}
+
 /// The same iterations timed again on another H100 machine (calibration/data/h100-repeat/: the
 /// five of the first collection three days later, the eight of the second an hour later),
-/// predicted by the fit to calibration/data/h100/. The eight profiled ones are each within 2 %
-/// of the GPU's time (mean 1.2 %), the row that waited 15 % for the host in its first run
-/// included (3.6 % here); the five unprofiled ones within 4.5 % of the wall time, waits
-/// included (GPT-1.7B at micro-batch 1 without recompute is 4.0 % fast; the GPU waited 4.8 %
-/// of that iteration in the first collection's profile).
+/// predicted by the fit to calibration/data/h100/. The eight profiled ones are each within
+/// 3.5 % of their kernels and launch gaps (mean 1.65 %, max 3.1 %, all fast), the row that
+/// waited 12 % for the host in its first run included; the five unprofiled ones within 4.5 %
+/// of the wall time, waits included (0.1-1.2 % fast).
 #[test]
 fn h100_repeated_iterations_are_predicted_as_well() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data");
@@ -892,7 +1051,7 @@ fn h100_repeated_iterations_are_predicted_as_well() {
             Some(profile) => {
                 let launched_s = profile.gpu_busy_s + gap_s * profile.gpu_kernels as f64;
                 let error = (predicted_s - launched_s) / launched_s;
-                assert!(error.abs() < 0.02, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.035, "{}: {:+.1} %", m.source, 100.0 * error);
                 busy_errors.push(error);
             }
             None => {
@@ -907,7 +1066,7 @@ fn h100_repeated_iterations_are_predicted_as_well() {
         "5 + 8 iterations"
     );
     let mean = busy_errors.iter().map(|e| e.abs()).sum::<f64>() / busy_errors.len() as f64;
-    assert!(mean < 0.012, "mean {:.1} %", 100.0 * mean);
+    assert!(mean < 0.02, "mean {:.1} %", 100.0 * mean);
 }
 
 /// The header of collect.py's `kernels.csv`.

@@ -127,7 +127,6 @@ pub(crate) fn validate_environment(
         ("efficiency.vector_compute", eff.vector_compute),
         ("efficiency.hbm_bandwidth", eff.hbm_bandwidth),
         ("efficiency.link_bandwidth", eff.link_bandwidth),
-        ("efficiency.sustained_clock", eff.sustained_clock),
     ] {
         if !(value > 0.0 && value <= 1.0) {
             return Err(InputError::invalid(
@@ -136,6 +135,20 @@ pub(crate) fn validate_environment(
                 format!("must be a fraction of peak in (0, 1], got {value}"),
             ));
         }
+    }
+    // A training run's GEMMs may clock above the single kernels the fractions were fitted to,
+    // but never above the peak.
+    let sustained_tensor = eff.sustained_clock * eff.tensor_compute;
+    if !(eff.sustained_clock > 0.0 && sustained_tensor <= 1.0) {
+        return Err(InputError::invalid(
+            file,
+            field("efficiency.sustained_clock"),
+            format!(
+                "must be positive, and times efficiency.tensor_compute ({}) at most 1 (the \
+                 peak), got {}",
+                eff.tensor_compute, eff.sustained_clock
+            ),
+        ));
     }
     if !(0.0..=1.0).contains(&eff.comm_overlap) {
         return Err(InputError::invalid(

@@ -212,10 +212,13 @@ pub struct Efficiency {
     pub row_hbm_bandwidth: Vec<RowBandwidth>,
     /// Fraction of link bandwidth collectives achieve.
     pub link_bandwidth: f64,
-    /// Fraction of `clock_hz` that tensor-core work holds through a training run, where the
-    /// board's power limit pulls the clock down (1: no limit binds, or the kernels the other
-    /// fractions were fitted to already ran under it, as collect.py's back-to-back replays
-    /// do). Applied to training, not to the single kernels `calibrate` fits: see
+    /// The clock tensor-core work holds through a training run, relative to the clock of the
+    /// single kernels the other fractions were fitted to: below 1 where the board's power
+    /// limit pulls a training run's clock below theirs (the A100's kernels were timed near the
+    /// boost clock), above 1 where they ran under the limit harder than training does
+    /// (collect.py's back-to-back GEMM replays on random operands; `calibrate` fits it to the
+    /// GEMM kernels of profiled block passes). Times `tensor_compute`, at most 1. Applied to
+    /// training, not to the single kernels `calibrate` fits: see
     /// [`ArchConfig::timed_in_isolation`].
     #[serde(skip_serializing_if = "is_one")]
     pub sustained_clock: f64,

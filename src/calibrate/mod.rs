@@ -32,6 +32,7 @@ use crate::cost::{
 };
 use crate::error::InputError;
 use crate::placement::exposed_after_overlap;
+use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::{kernel_op, CollectiveKind, OpKind};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -464,6 +465,104 @@ fn fittable(measurements: &[Measurement]) -> Vec<(&Measurement, KernelSample)> {
         .collect()
 }
 
+/// The clock of GEMMs as a training block runs them, relative to the single GEMMs the
+/// efficiency fit used (`efficiency.sustained_clock`): the ratio at which the model's GEMM time
+/// of the profiled block passes, summed, matches their GEMM kernels'. `None` without profiled
+/// block passes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ClockFit {
+    pub sustained_clock: f64,
+    /// Profiled block passes that set it.
+    pub block_passes: usize,
+    /// The most negative and most positive (predicted − measured) / measured of a pass's GEMM
+    /// time at that clock.
+    pub min_signed_error: f64,
+    pub max_signed_error: f64,
+}
+
+/// The GEMM time the model gives a measured block pass at sustained clock `clock` on `arch`.
+fn block_gemm_at(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    m: &Measurement,
+    clock: f64,
+) -> Option<f64> {
+    let mut at = arch.clone();
+    at.efficiency.sustained_clock = clock;
+    measured_gemm_s(&at, cache, m)
+}
+
+/// The clock in `[low, high]` at which the times `gemm_s(clock)`, decreasing in the clock, sum
+/// to the measured times' sum (so the passes weigh by their length, as in an iteration); by
+/// bisection.
+fn clock_matching(
+    measured_s: &[f64],
+    (mut low, mut high): (f64, f64),
+    gemm_s: impl Fn(f64) -> Option<Vec<f64>>,
+) -> Option<f64> {
+    let total_s: f64 = measured_s.iter().sum();
+    let log_ratio = |clock: f64| -> Option<f64> {
+        let predicted_s: f64 = gemm_s(clock)?.iter().sum();
+        Some((predicted_s / total_s).ln())
+    };
+    if log_ratio(low)? < 0.0 || log_ratio(high)? > 0.0 {
+        return None;
+    }
+    for _ in 0..50 {
+        let mid = (low * high).sqrt();
+        if log_ratio(mid)? > 0.0 {
+            low = mid;
+        } else {
+            high = mid;
+        }
+    }
+    Some((low * high).sqrt())
+}
+
+/// See [`ClockFit`]: `arch` carries the fitted single-kernel efficiency.
+fn fit_sustained_clock(
+    arch: &ArchConfig,
+    measurements: &[Measurement],
+) -> Result<Option<ClockFit>, CalibrateError> {
+    let blocks: Vec<(&Measurement, f64)> = measurements
+        .iter()
+        .filter(|m| matches!(m.target, Target::Block { .. }))
+        .filter_map(|m| Some((m, m.profile?.gemm_busy_s)))
+        .filter(|(_, gemm_s)| *gemm_s > 0.0)
+        .collect();
+    if blocks.is_empty() {
+        return Ok(None);
+    }
+    let cache = ScheduleCache::new(SolverOptions::default())?;
+    let measured: Vec<f64> = blocks.iter().map(|(_, s)| *s).collect();
+    let gemm_s = |clock: f64| -> Option<Vec<f64>> {
+        blocks
+            .iter()
+            .map(|(m, _)| block_gemm_at(arch, &cache, m, clock))
+            .collect()
+    };
+    let out_of_range = || CalibrateError::ClockOutOfRange {
+        row: blocks[0].0.source.clone(),
+    };
+    let sustained_clock =
+        clock_matching(&measured, (0.25, 4.0), gemm_s).ok_or_else(out_of_range)?;
+    if sustained_clock * arch.efficiency.tensor_compute > 1.0 {
+        return Err(out_of_range());
+    }
+    let errors: Vec<f64> = gemm_s(sustained_clock)
+        .ok_or_else(out_of_range)?
+        .iter()
+        .zip(&measured)
+        .map(|(p, m)| (p - m) / m)
+        .collect();
+    Ok(Some(ClockFit {
+        sustained_clock,
+        block_passes: blocks.len(),
+        min_signed_error: errors.iter().copied().fold(f64::INFINITY, f64::min),
+        max_signed_error: errors.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    }))
+}
+
 /// Why calibration cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
@@ -474,6 +573,14 @@ pub enum CalibrateError {
          overlap_all_reduce and overlap_both rows of the same shape)"
     )]
     IncompleteOverlap { row: String, shape: String },
+    #[error(
+        "{row} and the other profiled blocks: no training clock from a quarter of the fitted \
+         kernels' up to the chip's peak (sustained_clock × tensor_compute = 1) prices their \
+         GEMM kernels (are the profiles those of these blocks?)"
+    )]
+    ClockOutOfRange { row: String },
+    #[error("scheduling the profiled blocks: {0}")]
+    Schedule(#[from] ScheduleError),
 }
 
 /// A fitted chip and the evidence for it.
@@ -493,6 +600,8 @@ pub struct Calibration {
     pub collectives: usize,
     /// The eager launch costs, where kernels were timed both ways; `None` keeps the chip's.
     pub launch: Option<LaunchFit>,
+    /// The GEMMs' clock in the profiled block passes; `None` keeps the chip's.
+    pub clock: Option<ClockFit>,
 }
 
 /// Fits `arch`'s efficiency parameters to `measurements` and cross-validates the fit.
@@ -544,6 +653,10 @@ pub fn calibrate(
     let all: Vec<KernelSample> = usable.iter().map(|(_, s)| *s).collect();
     let mut fitted = arch.clone();
     fitted.efficiency = fit(&all);
+    let clock = fit_sustained_clock(&fitted, measurements)?;
+    if let Some(c) = clock {
+        fitted.efficiency.sustained_clock = c.sustained_clock;
+    }
     let used: Vec<Measurement> = usable.iter().map(|(m, _)| (*m).clone()).collect();
     let in_sample = kernel_errors(&fitted, &used, |_| None);
     Ok(Calibration {
@@ -552,6 +665,7 @@ pub fn calibrate(
         in_sample,
         overlaps: overlap.map_or(0, |(_, n)| n),
         launch,
+        clock,
         collectives: all
             .iter()
             .filter(|s| KernelClass::of(&s.kind) == KernelClass::Collective)

@@ -68,9 +68,19 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         .map(|s| format!("{} {}", s.class, percent(s.mean_abs_error)))
         .collect::<Vec<_>>()
         .join(", ");
+    let clock_line = fit.clock.map_or(String::new(), |c| {
+        format!(
+            "# sustained_clock: fitted to the GEMM kernels of {} profiled block passes \
+             ({:+.1} to {:+.1} % after the fit).\n",
+            c.block_passes,
+            100.0 * c.min_signed_error,
+            100.0 * c.max_signed_error
+        )
+    });
     let header = format!(
         "# Calibrated by `tandem calibrate --arch {} --measurements {}` from {} measurements.\n\
          # Held-out mean |error| (two-fold cross-validation): {class_list}.\n\
+         {clock_line}\
          # Facts and citations: see {}.\n",
         args.arch.display(),
         args.measurements.display(),
@@ -90,6 +100,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "overlaps": fit.overlaps,
             "collectives": fit.collectives,
             "launch": fit.launch,
+            "clock": fit.clock,
             "held_out": held_out,
             "in_sample": in_sample,
         });
@@ -214,6 +225,18 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!("host_dispatch_s ({host_bound} kernels faster than their launch)"),
             format!("{:.2e}", before.host_dispatch_s),
             format!("{:.2e}", e.host_dispatch_s),
+        ]);
+    }
+    if let Some(c) = fit.clock {
+        rows.push(vec![
+            format!(
+                "sustained_clock ({} profiled block passes' GEMMs, then {:+.1} to {:+.1} %)",
+                c.block_passes,
+                100.0 * c.min_signed_error,
+                100.0 * c.max_signed_error
+            ),
+            format!("{:.3}", before.sustained_clock),
+            format!("{:.3}", e.sustained_clock),
         ]);
     }
     println!("{}", table(&["parameter", "before", "fitted"], rows));
