@@ -5,12 +5,14 @@
 mod common;
 use common::{scratch, tandem};
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    calibrate, composite_latency, gpt_block_latency, kernel_errors, load_measurements,
-    measured_gemm_s, summarise, summarise_by_working_set, validate_runs, BlockShape, Measurement,
-    OverlapPart, OverlapShape, PassProfile, RunPlans, StepShape, Target,
+    calibrate, class_splits, class_totals, composite_latency, gpt_block_latency, kernel_errors,
+    load_measurements, measured_class_s, measured_gemm_s, profiled_kernel_class, summarise,
+    summarise_by_working_set, validate_runs, BlockShape, Measurement, OverlapPart, OverlapShape,
+    PassProfile, RunPlans, StepShape, Target, GEMM_CLASS,
 };
 use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
@@ -832,7 +834,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     let mut launched_errors = Vec::new();
     let mut gemm_errors = Vec::new();
     for (label, m, predicted_s) in &steps {
-        let profile = m.profile.expect("every iteration was profiled");
+        let profile = m.profile.as_ref().expect("every iteration was profiled");
         let launched_s = profile.gpu_busy_s + gap_s * profile.gpu_kernels as f64;
         let launched_error = (predicted_s - launched_s) / launched_s;
         assert!(
@@ -842,14 +844,14 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         );
         launched_errors.push(launched_error);
         let gemm_s = measured_gemm_s(&fitted, &cache, m).expect("no selective recompute");
-        let gemm_error = (gemm_s - profile.gemm_busy_s) / profile.gemm_busy_s;
+        let gemm_error = (gemm_s - profile.gemm_busy_s()) / profile.gemm_busy_s();
         assert!(
             gemm_error.abs() < 0.075,
             "{gpu} {label}: GEMMs {:+.1} % of their kernels",
             100.0 * gemm_error
         );
         gemm_errors.push(gemm_error);
-        let rest_s = launched_s - profile.gemm_busy_s;
+        let rest_s = launched_s - profile.gemm_busy_s();
         let rest_error = (predicted_s - gemm_s - rest_s) / rest_s;
         assert!(
             rest_error.abs() < 0.13,
@@ -960,7 +962,10 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
             m.profile = Some(PassProfile {
                 gpu_busy_s: m.measured_s,
                 gpu_kernels: 20,
-                gemm_busy_s: measured_gemm_s(&training, &cache, &m).expect("block GEMMs"),
+                class_s: BTreeMap::from([(
+                    GEMM_CLASS,
+                    measured_gemm_s(&training, &cache, &m).expect("block GEMMs"),
+                )]),
             });
             blocks.push(m);
         }
@@ -980,13 +985,13 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
     let errors: Vec<f64> = blocks
         .iter()
         .map(|m| {
-            let measured_s = m.profile.expect("profiled").gemm_busy_s;
+            let measured_s = m.profile.as_ref().expect("profiled").gemm_busy_s();
             (measured_gemm_s(&fitted, &cache, m).expect("block GEMMs") - measured_s) / measured_s
         })
         .collect();
     let profiled_s: f64 = blocks
         .iter()
-        .map(|m| m.profile.expect("p").gemm_busy_s)
+        .map(|m| m.profile.as_ref().expect("p").gemm_busy_s())
         .sum();
     let predicted_s: f64 = blocks
         .iter()
@@ -1009,11 +1014,11 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
     let mut impossible = measurements.clone();
     let last = impossible.len() - 1;
     if let Some(p) = impossible[last].profile.as_mut() {
-        p.gemm_busy_s = 1e-3;
+        p.class_s.insert(GEMM_CLASS, 1e-3);
     }
     for m in &mut impossible[single.len()..last] {
         if let Some(p) = m.profile.as_mut() {
-            p.gemm_busy_s = 1e-9;
+            p.class_s.insert(GEMM_CLASS, 1e-9);
         }
     }
     let err = calibrate(&chip("h100"), &impossible)
@@ -1023,6 +1028,92 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
         err.contains("synthetic-block:1") && err.contains("clock"),
         "{err}"
     );
+}
+
+/// Profiled kernels are classed by the primitive they compute, named as the model's operators
+/// are: real names of collect.py's H100 blocks land in their class (the softmax backward's
+/// element-wise product with the softmax, a scalar multiply as `scale`, memsets as `other`),
+/// and every profiled H100 block pass splits whole: its classes sum to its profiled kernels'
+/// time, the model's to its predicted pass (serial kernels: the makespan is the operators'
+/// spans end to end), and the GEMM class is the GEMM split's.
+#[test]
+fn profiled_block_passes_split_by_kernel_class() {
+    for (name, backward, class) in [
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", true, "gemm"),
+        ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nn_align8>(Params)", false, "gemm"),
+        ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<c10::BFloat16, float, 32u, 32u, 256u, false, true, false>(long, long, c10::BFloat16 const*)", true, "column_sum"),
+        ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<c10::BFloat16, at::native::func_wrapper_t<c10::BFloat16, at::native::sum_functor<c10::BFloat16, float, c10::BFloat16>::operator()", true, "column_sum"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxBackwardSmem<8, c10::BFloat16, float, c10::BFloat16>", true, "softmax"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >", true, "softmax"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >", false, "mul"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >", true, "scale"),
+        ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::BFloat16, float, false>", true, "layer_norm"),
+        ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<2u>, unsigned int, 3, 64, 64>", true, "stack"),
+        ("void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 4, bool>", false, "dropout"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::(anonymous namespace)::masked_scale_kernel<bool, c10::BFloat16, float>", true, "dropout"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)", true, "gelu"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul> >", false, "add"),
+        ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)", false, "copy"),
+        ("Memset (Device)", true, "other"),
+    ] {
+        assert_eq!(profiled_kernel_class(name, backward), class, "{name}");
+    }
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data/h100");
+    let measurements = load_measurements(&dir).expect("H100 data");
+    let arch = chip("h100.calibrated");
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let splits = class_splits(&measurements, |m| measured_class_s(&arch, &cache, m));
+    let mut passes = 0;
+    for m in &measurements {
+        let Target::Block { .. } = m.target else {
+            continue;
+        };
+        let rows: Vec<_> = splits.iter().filter(|s| s.source == m.source).collect();
+        let profile = m
+            .profile
+            .as_ref()
+            .expect("every H100 block pass was profiled");
+        let gpu_s: f64 = rows.iter().map(|r| r.gpu_s).sum();
+        assert!((gpu_s - profile.gpu_busy_s).abs() < 1e-12, "{}", m.source);
+        let predicted_s: f64 = rows.iter().map(|r| r.predicted_s).sum();
+        let latency_s = composite_latency(&arch, &cache, m).expect("block schedules");
+        assert!(
+            (predicted_s - latency_s).abs() < 1e-9 * latency_s,
+            "{}: {predicted_s} vs {latency_s}",
+            m.source
+        );
+        let gemm = rows
+            .iter()
+            .find(|r| r.kernel_class == "gemm")
+            .expect("GEMMs");
+        assert_eq!(gemm.gpu_s, profile.gemm_busy_s());
+        assert_eq!(
+            Some(gemm.predicted_s),
+            measured_gemm_s(&arch, &cache, m),
+            "{}",
+            m.source
+        );
+        // Only the profile has memsets; only an iteration has casts.
+        assert!(rows
+            .iter()
+            .any(|r| r.kernel_class == "other" && r.predicted_s == 0.0));
+        assert!(rows.iter().all(|r| r.kernel_class != "cast"));
+        passes += 1;
+    }
+    assert_eq!(passes, 28);
+    let totals = class_totals(&splits);
+    let column_sums = totals
+        .iter()
+        .find(|t| t.class == "block_bwd" && t.kernel_class == "column_sum")
+        .expect("column sums");
+    assert_eq!(column_sums.passes, 14);
+    let sum: f64 = splits
+        .iter()
+        .filter(|s| s.class == "block_bwd" && s.kernel_class == "column_sum")
+        .map(|s| s.gpu_s)
+        .sum();
+    assert_eq!(column_sums.gpu_s, sum);
 }
 
 /// The same iterations timed again on another H100 machine (calibration/data/h100-repeat/: the
@@ -1047,7 +1138,7 @@ fn h100_repeated_iterations_are_predicted_as_well() {
     let mut busy_errors = Vec::new();
     for m in &repeats {
         let predicted_s = composite_latency(&fitted, &cache, m).expect("a training step");
-        match m.profile {
+        match &m.profile {
             Some(profile) => {
                 let launched_s = profile.gpu_busy_s + gap_s * profile.gpu_kernels as f64;
                 let error = (predicted_s - launched_s) / launched_s;
@@ -1112,7 +1203,7 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
         .map(|m| {
             (
                 m.source.rsplit('/').next().unwrap().to_string(),
-                m.profile.map(|p| p.gpu_busy_s),
+                m.profile.as_ref().map(|p| p.gpu_busy_s),
             )
         })
         .collect();
@@ -1127,10 +1218,10 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
             ("more_kernels.csv:3".to_string(), Some(0.5)),
         ]
     );
-    let step = loaded[3].profile.expect("profiled");
-    assert_eq!((step.gpu_kernels, step.gemm_busy_s), (456, 0.375));
-    let block = loaded[5].profile.expect("profiled");
-    assert_eq!((block.gpu_kernels, block.gemm_busy_s), (4, 0.5));
+    let step = loaded[3].profile.as_ref().expect("profiled");
+    assert_eq!((step.gpu_kernels, step.gemm_busy_s()), (456, 0.375));
+    let block = loaded[5].profile.as_ref().expect("profiled");
+    assert_eq!((block.gpu_kernels, block.gemm_busy_s()), (4, 0.5));
     let broken = profile.replace("51200,24,gemm,400,0.125", ",24,gemm,400,0.125");
     std::fs::write(dir.join("more_profile.csv"), broken).expect("write");
     let message = load_measurements(dir)

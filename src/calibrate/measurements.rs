@@ -134,23 +134,67 @@ pub struct Measurement {
 
 /// The kernels of one profiled run of a block pass or a training iteration (collect.py
 /// `--profile`, torch.profiler).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PassProfile {
     /// The GPU time of its kernels, summed: for an iteration, the iteration less the GPU's
     /// waits for the host.
     pub gpu_busy_s: f64,
     /// The kernels it launched.
     pub gpu_kernels: u64,
-    /// The GPU time of its GEMM kernels (names with `gemm` or cuBLAS's `nvjet`), summed.
-    pub gemm_busy_s: f64,
+    /// The GPU time of its kernels by class ([`profiled_kernel_class`]), summed.
+    pub class_s: BTreeMap<&'static str, f64>,
 }
 
-/// Whether a profiled CUDA kernel's name is a GEMM's: cuBLAS's and CUTLASS's carry `gemm`,
-/// except Hopper's cuBLAS kernels, named `nvjet_…`.
-fn is_gemm_kernel(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name.contains("gemm") || name.contains("nvjet")
+impl PassProfile {
+    /// The GPU time of its GEMM kernels, summed.
+    pub fn gemm_busy_s(&self) -> f64 {
+        self.class_s.get(GEMM_CLASS).copied().unwrap_or(0.0)
+    }
 }
+
+/// The class of GEMM kernels, profiled or modelled.
+pub const GEMM_CLASS: &str = "gemm";
+
+/// The class of a profiled CUDA kernel, named as the model's operators are
+/// (`runs::model_kernel_class`): `gemm` for cuBLAS's and CUTLASS's kernels (`gemm`, and Hopper's
+/// cuBLAS `nvjet_…`), else the vector primitive PyTorch's kernel of that name computes in a
+/// GPT block (`backward`: in a backward pass), else `other` (memsets, and kernels no operator
+/// of the model stands for). PyTorch's softmax backward (`_softmax_backward_data`) multiplies
+/// the gradient by the output over the whole tensor before its row reduction; in a backward
+/// pass that element-wise product counts as softmax, as collect.py's `softmax_bwd` rows time
+/// both kernels.
+pub fn profiled_kernel_class(name: &str, backward: bool) -> &'static str {
+    let name = name.to_ascii_lowercase();
+    let has = |part: &str| name.contains(part);
+    if has("gemm") || has("nvjet") {
+        GEMM_CLASS
+    } else if has("gammabetabackward") || (has("reduce_kernel") && has("sum_functor")) {
+        VectorOp::ColumnSum.name()
+    } else if has("softmax") || (backward && has("binaryfunctor") && has("mulfunctor")) {
+        VectorOp::Softmax.name()
+    } else if has("layer_norm") {
+        VectorOp::LayerNorm.name()
+    } else if has("catarraybatchedcopy") {
+        VectorOp::Stack.name()
+    } else if has("dropout") || has("masked_scale") {
+        VectorOp::Dropout.name()
+    } else if has("gelu") {
+        VectorOp::Gelu.name()
+    } else if has("cudafunctor_add") {
+        VectorOp::Add.name()
+    } else if has("aunaryfunctor") && has("mulfunctor") {
+        VectorOp::Scale.name()
+    } else if has("binaryfunctor") && has("mulfunctor") {
+        VectorOp::Mul.name()
+    } else if has("direct_copy") {
+        VectorOp::Copy.name()
+    } else {
+        OTHER_CLASS
+    }
+}
+
+/// The class of profiled kernels no operator of the model stands for.
+pub const OTHER_CLASS: &str = "other";
 
 /// A row of `kernels.csv` as written by `calibration/collect.py` (schema: calibration/README.md).
 #[derive(Debug, Clone, Deserialize)]
@@ -601,11 +645,11 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
         let profile = match target {
             Target::Step(_) => {
                 let shape = [r.batch, r.m, r.n, r.k, r.elements, u64::from(r.group)];
-                busy.get(&(r.kernel.clone(), shape)).copied()
+                busy.get(&(r.kernel.clone(), shape)).cloned()
             }
             Target::Block { .. } => {
                 let shape = [r.batch, r.m, r.n, r.k, 0, u64::from(r.group)];
-                busy.get(&(r.kernel.clone(), shape)).copied()
+                busy.get(&(r.kernel.clone(), shape)).cloned()
             }
             _ => None,
         };
@@ -689,17 +733,16 @@ fn profiles_beside(file: &Path) -> Result<BTreeMap<PassKey, PassProfile>, InputE
         } else {
             continue;
         };
+        let class = profiled_kernel_class(&r.name, r.pass.ends_with("bwd"));
         let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
         let profile = busy.entry(key).or_insert(PassProfile {
             gpu_busy_s: 0.0,
             gpu_kernels: 0,
-            gemm_busy_s: 0.0,
+            class_s: BTreeMap::new(),
         });
         profile.gpu_busy_s += r.total_s;
         profile.gpu_kernels += r.calls;
-        if is_gemm_kernel(&r.name) {
-            profile.gemm_busy_s += r.total_s;
-        }
+        *profile.class_s.entry(class).or_default() += r.total_s;
     }
     Ok(busy)
 }

@@ -18,12 +18,14 @@ mod measurements;
 mod runs;
 
 pub use measurements::{
-    load_collected, load_measurements, BlockShape, CollectedRow, Measurement, OverlapPart,
-    OverlapShape, PassProfile, StepShape, Target,
+    load_collected, load_measurements, profiled_kernel_class, BlockShape, CollectedRow,
+    Measurement, OverlapPart, OverlapShape, PassProfile, StepShape, Target, GEMM_CLASS,
+    OTHER_CLASS,
 };
 pub use runs::{
-    composite_latency, gpt_block_gemm_s, gpt_block_latency, gpt_step_gemm_s, gpt_step_latency,
-    measured_gemm_s, megatron_flops_per_iteration, validate_runs, RunError, RunPlans,
+    composite_latency, gpt_block_class_s, gpt_block_gemm_s, gpt_block_latency, gpt_step_gemm_s,
+    gpt_step_latency, measured_class_s, measured_gemm_s, megatron_flops_per_iteration,
+    model_kernel_class, validate_runs, RunError, RunPlans,
 };
 
 use crate::arch::{ArchConfig, Efficiency};
@@ -35,7 +37,7 @@ use crate::placement::exposed_after_overlap;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
 use crate::workload::{kernel_op, CollectiveKind, OpKind};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Predicted against measured for one measurement.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -111,10 +113,10 @@ pub fn step_errors(
     errors: &[KernelError],
     launch_gap_s: f64,
 ) -> Vec<StepError> {
-    let profiled: BTreeMap<&str, Option<PassProfile>> = measurements
+    let profiled: BTreeMap<&str, Option<&PassProfile>> = measurements
         .iter()
         .filter(|m| matches!(m.target, Target::Step(_)))
-        .map(|m| (m.source.as_str(), m.profile))
+        .map(|m| (m.source.as_str(), m.profile.as_ref()))
         .collect();
     errors
         .iter()
@@ -151,20 +153,21 @@ pub fn gemm_splits(
 ) -> Vec<GemmSplit> {
     let profiled: BTreeMap<&str, &Measurement> = measurements
         .iter()
-        .filter(|m| m.profile.is_some_and(|p| p.gemm_busy_s > 0.0))
+        .filter(|m| m.profile.as_ref().is_some_and(|p| p.gemm_busy_s() > 0.0))
         .map(|m| (m.source.as_str(), m))
         .collect();
     errors
         .iter()
         .filter_map(|e| {
             let m = *profiled.get(e.source.as_str())?;
-            let profile = m.profile?;
+            let profile = m.profile.as_ref()?;
+            let gemm_busy_s = profile.gemm_busy_s();
             let predicted_gemm_s = predict_gemm(m)?;
             let gaps_s = match m.target {
                 Target::Step(_) => profile.gpu_kernels as f64 * launch_gap_s,
                 _ => 0.0,
             };
-            let gpu_rest_s = profile.gpu_busy_s - profile.gemm_busy_s + gaps_s;
+            let gpu_rest_s = profile.gpu_busy_s - gemm_busy_s + gaps_s;
             if gpu_rest_s <= 0.0 {
                 return None;
             }
@@ -173,16 +176,105 @@ pub fn gemm_splits(
                 source: e.source.clone(),
                 class: e.class.clone(),
                 shape: e.shape.clone(),
-                gpu_gemm_s: profile.gemm_busy_s,
+                gpu_gemm_s: gemm_busy_s,
                 predicted_gemm_s,
-                gemm_signed_error: (predicted_gemm_s - profile.gemm_busy_s) / profile.gemm_busy_s,
+                gemm_signed_error: (predicted_gemm_s - gemm_busy_s) / gemm_busy_s,
                 gpu_rest_s,
                 predicted_rest_s,
                 rest_signed_error: (predicted_rest_s - gpu_rest_s) / gpu_rest_s,
-                gemm_share: profile.gemm_busy_s / profile.gpu_busy_s,
+                gemm_share: gemm_busy_s / profile.gpu_busy_s,
             })
         })
         .collect()
+}
+
+/// One kernel class of a profiled block pass against the model's operators of that class
+/// ([`class_splits`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassSplit {
+    pub source: String,
+    /// The pass: `block_fwd` or `block_bwd`.
+    pub class: String,
+    pub shape: String,
+    /// [`profiled_kernel_class`] and [`model_kernel_class`]: `gemm`, a vector primitive's name,
+    /// or `other` (profiled kernels no operator stands for).
+    pub kernel_class: String,
+    /// The profiled kernels of the class, summed (0 where only the model has the class).
+    pub gpu_s: f64,
+    /// The model's operators of the class, summed (0 where only the profile has it).
+    pub predicted_s: f64,
+    /// (predicted − measured) / measured; none where nothing of the class was profiled.
+    pub signed_error: Option<f64>,
+}
+
+/// Every profiled block pass among `measurements`, class by class: its profiled kernels
+/// against the model's operators of the class (`predict_classes`, e.g. [`measured_class_s`]),
+/// in the measurements' order and then by class name.
+pub fn class_splits(
+    measurements: &[Measurement],
+    predict_classes: impl Fn(&Measurement) -> Option<BTreeMap<&'static str, f64>>,
+) -> Vec<ClassSplit> {
+    let mut out = Vec::new();
+    for m in measurements {
+        let (Target::Block { shape, .. }, Some(profile)) = (m.target, m.profile.as_ref()) else {
+            continue;
+        };
+        let Some(predicted) = predict_classes(m) else {
+            continue;
+        };
+        let classes: BTreeSet<&str> = profile
+            .class_s
+            .keys()
+            .chain(predicted.keys())
+            .copied()
+            .collect();
+        for class in classes {
+            let gpu_s = profile.class_s.get(class).copied().unwrap_or(0.0);
+            let predicted_s = predicted.get(class).copied().unwrap_or(0.0);
+            out.push(ClassSplit {
+                source: m.source.clone(),
+                class: m.class.clone(),
+                shape: shape.label(),
+                kernel_class: class.to_string(),
+                gpu_s,
+                predicted_s,
+                signed_error: (gpu_s > 0.0).then(|| (predicted_s - gpu_s) / gpu_s),
+            });
+        }
+    }
+    out
+}
+
+/// One kernel class summed over the profiled passes of one kind (`block_fwd`, `block_bwd`) of
+/// [`class_splits`]' rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassTotal {
+    pub class: String,
+    pub kernel_class: String,
+    /// Passes that profiled or modelled the class.
+    pub passes: usize,
+    pub gpu_s: f64,
+    pub predicted_s: f64,
+}
+
+/// [`ClassTotal`]s of `splits`, by pass kind, then kernel class.
+pub fn class_totals(splits: &[ClassSplit]) -> Vec<ClassTotal> {
+    let mut totals: BTreeMap<(&str, &str), ClassTotal> = BTreeMap::new();
+    for s in splits {
+        let total = totals
+            .entry((&s.class, &s.kernel_class))
+            .or_insert_with(|| ClassTotal {
+                class: s.class.clone(),
+                kernel_class: s.kernel_class.clone(),
+                passes: 0,
+                gpu_s: 0.0,
+                predicted_s: 0.0,
+            });
+        total.passes += 1;
+        total.gpu_s += s.gpu_s;
+        total.predicted_s += s.predicted_s;
+    }
+    totals.into_values().collect()
 }
 
 /// Error statistics of one class of measurements.
@@ -527,7 +619,7 @@ fn fit_sustained_clock(
     let blocks: Vec<(&Measurement, f64)> = measurements
         .iter()
         .filter(|m| matches!(m.target, Target::Block { .. }))
-        .filter_map(|m| Some((m, m.profile?.gemm_busy_s)))
+        .filter_map(|m| Some((m, m.profile.as_ref()?.gemm_busy_s())))
         .filter(|(_, gemm_s)| *gemm_s > 0.0)
         .collect();
     if blocks.is_empty() {

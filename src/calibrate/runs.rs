@@ -2,6 +2,7 @@
 //! (and, from a run-plans file, their micro-batch and gradient all-reduce overlap), and single
 //! GPT blocks, predicted from chip facts and kernel calibration only.
 
+use super::measurements::GEMM_CLASS;
 use super::{in_row, BlockShape, Measurement, StepShape, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
@@ -10,7 +11,8 @@ use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
-    AttentionSoftmax, CoreType, GptSizes, Model, OpGraph, ParamKernels, Precision, Workload,
+    AttentionSoftmax, CoreType, GptSizes, Model, OpGraph, OpKind, ParamKernels, Precision,
+    VectorOp, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -374,7 +376,7 @@ pub fn gpt_block_latency(
     precision: Precision,
 ) -> Result<(f64, f64), EvaluateError> {
     let [fwd, bwd] = block_schedules(arch, cache, block, precision)?;
-    Ok((fwd.0.makespan_s, bwd.0.makespan_s))
+    Ok((fwd.schedule.makespan_s, bwd.schedule.makespan_s))
 }
 
 /// The GEMM time (tensor-core operators' spans) of the forward and backward schedules of
@@ -386,10 +388,48 @@ pub fn gpt_block_gemm_s(
     precision: Precision,
 ) -> Result<(f64, f64), EvaluateError> {
     let [fwd, bwd] = block_schedules(arch, cache, block, precision)?;
-    let gemm_s = |(schedule, problem): &(Arc<Schedule>, ScheduleProblem)| {
-        schedule.busy_s(problem, CoreType::Tensor)
-    };
+    let gemm_s = |pass: &BlockPass| pass.schedule.busy_s(&pass.problem, CoreType::Tensor);
     Ok((gemm_s(&fwd), gemm_s(&bwd)))
+}
+
+/// The time of the forward and backward schedules of [`gpt_block_latency`] by kernel class
+/// ([`model_kernel_class`]): each operator's span, summed per class.
+pub fn gpt_block_class_s(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    block: BlockShape,
+    precision: Precision,
+) -> Result<[BTreeMap<&'static str, f64>; 2], EvaluateError> {
+    Ok(block_schedules(arch, cache, block, precision)?.map(|pass| {
+        let mut class_s = BTreeMap::new();
+        for op in &pass.schedule.ops {
+            *class_s.entry(pass.classes[op.op]).or_default() += op.end_s - op.start_s;
+        }
+        class_s
+    }))
+}
+
+/// The class of a model operator, as profiled kernels are classed
+/// ([`super::profiled_kernel_class`]): `gemm`, a vector primitive's name (the causal softmax
+/// counts as softmax), or `collective` (one GPU's profile has none).
+pub fn model_kernel_class(kind: &OpKind) -> &'static str {
+    match kind {
+        OpKind::Gemm { .. } => GEMM_CLASS,
+        OpKind::Vector {
+            op: VectorOp::CausalSoftmax,
+            ..
+        } => VectorOp::Softmax.name(),
+        OpKind::Vector { op, .. } => op.name(),
+        OpKind::Collective { .. } => "collective",
+    }
+}
+
+/// One pass of a block as scheduled: the schedule, the problem it solves and each operator's
+/// kernel class.
+struct BlockPass {
+    schedule: Arc<Schedule>,
+    problem: ScheduleProblem,
+    classes: Vec<&'static str>,
 }
 
 /// The forward and backward schedules of one device's share of a GPT block, without its
@@ -399,7 +439,7 @@ fn block_schedules(
     cache: &ScheduleCache,
     block: BlockShape,
     precision: Precision,
-) -> Result<[(Arc<Schedule>, ScheduleProblem); 2], EvaluateError> {
+) -> Result<[BlockPass; 2], EvaluateError> {
     let sizes = GptSizes {
         layers: 1,
         hidden: block.hidden,
@@ -419,10 +459,20 @@ fn block_schedules(
         .ok_or_else(|| InputError::invalid(&workload.source, "layers", "no transformer block"))?;
     let cost = CostModel::new(arch);
     let schedule = |pass: &str, ops: &OpGraph| -> Result<_, EvaluateError> {
-        let problem = ScheduleProblem::from_op_graph(&ops.without_collectives(), &cost);
+        let graph = ops.without_collectives();
+        let problem = ScheduleProblem::from_op_graph(&graph, &cost);
         let key = format!("{}|compute only|{pass}", layer.signature);
         let schedule = cache.get_or_compute(&key, cost.hardware_key(), &problem)?;
-        Ok((schedule, problem))
+        let classes = graph
+            .ops
+            .iter()
+            .map(|op| model_kernel_class(&op.kind))
+            .collect();
+        Ok(BlockPass {
+            schedule,
+            problem,
+            classes,
+        })
     };
     Ok([schedule("fwd", &layer.fwd)?, schedule("bwd", &layer.bwd)?])
 }
@@ -532,6 +582,21 @@ pub fn measured_gemm_s(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement
         }
         _ => None,
     }
+}
+
+/// The model's time by kernel class of a measured block pass ([`gpt_block_class_s`]); `None`
+/// for other measurements or a shape that cannot be planned.
+pub fn measured_class_s(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    m: &Measurement,
+) -> Option<BTreeMap<&'static str, f64>> {
+    let Target::Block { backward, shape } = m.target else {
+        return None;
+    };
+    let [fwd, bwd] =
+        gpt_block_class_s(arch, cache, shape, measured_precision(m.elem_bytes)).ok()?;
+    Some(if backward { bwd } else { fwd })
 }
 
 /// The predicted latency of a measurement that spans many operators: a GPT block's forward

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    composite_latency, gemm_splits, kernel_errors, load_measurements, measured_gemm_s, step_errors,
-    summarise, summarise_by_working_set, summarise_errors, validate_runs, ErrorSummary, GemmSplit,
-    KernelError, RunError, RunPlans, StepError,
+    class_splits, class_totals, composite_latency, gemm_splits, kernel_errors, load_measurements,
+    measured_class_s, measured_gemm_s, step_errors, summarise, summarise_by_working_set,
+    summarise_errors, validate_runs, ClassSplit, ClassTotal, ErrorSummary, GemmSplit, KernelError,
+    RunError, RunPlans, StepError,
 };
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
@@ -37,7 +38,8 @@ pub struct Args {
     run_plans: Option<PathBuf>,
     /// Directory for kernels.csv, steps.csv (the training iterations, with the GPU time
     /// collect.py profiled), gemms.csv (profiled blocks and iterations split into their GEMMs
-    /// and the rest), runs.csv, summary.csv and summary.md.
+    /// and the rest), classes.csv (profiled block passes by kernel class), runs.csv,
+    /// summary.csv and summary.md.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -63,6 +65,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut kernel_rows: Vec<KernelError> = Vec::new();
     let mut step_rows: Vec<StepError> = Vec::new();
     let mut gemm_rows: Vec<GemmSplit> = Vec::new();
+    let mut class_rows: Vec<ClassSplit> = Vec::new();
     if let Some(dir) = &args.kernels {
         let measurements = load_measurements(dir)?;
         kernel_rows = kernel_errors(&arch, &measurements, |m| {
@@ -144,6 +147,23 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 summaries.extend(s.into_iter().map(|x| (scope, x)));
             }
         }
+        class_rows = class_splits(&measurements, |m| measured_class_s(&arch, &cache, m));
+        if !class_rows.is_empty() {
+            let rows: Vec<Vec<String>> = class_totals(&class_rows).iter().map(class_row).collect();
+            println!("profiled block passes by kernel class, summed over the passes");
+            println!("{}", table(&CLASS_HEADER, rows.clone()));
+            markdown += "## Profiled block passes by kernel class\n\n";
+            markdown += CLASS_NOTE;
+            markdown += &markdown_table(&CLASS_HEADER, &rows);
+            let labels: Vec<(String, f64)> = class_rows
+                .iter()
+                .filter_map(|r| Some((format!("{} {}", r.class, r.kernel_class), r.signed_error?)))
+                .collect();
+            let s = summarise_errors(labels.iter().map(|(l, e)| (l.as_str(), *e)));
+            markdown += "Pass by pass:\n\n";
+            markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
+            summaries.extend(s.into_iter().map(|x| ("block_kernel_class", x)));
+        }
     }
     let mut run_rows = Vec::new();
     if let Some(runs) = &args.runs {
@@ -191,6 +211,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         if !gemm_rows.is_empty() {
             write_csv(&out.join("gemms.csv"), &gemm_rows)?;
         }
+        if !class_rows.is_empty() {
+            write_csv(&out.join("classes.csv"), &class_rows)?;
+        }
         if args.runs.is_some() {
             write_csv(&out.join("runs.csv"), &run_rows)?;
         }
@@ -235,6 +258,37 @@ run's kernels) split into its GEMM kernels (named `gemm` or cuBLAS's `nvjet`), a
 model's GEMMs of the same pass or iteration (the tensor-core operators of its schedules), and \
 the rest, against the rest of the model's: a block pass's other kernels, an iteration's other \
 kernels and the launch gap after every kernel.\n\n";
+
+const CLASS_HEADER: [&str; 6] = [
+    "pass",
+    "kernel class",
+    "passes",
+    "profiled",
+    "model",
+    "error",
+];
+
+const CLASS_NOTE: &str = "Each profiled block pass's kernels by class (cuBLAS's GEMMs; \
+PyTorch's kernels by the vector primitive they compute, the softmax backward's element-wise \
+product with its row reduction; `other`: memsets and kernels no operator stands for), against \
+the model's operators of the class in the same pass, summed over the passes (`classes.csv`: \
+pass by pass).\n\n";
+
+fn class_row(t: &ClassTotal) -> Vec<String> {
+    let error = if t.gpu_s > 0.0 {
+        format!("{:+.1} %", 100.0 * (t.predicted_s - t.gpu_s) / t.gpu_s)
+    } else {
+        "-".into()
+    };
+    vec![
+        t.class.clone(),
+        t.kernel_class.clone(),
+        t.passes.to_string(),
+        seconds(t.gpu_s),
+        seconds(t.predicted_s),
+        error,
+    ]
+}
 
 fn gemm_row(r: &GemmSplit) -> Vec<String> {
     vec![
