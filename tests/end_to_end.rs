@@ -1031,13 +1031,15 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
 }
 
 /// Profiled kernels are classed by the primitive they compute, named as the model's operators
-/// are: real names of collect.py's H100 blocks land in their class (the softmax backward's
-/// element-wise product with the softmax, a scalar multiply as `scale`, memsets as `other`),
-/// and every profiled H100 block pass splits whole: its classes sum to its profiled kernels'
-/// time, the model's to its predicted pass (serial kernels: the makespan is the operators'
-/// spans end to end), and the GEMM class is the GEMM split's.
+/// are: real names of collect.py's H100 blocks and iterations land in their class (the softmax
+/// backward's element-wise product with the softmax, a scalar multiply as `scale`, copies
+/// between dtypes as casts, the embedding backward's sort as the embedding, memsets as
+/// `other`), and every profiled H100 block pass and iteration splits whole: its classes sum to
+/// its profiled kernels' time; the model's classes of a block pass sum to its predicted pass
+/// (serial kernels: the makespan is the operators' spans end to end), an iteration's to its
+/// predicted time less the launch gaps; the GEMM class is the GEMM split's.
 #[test]
-fn profiled_block_passes_split_by_kernel_class() {
+fn profiled_passes_split_by_kernel_class() {
     for (name, backward, class) in [
         ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", true, "gemm"),
         ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nn_align8>(Params)", false, "gemm"),
@@ -1055,6 +1057,14 @@ fn profiled_block_passes_split_by_kernel_class() {
         ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul> >", false, "add"),
         ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)", false, "copy"),
         ("Memset (Device)", true, "other"),
+        ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, 4>", true, "cast"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >", true, "cast"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)", true, "cross_entropy"),
+        ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>", true, "cross_entropy"),
+        ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>", true, "update"),
+        ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long, bool)", false, "embedding"),
+        ("void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<at_cuda_detail::cub::detail::radix::policy_hub<long, at::cuda::cub::detail::OpaqueType<8> >", true, "embedding"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >", true, "other"),
     ] {
         assert_eq!(profiled_kernel_class(name, backward), class, "{name}");
     }
@@ -1064,25 +1074,53 @@ fn profiled_block_passes_split_by_kernel_class() {
     let arch = chip("h100.calibrated");
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let splits = class_splits(&measurements, |m| measured_class_s(&arch, &cache, m));
-    let mut passes = 0;
+    let gap_s = arch.efficiency.launch_gap_s;
+    let (mut passes, mut iterations) = (0, 0);
     for m in &measurements {
-        let Target::Block { .. } = m.target else {
-            continue;
+        let is_block = match m.target {
+            Target::Block { .. } => true,
+            Target::Step(_) => false,
+            _ => continue,
         };
         let rows: Vec<_> = splits.iter().filter(|s| s.source == m.source).collect();
         let profile = m
             .profile
             .as_ref()
-            .expect("every H100 block pass was profiled");
+            .expect("every H100 block and iteration was profiled");
         let gpu_s: f64 = rows.iter().map(|r| r.gpu_s).sum();
         assert!((gpu_s - profile.gpu_busy_s).abs() < 1e-12, "{}", m.source);
         let predicted_s: f64 = rows.iter().map(|r| r.predicted_s).sum();
-        let latency_s = composite_latency(&arch, &cache, m).expect("block schedules");
-        assert!(
-            (predicted_s - latency_s).abs() < 1e-9 * latency_s,
-            "{}: {predicted_s} vs {latency_s}",
-            m.source
-        );
+        let latency_s = composite_latency(&arch, &cache, m).expect("schedules");
+        if is_block {
+            assert!(
+                (predicted_s - latency_s).abs() < 1e-9 * latency_s,
+                "{}: {predicted_s} vs {latency_s}",
+                m.source
+            );
+            // Only the profile has memsets; only an iteration has casts.
+            assert!(rows
+                .iter()
+                .any(|r| r.kernel_class == "other" && r.predicted_s == 0.0));
+            assert!(rows.iter().all(|r| r.kernel_class != "cast"));
+            passes += 1;
+        } else {
+            // The launch gaps come on top: 2.05 µs after each of some 200-3000 kernels.
+            let gaps_s = latency_s - predicted_s;
+            assert!(
+                gaps_s > 150.0 * gap_s && gaps_s < 3000.0 * gap_s,
+                "{}: {gaps_s} s of gaps",
+                m.source
+            );
+            for class in ["cast", "update", "cross_entropy", "embedding"] {
+                assert!(
+                    rows.iter()
+                        .any(|r| r.kernel_class == class && r.gpu_s > 0.0 && r.predicted_s > 0.0),
+                    "{}: {class}",
+                    m.source
+                );
+            }
+            iterations += 1;
+        }
         let gemm = rows
             .iter()
             .find(|r| r.kernel_class == "gemm")
@@ -1094,13 +1132,8 @@ fn profiled_block_passes_split_by_kernel_class() {
             "{}",
             m.source
         );
-        // Only the profile has memsets; only an iteration has casts.
-        assert!(rows
-            .iter()
-            .any(|r| r.kernel_class == "other" && r.predicted_s == 0.0));
-        assert!(rows.iter().all(|r| r.kernel_class != "cast"));
-        passes += 1;
     }
+    assert_eq!(iterations, 13);
     assert_eq!(passes, 28);
     let totals = class_totals(&splits);
     let column_sums = totals

@@ -158,18 +158,40 @@ pub const GEMM_CLASS: &str = "gemm";
 /// The class of a profiled CUDA kernel, named as the model's operators are
 /// (`runs::model_kernel_class`): `gemm` for cuBLAS's and CUTLASS's kernels (`gemm`, and Hopper's
 /// cuBLAS `nvjet_…`), else the vector primitive PyTorch's kernel of that name computes in a
-/// GPT block (`backward`: in a backward pass), else `other` (memsets, and kernels no operator
-/// of the model stands for). PyTorch's softmax backward (`_softmax_backward_data`) multiplies
-/// the gradient by the output over the whole tensor before its row reduction; in a backward
-/// pass that element-wise product counts as softmax, as collect.py's `softmax_bwd` rows time
-/// both kernels.
+/// GPT training step (`backward`: in a pass that holds a backward, a block's or an
+/// iteration's), else `other` (memsets, fills, and kernels no operator of the model stands
+/// for). PyTorch's softmax backward (`_softmax_backward_data`) multiplies the gradient by the
+/// output over the whole tensor before its row reduction; in a backward that element-wise
+/// product counts as softmax, as collect.py's `softmax_bwd` rows time both kernels. A copy
+/// between dtypes (`direct_copy_kernel_cuda` outside its same-dtype `nocast` form, and
+/// `bfloat16_copy_kernel_cuda`) is a cast; the embedding backward's sort, scan and scatter
+/// count as the embedding.
 pub fn profiled_kernel_class(name: &str, backward: bool) -> &'static str {
     let name = name.to_ascii_lowercase();
     let has = |part: &str| name.contains(part);
+    let embedding = [
+        "gather_kernel",
+        "radix_sort",
+        "unique_by_key",
+        "scan::",
+        "partial_segment",
+        "partials_per_segment",
+        "compute_grad_weight",
+        "sum_and_scatter",
+        "arange",
+    ];
     if has("gemm") || has("nvjet") {
         GEMM_CLASS
     } else if has("gammabetabackward") || (has("reduce_kernel") && has("sum_functor")) {
         VectorOp::ColumnSum.name()
+    } else if has("logsoftmax") || has("nll_loss") {
+        VectorOp::CrossEntropy.name()
+    } else if has("fusedadam") {
+        VectorOp::Update.name()
+    } else if has("bfloat16_copy") || (has("direct_copy") && !has("nocast")) {
+        VectorOp::Cast.name()
+    } else if embedding.iter().any(|part| has(part)) {
+        VectorOp::Embedding.name()
     } else if has("softmax") || (backward && has("binaryfunctor") && has("mulfunctor")) {
         VectorOp::Softmax.name()
     } else if has("layer_norm") {
@@ -733,7 +755,8 @@ fn profiles_beside(file: &Path) -> Result<BTreeMap<PassKey, PassProfile>, InputE
         } else {
             continue;
         };
-        let class = profiled_kernel_class(&r.name, r.pass.ends_with("bwd"));
+        let backward = r.pass.ends_with("bwd") || r.pass.starts_with("train_step");
+        let class = profiled_kernel_class(&r.name, backward);
         let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
         let profile = busy.entry(key).or_insert(PassProfile {
             gpu_busy_s: 0.0,

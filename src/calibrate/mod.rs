@@ -188,12 +188,12 @@ pub fn gemm_splits(
         .collect()
 }
 
-/// One kernel class of a profiled block pass against the model's operators of that class
-/// ([`class_splits`]).
+/// One kernel class of a profiled block pass or training iteration against the model's
+/// operators of that class ([`class_splits`]): GPU time, without launch gaps.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClassSplit {
     pub source: String,
-    /// The pass: `block_fwd` or `block_bwd`.
+    /// The measurement's class: `block_fwd`, `block_bwd`, `train_step_full`, ….
     pub class: String,
     pub shape: String,
     /// [`profiled_kernel_class`] and [`model_kernel_class`]: `gemm`, a vector primitive's name,
@@ -207,17 +207,22 @@ pub struct ClassSplit {
     pub signed_error: Option<f64>,
 }
 
-/// Every profiled block pass among `measurements`, class by class: its profiled kernels
-/// against the model's operators of the class (`predict_classes`, e.g. [`measured_class_s`]),
-/// in the measurements' order and then by class name.
+/// Every profiled block pass and training iteration among `measurements`, class by class:
+/// its profiled kernels against the model's operators of the class (`predict_classes`, e.g.
+/// [`measured_class_s`]), in the measurements' order and then by class name.
 pub fn class_splits(
     measurements: &[Measurement],
     predict_classes: impl Fn(&Measurement) -> Option<BTreeMap<&'static str, f64>>,
 ) -> Vec<ClassSplit> {
     let mut out = Vec::new();
     for m in measurements {
-        let (Target::Block { shape, .. }, Some(profile)) = (m.target, m.profile.as_ref()) else {
+        let Some(profile) = m.profile.as_ref() else {
             continue;
+        };
+        let shape = match m.target {
+            Target::Block { shape, .. } => shape.label(),
+            Target::Step(step) => step.label(),
+            _ => continue,
         };
         let Some(predicted) = predict_classes(m) else {
             continue;
@@ -234,7 +239,7 @@ pub fn class_splits(
             out.push(ClassSplit {
                 source: m.source.clone(),
                 class: m.class.clone(),
-                shape: shape.label(),
+                shape: shape.clone(),
                 kernel_class: class.to_string(),
                 gpu_s,
                 predicted_s,
@@ -245,8 +250,8 @@ pub fn class_splits(
     out
 }
 
-/// One kernel class summed over the profiled passes of one kind (`block_fwd`, `block_bwd`) of
-/// [`class_splits`]' rows.
+/// One kernel class summed over the profiled passes of one kind (`block_fwd`, `block_bwd`,
+/// `train_step_full`, …) of [`class_splits`]' rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClassTotal {
     pub class: String,

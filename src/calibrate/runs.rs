@@ -11,8 +11,7 @@ use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
-    AttentionSoftmax, CoreType, GptSizes, Model, OpGraph, OpKind, ParamKernels, Precision,
-    VectorOp, Workload,
+    AttentionSoftmax, GptSizes, Model, OpGraph, OpKind, ParamKernels, Precision, VectorOp, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -387,8 +386,8 @@ pub fn gpt_block_gemm_s(
     block: BlockShape,
     precision: Precision,
 ) -> Result<(f64, f64), EvaluateError> {
-    let [fwd, bwd] = block_schedules(arch, cache, block, precision)?;
-    let gemm_s = |pass: &BlockPass| pass.schedule.busy_s(&pass.problem, CoreType::Tensor);
+    let [fwd, bwd] = gpt_block_class_s(arch, cache, block, precision)?;
+    let gemm_s = |class_s: &BTreeMap<&str, f64>| class_s.get(GEMM_CLASS).copied().unwrap_or(0.0);
     Ok((gemm_s(&fwd), gemm_s(&bwd)))
 }
 
@@ -424,16 +423,14 @@ pub fn model_kernel_class(kind: &OpKind) -> &'static str {
     }
 }
 
-/// One pass of a block as scheduled: the schedule, the problem it solves and each operator's
-/// kernel class.
+/// One pass of a block as scheduled: the schedule and each operator's kernel class.
 struct BlockPass {
     schedule: Arc<Schedule>,
-    problem: ScheduleProblem,
     classes: Vec<&'static str>,
 }
 
 /// The forward and backward schedules of one device's share of a GPT block, without its
-/// tensor-parallel collectives, with the problems they solve.
+/// tensor-parallel collectives, with their operators' kernel classes.
 fn block_schedules(
     arch: &ArchConfig,
     cache: &ScheduleCache,
@@ -468,11 +465,7 @@ fn block_schedules(
             .iter()
             .map(|op| model_kernel_class(&op.kind))
             .collect();
-        Ok(BlockPass {
-            schedule,
-            problem,
-            classes,
-        })
+        Ok(BlockPass { schedule, classes })
     };
     Ok([schedule("fwd", &layer.fwd)?, schedule("bwd", &layer.bwd)?])
 }
@@ -538,35 +531,59 @@ pub fn gpt_step_gemm_s(
     step: StepShape,
     precision: Precision,
 ) -> Result<Option<f64>, EvaluateError> {
+    Ok(gpt_step_class_s(arch, cache, step, precision)?
+        .map(|class_s| class_s.get(GEMM_CLASS).copied().unwrap_or(0.0)))
+}
+
+/// The GPU time of a measured training step by kernel class ([`model_kernel_class`]): each
+/// operator's span in its layer's schedules (every forward, the forwards full recompute reruns,
+/// every backward) and the optimizer step's kernels, without the launch gaps; `None` under
+/// selective recompute, whose rerun attention core is priced outside the schedules.
+pub fn gpt_step_class_s(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    step: StepShape,
+    precision: Precision,
+) -> Result<Option<BTreeMap<&'static str, f64>>, EvaluateError> {
     let (workload, micro_batch) = measured_step_workload(step, precision)?;
     let rerun = match step.recompute {
         RecomputeMode::Selective => return Ok(None),
         RecomputeMode::None => false,
         RecomputeMode::Full => true,
     };
-    let costs = layer_costs(
-        &workload,
-        &CostModel::new(arch),
-        cache,
-        1,
-        micro_batch,
-        false,
-    )?;
-    let mut gemm_s = 0.0;
+    let cost = CostModel::new(arch);
+    let costs = layer_costs(&workload, &cost, cache, 1, micro_batch, false)?;
+    let graph = workload.layer_graph(1, micro_batch, false)?;
+    let mut class_s: BTreeMap<&'static str, f64> = BTreeMap::new();
     for unique in &costs.unique {
-        let recomputed = rerun
-            && costs
-                .graph
-                .layers
-                .iter()
-                .find(|l| l.name == unique.name)
-                .is_some_and(|l| l.activation_bytes.recomputed_under_full());
-        let fwd_s = unique.fwd.busy_s(&unique.fwd_problem, CoreType::Tensor);
-        let bwd_s = unique.bwd.busy_s(&unique.bwd_problem, CoreType::Tensor);
-        let forwards = if recomputed { 2.0 } else { 1.0 };
-        gemm_s += unique.count as f64 * (forwards * fwd_s + bwd_s);
+        let layer = graph
+            .layers
+            .iter()
+            .find(|l| l.name == unique.name)
+            .ok_or_else(|| InputError::invalid(&workload.source, "layers", "layer not in graph"))?;
+        let forwards = if rerun && layer.activation_bytes.recomputed_under_full() {
+            2.0
+        } else {
+            1.0
+        };
+        let count = unique.count as f64;
+        for (schedule, ops, runs) in [
+            (&unique.fwd, &layer.fwd, forwards),
+            (&unique.bwd, &layer.bwd, 1.0),
+        ] {
+            for op in &schedule.ops {
+                *class_s
+                    .entry(model_kernel_class(&ops.ops[op.op].kind))
+                    .or_default() += count * runs * (op.end_s - op.start_s);
+            }
+        }
+        for op in workload.optimizer_step_ops(&layer.param_tensors) {
+            let c = cost.op_cost(&op);
+            *class_s.entry(model_kernel_class(&op.kind)).or_default() +=
+                count * c.all_cores_s.min(c.one_core_s);
+        }
     }
-    Ok(Some(gemm_s))
+    Ok(Some(class_s))
 }
 
 /// The model's GEMM time of a measured block pass ([`gpt_block_gemm_s`]) or training step
@@ -584,19 +601,25 @@ pub fn measured_gemm_s(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement
     }
 }
 
-/// The model's time by kernel class of a measured block pass ([`gpt_block_class_s`]); `None`
-/// for other measurements or a shape that cannot be planned.
+/// The model's time by kernel class of a measured block pass ([`gpt_block_class_s`]) or
+/// training step ([`gpt_step_class_s`]); `None` for other measurements, a step under
+/// selective recompute, or a shape that cannot be planned.
 pub fn measured_class_s(
     arch: &ArchConfig,
     cache: &ScheduleCache,
     m: &Measurement,
 ) -> Option<BTreeMap<&'static str, f64>> {
-    let Target::Block { backward, shape } = m.target else {
-        return None;
-    };
-    let [fwd, bwd] =
-        gpt_block_class_s(arch, cache, shape, measured_precision(m.elem_bytes)).ok()?;
-    Some(if backward { bwd } else { fwd })
+    let precision = measured_precision(m.elem_bytes);
+    match m.target {
+        Target::Block { backward, shape } => {
+            let [fwd, bwd] = gpt_block_class_s(arch, cache, shape, precision).ok()?;
+            Some(if backward { bwd } else { fwd })
+        }
+        Target::Step(step) => gpt_step_class_s(arch, cache, step, precision)
+            .ok()
+            .flatten(),
+        _ => None,
+    }
 }
 
 /// The predicted latency of a measurement that spans many operators: a GPT block's forward

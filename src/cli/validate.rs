@@ -38,7 +38,7 @@ pub struct Args {
     run_plans: Option<PathBuf>,
     /// Directory for kernels.csv, steps.csv (the training iterations, with the GPU time
     /// collect.py profiled), gemms.csv (profiled blocks and iterations split into their GEMMs
-    /// and the rest), classes.csv (profiled block passes by kernel class), runs.csv,
+    /// and the rest), classes.csv (profiled blocks and iterations by kernel class), runs.csv,
     /// summary.csv and summary.md.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -150,9 +150,9 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         class_rows = class_splits(&measurements, |m| measured_class_s(&arch, &cache, m));
         if !class_rows.is_empty() {
             let rows: Vec<Vec<String>> = class_totals(&class_rows).iter().map(class_row).collect();
-            println!("profiled block passes by kernel class, summed over the passes");
+            println!("profiled block passes and iterations by kernel class, summed over each kind");
             println!("{}", table(&CLASS_HEADER, rows.clone()));
-            markdown += "## Profiled block passes by kernel class\n\n";
+            markdown += "## Profiled block passes and iterations by kernel class\n\n";
             markdown += CLASS_NOTE;
             markdown += &markdown_table(&CLASS_HEADER, &rows);
             let labels: Vec<(String, f64)> = class_rows
@@ -162,7 +162,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             let s = summarise_errors(labels.iter().map(|(l, e)| (l.as_str(), *e)));
             markdown += "Pass by pass:\n\n";
             markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
-            summaries.extend(s.into_iter().map(|x| ("block_kernel_class", x)));
+            summaries.extend(s.into_iter().map(|x| ("kernel_class", x)));
         }
     }
     let mut run_rows = Vec::new();
@@ -268,11 +268,13 @@ const CLASS_HEADER: [&str; 6] = [
     "error",
 ];
 
-const CLASS_NOTE: &str = "Each profiled block pass's kernels by class (cuBLAS's GEMMs; \
-PyTorch's kernels by the vector primitive they compute, the softmax backward's element-wise \
-product with its row reduction; `other`: memsets and kernels no operator stands for), against \
-the model's operators of the class in the same pass, summed over the passes (`classes.csv`: \
-pass by pass).\n\n";
+const CLASS_NOTE: &str = "Each profiled block pass's and iteration's kernels by class \
+(cuBLAS's GEMMs; PyTorch's kernels by the vector primitive they compute: the softmax \
+backward's element-wise product with its row reduction, copies between dtypes as casts, the \
+embedding backward's sort and scatter as the embedding; `other`: memsets, fills and kernels no \
+operator stands for), against the model's operators of the class in the same pass or \
+iteration, GPU time without launch gaps, summed over the passes or iterations of a kind \
+(`classes.csv`: one by one).\n\n";
 
 fn class_row(t: &ClassTotal) -> Vec<String> {
     let error = if t.gpu_s > 0.0 {

@@ -317,16 +317,6 @@ impl Schedule {
     pub fn gap(&self) -> f64 {
         relative_gap(self.makespan_s, self.lower_bound_s)
     }
-
-    /// The operators on `core` (of `problem`, which this schedule solves), their spans summed:
-    /// the time a chip that runs one kernel at a time spends in them.
-    pub fn busy_s(&self, problem: &ScheduleProblem, core: CoreType) -> f64 {
-        self.ops
-            .iter()
-            .filter(|o| problem.ops[o.op].core == core)
-            .map(|o| o.end_s - o.start_s)
-            .sum()
-    }
 }
 
 /// Invalid input to the scheduler, or a failure to write its chart.
