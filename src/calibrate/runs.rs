@@ -587,18 +587,10 @@ pub fn gpt_step_class_s(
 }
 
 /// The model's GEMM time of a measured block pass ([`gpt_block_gemm_s`]) or training step
-/// ([`gpt_step_gemm_s`]); `None` for other measurements, a step under selective recompute, or
-/// a shape that cannot be planned.
+/// ([`gpt_step_gemm_s`]): the GEMM class of [`measured_class_s`]; `None` for other
+/// measurements, a step under selective recompute, or a shape that cannot be planned.
 pub fn measured_gemm_s(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
-    let precision = measured_precision(m.elem_bytes);
-    match m.target {
-        Target::Step(step) => gpt_step_gemm_s(arch, cache, step, precision).ok().flatten(),
-        Target::Block { backward, shape } => {
-            let (fwd_s, bwd_s) = gpt_block_gemm_s(arch, cache, shape, precision).ok()?;
-            Some(if backward { bwd_s } else { fwd_s })
-        }
-        _ => None,
-    }
+    measured_class_s(arch, cache, m).map(|class_s| class_s.get(GEMM_CLASS).copied().unwrap_or(0.0))
 }
 
 /// The model's time by kernel class of a measured block pass ([`gpt_block_class_s`]) or
