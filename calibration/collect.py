@@ -311,6 +311,8 @@ def run_vector(w, dtype, quick):
                    **shape)
             w.time("silu", lambda: F.silu(x), **shape)
             w.time("mul", lambda: x * g, **shape)
+            # The residual adds (and their gradients' sums in the backward).
+            w.time("add", lambda: x + g, **shape)
             # Training-mode dropout draws its random numbers and writes the byte keep-mask
             # besides the output; its backward scales the gradient by that mask.
             w.time("dropout", lambda: F.dropout(x, 0.1, training=True), **shape)
