@@ -1037,7 +1037,8 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
 /// `other`), and every profiled H100 block pass and iteration splits whole: its classes sum to
 /// its profiled kernels' time; the model's classes of a block pass sum to its predicted pass
 /// (serial kernels: the makespan is the operators' spans end to end), an iteration's to its
-/// predicted time less the launch gaps; the GEMM class is the GEMM split's.
+/// predicted time less the launch gaps; the GEMM class is the GEMM split's. Summed over the
+/// nine full-recompute iterations, the classes priced from rows of their own are within 6 %.
 #[test]
 fn profiled_passes_split_by_kernel_class() {
     for (name, backward, class) in [
@@ -1134,8 +1135,29 @@ fn profiled_passes_split_by_kernel_class() {
         );
     }
     assert_eq!(iterations, 13);
-    assert_eq!(passes, 28);
+    // Summed over the nine full-recompute iterations, the classes priced from their own rows are
+    // within 6 % (cross-entropy 5.5 %, the GEMMs +2.4 % at the blocks' clock); the column sums,
+    // the stack, the adds and the embedding, which have no rows of their own, are not.
     let totals = class_totals(&splits);
+    for class in [
+        "gemm",
+        "softmax",
+        "dropout",
+        "gelu",
+        "layer_norm",
+        "cast",
+        "copy",
+        "update",
+        "cross_entropy",
+    ] {
+        let t = totals
+            .iter()
+            .find(|t| t.class == "train_step_full" && t.kernel_class == class)
+            .expect("a priced class");
+        let error = (t.predicted_s - t.gpu_s) / t.gpu_s;
+        assert!(error.abs() < 0.06, "{class}: {:+.1} %", 100.0 * error);
+    }
+    assert_eq!(passes, 28);
     let column_sums = totals
         .iter()
         .find(|t| t.class == "block_bwd" && t.kernel_class == "column_sum")
