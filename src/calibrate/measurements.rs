@@ -164,12 +164,13 @@ pub const GEMM_CLASS: &str = "gemm";
 /// output over the whole tensor before its row reduction; in a backward that element-wise
 /// product counts as softmax, as collect.py's `softmax_bwd` rows time both kernels. A copy
 /// between dtypes (`direct_copy_kernel_cuda` outside its same-dtype `nocast` form, and
-/// `bfloat16_copy_kernel_cuda`) is a cast; the embedding backward's sort, scan and scatter
-/// count as the embedding.
+/// `bfloat16_copy_kernel_cuda`) is a cast; the embedding's gather and its backward (one kernel
+/// over the features, or a sort, scan and scatter) count as the embedding.
 pub fn profiled_kernel_class(name: &str, backward: bool) -> &'static str {
     let name = name.to_ascii_lowercase();
     let has = |part: &str| name.contains(part);
     let embedding = [
+        "embedding",
         "gather_kernel",
         "radix_sort",
         "unique_by_key",

@@ -155,12 +155,14 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             markdown += "## Profiled block passes and iterations by kernel class\n\n";
             markdown += CLASS_NOTE;
             markdown += &markdown_table(&CLASS_HEADER, &rows);
+            // Classes the model has no operator for are in the table above, not in the errors.
             let labels: Vec<(String, f64)> = class_rows
                 .iter()
+                .filter(|r| r.predicted_s > 0.0)
                 .filter_map(|r| Some((format!("{} {}", r.class, r.kernel_class), r.signed_error?)))
                 .collect();
             let s = summarise_errors(labels.iter().map(|(l, e)| (l.as_str(), *e)));
-            markdown += "Pass by pass:\n\n";
+            markdown += "Pass by pass, the classes the model prices:\n\n";
             markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
             summaries.extend(s.into_iter().map(|x| ("kernel_class", x)));
         }
@@ -271,7 +273,7 @@ const CLASS_HEADER: [&str; 6] = [
 const CLASS_NOTE: &str = "Each profiled block pass's and iteration's kernels by class \
 (cuBLAS's GEMMs; PyTorch's kernels by the vector primitive they compute: the softmax \
 backward's element-wise product with its row reduction, copies between dtypes as casts, the \
-embedding backward's sort and scatter as the embedding; `other`: memsets, fills and kernels no \
+embedding's gather and backward as the embedding; `other`: memsets, fills and kernels no \
 operator stands for), against the model's operators of the class in the same pass or \
 iteration, GPU time without launch gaps, summed over the passes or iterations of a kind \
 (`classes.csv`: one by one).\n\n";
