@@ -835,7 +835,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     let mut gemm_errors = Vec::new();
     for (label, m, predicted_s) in &steps {
         let profile = m.profile.as_ref().expect("every iteration was profiled");
-        let launched_s = profile.gpu_busy_s + gap_s * profile.gpu_kernels as f64;
+        let launched_s = profile.gpu_busy_s() + gap_s * profile.gpu_kernels as f64;
         let launched_error = (predicted_s - launched_s) / launched_s;
         assert!(
             launched_error.abs() < 0.05,
@@ -960,7 +960,6 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
             };
             m.measured_s = composite_latency(&training, &cache, &m).expect("block schedules");
             m.profile = Some(PassProfile {
-                gpu_busy_s: m.measured_s,
                 gpu_kernels: 20,
                 class_s: BTreeMap::from([(
                     GEMM_CLASS,
@@ -1033,7 +1032,7 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
 /// Profiled kernels are classed by the primitive they compute, named as the model's operators
 /// are: real names of collect.py's H100 blocks and iterations land in their class (the softmax
 /// backward's element-wise product with the softmax, a scalar multiply as `scale`, copies
-/// between dtypes as casts, the embedding backward's sort as the embedding, memsets as
+/// between dtypes as casts, the embedding's backward as the embedding, memsets as
 /// `other`), and every profiled H100 block pass and iteration splits whole: its classes sum to
 /// its profiled kernels' time; the model's classes of a block pass sum to its predicted pass
 /// (serial kernels: the makespan is the operators' spans end to end), an iteration's to its
@@ -1090,7 +1089,7 @@ fn profiled_passes_split_by_kernel_class() {
             .as_ref()
             .expect("every H100 block and iteration was profiled");
         let gpu_s: f64 = rows.iter().map(|r| r.gpu_s).sum();
-        assert!((gpu_s - profile.gpu_busy_s).abs() < 1e-12, "{}", m.source);
+        assert!((gpu_s - profile.gpu_busy_s()).abs() < 1e-12, "{}", m.source);
         let predicted_s: f64 = rows.iter().map(|r| r.predicted_s).sum();
         let latency_s = composite_latency(&arch, &cache, m).expect("schedules");
         if is_block {
@@ -1196,7 +1195,7 @@ fn h100_repeated_iterations_are_predicted_as_well() {
         let predicted_s = composite_latency(&fitted, &cache, m).expect("a training step");
         match &m.profile {
             Some(profile) => {
-                let launched_s = profile.gpu_busy_s + gap_s * profile.gpu_kernels as f64;
+                let launched_s = profile.gpu_busy_s() + gap_s * profile.gpu_kernels as f64;
                 let error = (predicted_s - launched_s) / launched_s;
                 assert!(error.abs() < 0.035, "{}: {:+.1} %", m.source, 100.0 * error);
                 busy_errors.push(error);
@@ -1259,7 +1258,7 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
         .map(|m| {
             (
                 m.source.rsplit('/').next().unwrap().to_string(),
-                m.profile.as_ref().map(|p| p.gpu_busy_s),
+                m.profile.as_ref().map(|p| p.gpu_busy_s()),
             )
         })
         .collect();

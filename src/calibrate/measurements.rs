@@ -136,9 +136,6 @@ pub struct Measurement {
 /// `--profile`, torch.profiler).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PassProfile {
-    /// The GPU time of its kernels, summed: for an iteration, the iteration less the GPU's
-    /// waits for the host.
-    pub gpu_busy_s: f64,
     /// The kernels it launched.
     pub gpu_kernels: u64,
     /// The GPU time of its kernels by class ([`profiled_kernel_class`]), summed.
@@ -146,6 +143,12 @@ pub struct PassProfile {
 }
 
 impl PassProfile {
+    /// The GPU time of its kernels, summed: for an iteration, the iteration less the GPU's
+    /// waits for the host.
+    pub fn gpu_busy_s(&self) -> f64 {
+        self.class_s.values().sum()
+    }
+
     /// The GPU time of its GEMM kernels, summed.
     pub fn gemm_busy_s(&self) -> f64 {
         self.class_s.get(GEMM_CLASS).copied().unwrap_or(0.0)
@@ -760,11 +763,9 @@ fn profiles_beside(file: &Path) -> Result<BTreeMap<PassKey, PassProfile>, InputE
         let class = profiled_kernel_class(&r.name, backward);
         let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
         let profile = busy.entry(key).or_insert(PassProfile {
-            gpu_busy_s: 0.0,
             gpu_kernels: 0,
             class_s: BTreeMap::new(),
         });
-        profile.gpu_busy_s += r.total_s;
         profile.gpu_kernels += r.calls;
         *profile.class_s.entry(class).or_default() += r.total_s;
     }

@@ -122,13 +122,13 @@ pub fn step_errors(
         .iter()
         .filter_map(|e| {
             let profile = *profiled.get(e.source.as_str())?;
-            let launched_s = profile.map(|p| p.gpu_busy_s + p.gpu_kernels as f64 * launch_gap_s);
+            let launched_s = profile.map(|p| p.gpu_busy_s() + p.gpu_kernels as f64 * launch_gap_s);
             Some(StepError {
                 source: e.source.clone(),
                 class: e.class.clone(),
                 shape: e.shape.clone(),
                 measured_s: e.measured_s,
-                gpu_busy_s: profile.map(|p| p.gpu_busy_s),
+                gpu_busy_s: profile.map(PassProfile::gpu_busy_s),
                 gpu_kernels: profile.map(|p| p.gpu_kernels),
                 launched_s,
                 host_wait: launched_s.map(|l| 1.0 - l / e.measured_s),
@@ -167,7 +167,8 @@ pub fn gemm_splits(
                 Target::Step(_) => profile.gpu_kernels as f64 * launch_gap_s,
                 _ => 0.0,
             };
-            let gpu_rest_s = profile.gpu_busy_s - gemm_busy_s + gaps_s;
+            let gpu_busy_s = profile.gpu_busy_s();
+            let gpu_rest_s = gpu_busy_s - gemm_busy_s + gaps_s;
             if gpu_rest_s <= 0.0 {
                 return None;
             }
@@ -182,7 +183,7 @@ pub fn gemm_splits(
                 gpu_rest_s,
                 predicted_rest_s,
                 rest_signed_error: (predicted_rest_s - gpu_rest_s) / gpu_rest_s,
-                gemm_share: gemm_busy_s / profile.gpu_busy_s,
+                gemm_share: gemm_busy_s / gpu_busy_s,
             })
         })
         .collect()
@@ -589,14 +590,11 @@ fn block_gemm_at(
     measured_gemm_s(&at, cache, m)
 }
 
-/// The clock in `[low, high]` at which the times `gemm_s(clock)`, decreasing in the clock, sum
-/// to the measured times' sum (so the passes weigh by their length, as in an iteration); by
-/// bisection.
-fn clock_matching(
-    measured_s: &[f64],
-    (mut low, mut high): (f64, f64),
-    gemm_s: impl Fn(f64) -> Option<Vec<f64>>,
-) -> Option<f64> {
+/// The clock between a quarter and four times the kernels' at which the times `gemm_s(clock)`,
+/// decreasing in the clock, sum to the measured times' sum (so the passes weigh by their
+/// length, as in an iteration); by bisection.
+fn clock_matching(measured_s: &[f64], gemm_s: impl Fn(f64) -> Option<Vec<f64>>) -> Option<f64> {
+    let (mut low, mut high) = (0.25_f64, 4.0_f64);
     let total_s: f64 = measured_s.iter().sum();
     let log_ratio = |clock: f64| -> Option<f64> {
         let predicted_s: f64 = gemm_s(clock)?.iter().sum();
@@ -641,8 +639,7 @@ fn fit_sustained_clock(
     let out_of_range = || CalibrateError::ClockOutOfRange {
         row: blocks[0].0.source.clone(),
     };
-    let sustained_clock =
-        clock_matching(&measured, (0.25, 4.0), gemm_s).ok_or_else(out_of_range)?;
+    let sustained_clock = clock_matching(&measured, gemm_s).ok_or_else(out_of_range)?;
     if sustained_clock * arch.efficiency.tensor_compute > 1.0 {
         return Err(out_of_range());
     }

@@ -3,14 +3,15 @@
 use super::calibrate::{summary_rows, SUMMARY_HEADER};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
     class_splits, class_totals, composite_latency, gemm_splits, kernel_errors, load_measurements,
-    measured_class_s, measured_gemm_s, step_errors, summarise, summarise_by_working_set,
-    summarise_errors, validate_runs, ClassSplit, ClassTotal, ErrorSummary, GemmSplit, KernelError,
-    RunError, RunPlans, StepError,
+    measured_class_s, step_errors, summarise, summarise_by_working_set, summarise_errors,
+    validate_runs, ClassSplit, ClassTotal, ErrorSummary, GemmSplit, KernelError, Measurement,
+    RunError, RunPlans, StepError, GEMM_CLASS,
 };
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
@@ -120,11 +121,19 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 summaries.extend(launched.into_iter().map(|x| ("gpu_launched", x)));
             }
         }
+        // The model's kernel classes of each profiled pass and iteration, priced once for both
+        // splits.
+        let model_classes: BTreeMap<&str, BTreeMap<&'static str, f64>> = measurements
+            .iter()
+            .filter(|m| m.profile.is_some())
+            .filter_map(|m| Some((m.source.as_str(), measured_class_s(&arch, &cache, m)?)))
+            .collect();
+        let classes_of = |m: &Measurement| model_classes.get(m.source.as_str()).cloned();
         gemm_rows = gemm_splits(
             &measurements,
             &kernel_rows,
             arch.efficiency.launch_gap_s,
-            |m| measured_gemm_s(&arch, &cache, m),
+            |m| Some(classes_of(m)?.get(GEMM_CLASS).copied().unwrap_or(0.0)),
         );
         if !gemm_rows.is_empty() {
             let rows: Vec<Vec<String>> = gemm_rows.iter().map(gemm_row).collect();
@@ -147,7 +156,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 summaries.extend(s.into_iter().map(|x| (scope, x)));
             }
         }
-        class_rows = class_splits(&measurements, |m| measured_class_s(&arch, &cache, m));
+        class_rows = class_splits(&measurements, classes_of);
         if !class_rows.is_empty() {
             let rows: Vec<Vec<String>> = class_totals(&class_rows).iter().map(class_row).collect();
             println!("profiled block passes and iterations by kernel class, summed over each kind");
