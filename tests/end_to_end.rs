@@ -5,14 +5,14 @@
 mod common;
 use common::{scratch, tandem};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
     calibrate, class_splits, class_totals, composite_latency, gpt_block_latency, kernel_errors,
     load_measurements, measured_class_s, measured_gemm_s, profiled_kernel_class, summarise,
     summarise_by_working_set, validate_runs, BlockShape, Measurement, OverlapPart, OverlapShape,
-    PassProfile, RunPlans, StepShape, Target, GEMM_CLASS,
+    PassProfile, RunPlans, StepShape, Target, GEMM_CLASS, IN_BLOCKS,
 };
 use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
@@ -750,8 +750,10 @@ fn bad_published_runs_name_file_row_and_field() {
 
 /// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM, kernels and
 /// blocks replayed from CUDA graphs, so timed by the GPU alone as in a busy training step): the
-/// fit cross-validates, and whole GPT blocks — never used by the fit — are predicted from the
-/// fitted kernels with the serial-kernel model: full blocks and one device's slice of each
+/// fit cross-validates, and whole GPT blocks are predicted from the fitted kernels with the
+/// serial-kernel model (their profiled GEMMs set the training clock, and their kernels of the
+/// primitives no row times price those primitives; the blocks' times are never fitted):
+/// full blocks and one device's slice of each
 /// published Megatron-LM run's block (its collectives removed), forward and backward; whole
 /// training iterations under full recompute (run eagerly, the GPU busy throughout) too.
 #[test]
@@ -786,7 +788,26 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         if s.class.starts_with("gemm") {
             assert!(s.count >= 80 && s.mean_abs_error < 0.12, "{s:?}");
         }
+        // The primitives priced from their kernels in the 28 profiled block passes, held out
+        // shape by shape: H100 3.5 to 14.6 %, H200 3.1 to 10.6 % (the column sums the most).
+        if s.class.ends_with(IN_BLOCKS) {
+            assert!(s.count == 14 && s.mean_abs_error < 0.15, "{s:?}");
+        }
     }
+    let in_blocks: BTreeSet<String> = calibration
+        .held_out
+        .iter()
+        .filter(|e| e.class.ends_with(IN_BLOCKS))
+        .map(|e| e.class.replace(IN_BLOCKS, ""))
+        .collect();
+    assert_eq!(
+        in_blocks,
+        ["add", "add_bwd", "column_sum_bwd", "scale_bwd", "stack_bwd"]
+            .map(String::from)
+            .into(),
+        "the bias and norm-weight gradients, the residual adds both ways, the attention \
+         scale's backward and the QKV-gradient stack"
+    );
     let mut fitted = arch.clone();
     fitted.efficiency = calibration.efficiency;
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
@@ -796,7 +817,9 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let label = match m.target {
             Target::Block { shape, .. } => shape.label(),
             Target::Step(step) => step.label(),
-            Target::Op(_) | Target::Eager(_) | Target::Overlap { .. } => continue,
+            Target::Op(_) | Target::Eager(_) | Target::InBlock(_) | Target::Overlap { .. } => {
+                continue
+            }
         };
         let predicted_s = composite_latency(&fitted, &cache, m).expect("schedules");
         let error = (predicted_s - m.measured_s) / m.measured_s;
@@ -809,36 +832,38 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         );
         match m.target {
             Target::Block { .. } => {
-                assert!(error.abs() < 0.13, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.06, "{}: {:+.1} %", m.source, 100.0 * error);
                 block_errors.push(error);
             }
             Target::Step(_) => steps.push((format!("{} {label}", m.class), m.clone(), predicted_s)),
-            Target::Op(_) | Target::Eager(_) | Target::Overlap { .. } => {}
+            Target::Op(_) | Target::Eager(_) | Target::InBlock(_) | Target::Overlap { .. } => {}
         }
     }
     // Whole iterations run eagerly: the wall time is the GPU's kernels, the launch gap after
     // each (fitted to single kernels timed eagerly and from a CUDA graph) and any further
     // waits for the host, which the model does not price. collect.py profiled each
     // (`profile.csv`: kernel time and count), so each is checked against its kernels and their
-    // gaps: every row within 5 % and the mean within 2 % (H100 3.1 % and 0.95 %, H200 4.8 %
-    // and 1.96 %; all but one predicted fast). Where the GPU waited for the host beyond the
-    // gaps under 2 % of the iteration, the wall time too is within 4 %; GPT-1.7B at
+    // gaps: every row within 4.5 % and the mean within 1.25 % (H100 2.7 % and 0.63 %, H200
+    // 4.0 % and 1.02 %; the largest both times the two-layer 8192-wide slice, whose rest is
+    // priced 7 % and 11 % fast). Where the GPU waited for the host beyond the gaps under 2 % of
+    // the iteration, the wall time too is within 3 % (H100 2.5 %, H200 2.7 %); GPT-1.7B at
     // micro-batch 1 under full recompute waited 12 % on the H100 (149.2 ms wall, 126.5 ms of
     // kernels; 3.6 % in all in the repeat).
     // Split: the iterations' GEMMs, whose clock was fitted to the block passes' GEMMs and not
     // to theirs, are each within 7.5 % of their GEMM kernels and 4 % on average (H100 −0.7 to
-    // +6.3 %, H200 −1.2 to +7.1 %); the rest, other kernels and launch gaps, is priced 2.5 to
-    // 12.2 % fast, each within 13 %: the column sums, the QKV-gradient stack and the L2-warm
-    // vector rows of the fit (calibration/README.md, "Rows still wanted").
+    // +6.3 %, H200 −1.2 to +7.1 %); the rest, other kernels and launch gaps, is priced 0.8 to
+    // 10.7 % fast, each within 11.5 %: the L2-warm vector rows of the fit, the embedding's
+    // backward and the memsets and fills no operator stands for (calibration/README.md, "Rows
+    // still wanted").
     let gap_s = fitted.efficiency.launch_gap_s;
     let mut launched_errors = Vec::new();
     let mut gemm_errors = Vec::new();
     for (label, m, predicted_s) in &steps {
         let profile = m.profile.as_ref().expect("every iteration was profiled");
-        let launched_s = profile.gpu_busy_s() + gap_s * profile.gpu_kernels as f64;
+        let launched_s = profile.gpu_busy_s() + gap_s * profile.gpu_kernels() as f64;
         let launched_error = (predicted_s - launched_s) / launched_s;
         assert!(
-            launched_error.abs() < 0.05,
+            launched_error.abs() < 0.045,
             "{gpu} {label}: {:+.1} % of its kernels and launch gaps",
             100.0 * launched_error
         );
@@ -854,7 +879,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let rest_s = launched_s - profile.gemm_busy_s();
         let rest_error = (predicted_s - gemm_s - rest_s) / rest_s;
         assert!(
-            rest_error.abs() < 0.13,
+            rest_error.abs() < 0.115,
             "{gpu} {label}: the rest {:+.1} % of its kernels and gaps",
             100.0 * rest_error
         );
@@ -862,7 +887,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let wall_error = (predicted_s - m.measured_s) / m.measured_s;
         if waited < 0.02 {
             assert!(
-                wall_error.abs() < 0.04,
+                wall_error.abs() < 0.03,
                 "{gpu} {label}: {:+.1} % of the wall time",
                 100.0 * wall_error
             );
@@ -877,7 +902,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     let mean_launched =
         launched_errors.iter().map(|e| e.abs()).sum::<f64>() / launched_errors.len() as f64;
     assert!(
-        mean_launched < 0.02,
+        mean_launched < 0.0125,
         "{gpu}: mean iteration error {:.1} % of the kernels and launch gaps",
         100.0 * mean_launched
     );
@@ -891,7 +916,8 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     let expected_steps = if gpu == "h100" { 13 } else { 14 };
     assert_eq!(launched_errors.len(), expected_steps, "{launched_errors:?}");
     let mean = block_errors.iter().map(|e| e.abs()).sum::<f64>() / block_errors.len() as f64;
-    assert!(mean < 0.06, "mean block error {:.1} %", 100.0 * mean);
+    // H100 1.0 % (at most 2.3 %), H200 1.4 % (5.0 %).
+    assert!(mean < 0.02, "mean block error {:.1} %", 100.0 * mean);
 }
 
 /// `calibrate` sets `efficiency.sustained_clock` from the GEMM kernels of profiled block passes:
@@ -960,11 +986,11 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
             };
             m.measured_s = composite_latency(&training, &cache, &m).expect("block schedules");
             m.profile = Some(PassProfile {
-                gpu_kernels: 20,
                 class_s: BTreeMap::from([(
                     GEMM_CLASS,
                     measured_gemm_s(&training, &cache, &m).expect("block GEMMs"),
                 )]),
+                class_calls: BTreeMap::from([(GEMM_CLASS, 20)]),
             });
             blocks.push(m);
         }
@@ -1027,6 +1053,146 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
         err.contains("synthetic-block:1") && err.contains("clock"),
         "{err}"
     );
+}
+
+/// `calibrate` prices a vector primitive that no single-kernel row times from its kernels in
+/// profiled block passes: synthetic block backward passes whose column sums and QKV-gradient
+/// stack ran at planted HBM fractions and overheads give those back (to the descent's
+/// resolution: a large stack pins its fraction, less so its overhead), each class a sample
+/// per pass of the mean kernel. A primitive with rows of its
+/// own in that pass keeps them (the backward's residual adds here), and a class whose kernels do not number the
+/// model's operators (the stack, launched twice in one pass) gives no sample for that pass.
+#[test]
+fn calibrate_prices_primitives_without_rows_from_their_kernels_in_profiled_blocks() {
+    let mut truth = chip("h100.calibrated").timed_in_isolation();
+    let planted = [
+        (VectorOp::ColumnSum, 0.4, 6e-6),
+        (VectorOp::Stack, 0.3, 3e-6),
+    ];
+    for (op, fraction, overhead_s) in planted {
+        let eff = &mut truth.efficiency;
+        eff.vector_op_backward_hbm_bandwidth.set(op, Some(fraction));
+        eff.vector_op_backward_overhead_s.set(op, Some(overhead_s));
+    }
+    let price = |kind: OpKind| {
+        predicted_latency_s(
+            &truth,
+            &KernelSample {
+                kind,
+                elem_bytes: 2,
+                measured_s: 0.0,
+            },
+        )
+    };
+    let add = OpKind::Vector {
+        op: VectorOp::Add,
+        elements: 1 << 24,
+        row_len: 1,
+        pass: Pass::Backward,
+    };
+    let mut measurements = vec![Measurement {
+        source: "synthetic:1".into(),
+        class: "add_bwd".into(),
+        target: Target::Op(add),
+        elem_bytes: 2,
+        measured_s: price(add),
+        board_power_w: None,
+        timed_s: 1.0,
+        profile: None,
+    }];
+    let shapes = [(1, 2304, 24), (4, 2304, 24), (1, 4096, 32), (4, 4096, 32)];
+    for (i, (micro_batch, hidden, heads)) in shapes.into_iter().enumerate() {
+        let sizes = GptSizes {
+            layers: 1,
+            hidden,
+            heads,
+            vocab: 1024,
+            seq_len: 2048,
+            global_batch: micro_batch,
+        };
+        let workload = Workload::gpt("block", Path::new("synthetic"), sizes, Precision::Fp16)
+            .expect("workload");
+        let graph = workload
+            .layer_graph(1, micro_batch as u32, false)
+            .expect("graph");
+        let block = graph
+            .layers
+            .iter()
+            .find(|l| l.signature.contains("block"))
+            .expect("a block");
+        let mut class_s: BTreeMap<&str, f64> = BTreeMap::new();
+        let mut class_calls: BTreeMap<&str, u64> = BTreeMap::new();
+        for op in &block.bwd.ops {
+            if let OpKind::Vector { op: primitive, .. } = op.kind {
+                if matches!(
+                    primitive,
+                    VectorOp::ColumnSum | VectorOp::Stack | VectorOp::Add
+                ) {
+                    *class_s.entry(primitive.name()).or_default() += price(op.kind);
+                    *class_calls.entry(primitive.name()).or_default() += 1;
+                }
+            }
+        }
+        assert_eq!(
+            (
+                class_calls["column_sum"],
+                class_calls["stack"],
+                class_calls["add"]
+            ),
+            (6, 1, 2),
+            "two norm-weight and four bias gradients, one stack, two adds"
+        );
+        if i == 0 {
+            class_calls.insert("stack", 2);
+        }
+        measurements.push(Measurement {
+            source: format!("synthetic-block:{}", i + 1),
+            class: "block_bwd".into(),
+            target: Target::Block {
+                backward: true,
+                shape: BlockShape {
+                    micro_batch,
+                    seq_len: 2048,
+                    hidden,
+                    heads,
+                    tensor_parallel: 1,
+                },
+            },
+            elem_bytes: 2,
+            measured_s: 1.0,
+            board_power_w: None,
+            timed_s: 1.0,
+            profile: Some(PassProfile {
+                class_s,
+                class_calls,
+            }),
+        });
+    }
+    let fit = calibrate(&chip("h100.calibrated"), &measurements).expect("fit");
+    let samples: BTreeMap<&str, usize> = fit.in_sample.iter().fold(BTreeMap::new(), |mut n, e| {
+        *n.entry(e.class.as_str()).or_default() += 1;
+        n
+    });
+    let in_blocks = |name: &str| format!("{name}{IN_BLOCKS}");
+    assert_eq!(
+        samples,
+        BTreeMap::from([
+            ("add_bwd", 1),
+            (in_blocks("column_sum_bwd").as_str(), 4),
+            (in_blocks("stack_bwd").as_str(), 3),
+        ])
+    );
+    for (op, fraction, overhead_s) in planted {
+        let eff = &fit.efficiency;
+        let got = eff.hbm_bandwidth_for(op, Pass::Backward);
+        let got_s = eff.vector_overhead_for(op, Pass::Backward);
+        assert!(
+            (got - fraction).abs() < 0.01 * fraction && (got_s - overhead_s).abs() < 0.5e-6,
+            "{op:?}: {got} and {got_s} s, planted {fraction} and {overhead_s} s"
+        );
+    }
+    assert!(fit.in_sample.iter().all(|e| e.signed_error.abs() < 0.01
+        && e.working_set_bytes.is_none() == e.class.ends_with(IN_BLOCKS)));
 }
 
 /// Profiled kernels are classed by the primitive they compute, named as the model's operators
@@ -1135,28 +1301,40 @@ fn profiled_passes_split_by_kernel_class() {
         );
     }
     assert_eq!(iterations, 13);
-    // Summed over the nine full-recompute iterations, the classes priced from their own rows are
-    // within 6 % (cross-entropy 5.5 %, the GEMMs +2.4 % at the blocks' clock); the column sums,
-    // the stack, the adds and the embedding, which have no rows of their own, are not.
+    // Summed over the nine full-recompute iterations, the classes priced from their own rows or
+    // from their kernels in the profiled blocks are within 7 % (cross-entropy −5.5 %, the
+    // column sums +6.9 %, the GEMMs +2.4 % at the blocks' clock), and 3.6 % on average. The
+    // residual adds are +10.7 %: PyTorch's non-reentrant checkpoint stops recomputing a block
+    // before its last add, which nothing saved depends on (5 adds a layer where the model,
+    // as Megatron-LM's recompute, runs 6). The embedding (its gather and its sorting,
+    // segment-summing backward) has neither rows nor block kernels and is −70 %.
     let totals = class_totals(&splits);
-    for class in [
-        "gemm",
-        "softmax",
-        "dropout",
-        "gelu",
-        "layer_norm",
-        "cast",
-        "copy",
-        "update",
-        "cross_entropy",
+    let mut errors = Vec::new();
+    for (class, bound) in [
+        ("gemm", 0.07),
+        ("softmax", 0.07),
+        ("dropout", 0.07),
+        ("gelu", 0.07),
+        ("layer_norm", 0.07),
+        ("cast", 0.07),
+        ("copy", 0.07),
+        ("update", 0.07),
+        ("cross_entropy", 0.07),
+        ("column_sum", 0.07),
+        ("stack", 0.07),
+        ("scale", 0.07),
+        ("add", 0.11),
     ] {
         let t = totals
             .iter()
             .find(|t| t.class == "train_step_full" && t.kernel_class == class)
             .expect("a priced class");
         let error = (t.predicted_s - t.gpu_s) / t.gpu_s;
-        assert!(error.abs() < 0.06, "{class}: {:+.1} %", 100.0 * error);
+        assert!(error.abs() < bound, "{class}: {:+.1} %", 100.0 * error);
+        errors.push(error.abs());
     }
+    let mean = errors.iter().sum::<f64>() / errors.len() as f64;
+    assert!(mean < 0.04, "mean class error {:.1} %", 100.0 * mean);
     assert_eq!(passes, 28);
     let column_sums = totals
         .iter()
@@ -1174,9 +1352,9 @@ fn profiled_passes_split_by_kernel_class() {
 /// The same iterations timed again on another H100 machine (calibration/data/h100-repeat/: the
 /// five of the first collection three days later, the eight of the second an hour later),
 /// predicted by the fit to calibration/data/h100/. The eight profiled ones are each within
-/// 3.5 % of their kernels and launch gaps (mean 1.65 %, max 3.1 %, all fast), the row that
-/// waited 12 % for the host in its first run included; the five unprofiled ones within 4.5 %
-/// of the wall time, waits included (0.1-1.2 % fast).
+/// 2.5 % of their kernels and launch gaps (mean 0.79 %, max 2.2 %, the two-layer 8192-wide
+/// slice), the row that waited 12 % for the host in its first run included; the five
+/// unprofiled ones within 1.5 % of the wall time, waits included (0.2-0.9 % slow).
 #[test]
 fn h100_repeated_iterations_are_predicted_as_well() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data");
@@ -1195,14 +1373,14 @@ fn h100_repeated_iterations_are_predicted_as_well() {
         let predicted_s = composite_latency(&fitted, &cache, m).expect("a training step");
         match &m.profile {
             Some(profile) => {
-                let launched_s = profile.gpu_busy_s() + gap_s * profile.gpu_kernels as f64;
+                let launched_s = profile.gpu_busy_s() + gap_s * profile.gpu_kernels() as f64;
                 let error = (predicted_s - launched_s) / launched_s;
-                assert!(error.abs() < 0.035, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.025, "{}: {:+.1} %", m.source, 100.0 * error);
                 busy_errors.push(error);
             }
             None => {
                 let error = (predicted_s - m.measured_s) / m.measured_s;
-                assert!(error.abs() < 0.045, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.015, "{}: {:+.1} %", m.source, 100.0 * error);
             }
         }
     }
@@ -1212,7 +1390,7 @@ fn h100_repeated_iterations_are_predicted_as_well() {
         "5 + 8 iterations"
     );
     let mean = busy_errors.iter().map(|e| e.abs()).sum::<f64>() / busy_errors.len() as f64;
-    assert!(mean < 0.02, "mean {:.1} %", 100.0 * mean);
+    assert!(mean < 0.01, "mean {:.1} %", 100.0 * mean);
 }
 
 /// The header of collect.py's `kernels.csv`.
@@ -1274,9 +1452,9 @@ fn training_steps_take_their_gpu_time_from_the_profile_beside_them() {
         ]
     );
     let step = loaded[3].profile.as_ref().expect("profiled");
-    assert_eq!((step.gpu_kernels, step.gemm_busy_s()), (456, 0.375));
+    assert_eq!((step.gpu_kernels(), step.gemm_busy_s()), (456, 0.375));
     let block = loaded[5].profile.as_ref().expect("profiled");
-    assert_eq!((block.gpu_kernels, block.gemm_busy_s()), (4, 0.5));
+    assert_eq!((block.gpu_kernels(), block.gemm_busy_s()), (4, 0.5));
     let broken = profile.replace("51200,24,gemm,400,0.125", ",24,gemm,400,0.125");
     std::fs::write(dir.join("more_profile.csv"), broken).expect("write");
     let message = load_measurements(dir)

@@ -1225,6 +1225,52 @@ fn gpt_block_has_layout_copies_and_the_loss_runs_over_fp32_logits() {
     assert!(head.fwd.ops.iter().all(|op| op.name != "logits_to_fp32"));
 }
 
+/// The attention scores' 1/√d rides on the QKᵀ GEMM in the forward (no kernel); the GEMM's
+/// backward scales each operand gradient in a kernel of its own, over the GEMM's q and k
+/// operands (b·a/t heads × s × d), between the GEMM's gradients and the QKV projection's.
+#[test]
+fn attention_backward_scales_both_operand_gradients() {
+    let w = load("workloads/gpt3-175b.toml");
+    let (h, a, s, b, t) = (12_288u64, 96u64, 2048u64, 2u64, 4u64);
+    let graph = w.layer_graph(t as u32, b as u32, false).expect("graph");
+    let layer = block(&graph);
+    assert!(layer.fwd.ops.iter().all(|op| !matches!(
+        op.kind,
+        OpKind::Vector {
+            op: VectorOp::Scale,
+            ..
+        }
+    )));
+    let bwd = &layer.bwd;
+    let scales: Vec<usize> = (0..bwd.ops.len())
+        .filter(|&i| {
+            matches!(
+                bwd.ops[i].kind,
+                OpKind::Vector {
+                    op: VectorOp::Scale,
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(scales.len(), 2);
+    for &i in &scales {
+        assert_eq!(
+            bwd.ops[i].kind,
+            OpKind::Vector {
+                op: VectorOp::Scale,
+                elements: b * a / t * s * (h / a),
+                row_len: 1,
+                pass: Pass::Backward,
+            }
+        );
+        for from in ["qk.grad_a", "qk.grad_b"] {
+            assert!(reaches(bwd, op_index(bwd, from), i), "{from}");
+        }
+        assert!(reaches(bwd, i, op_index(bwd, "qkv_split.bwd")));
+    }
+}
+
 /// The names chip files key per-primitive values by are serde's names of the primitives, and
 /// `VectorOp::ALL` lists each primitive once.
 #[test]

@@ -33,6 +33,12 @@ pub enum Target {
     Block { backward: bool, shape: BlockShape },
     /// One whole training iteration of a GPT on one device.
     Step(StepShape),
+    /// The mean kernel of one vector primitive inside a profiled block pass: the summed GPU
+    /// time of the primitive's kernels over their count, against one operator of the model's
+    /// operators of that primitive in the pass, their elements averaged likewise (the
+    /// primitive streams, so its time is linear in its elements). It prices the primitive as
+    /// a training pass runs it, amid other kernels and with their cache state.
+    InBlock(OpKind),
     /// A stream of GEMMs and a gradient all-reduce across `group` devices (collect.py, two or
     /// more GPUs): the GEMMs alone, the all-reduce alone, or both at once (the all-reduce on
     /// a side stream, as PyTorch DDP launches it during the backward).
@@ -136,13 +142,18 @@ pub struct Measurement {
 /// `--profile`, torch.profiler).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PassProfile {
-    /// The kernels it launched.
-    pub gpu_kernels: u64,
     /// The GPU time of its kernels by class ([`profiled_kernel_class`]), summed.
     pub class_s: BTreeMap<&'static str, f64>,
+    /// How many kernels of each class it launched.
+    pub class_calls: BTreeMap<&'static str, u64>,
 }
 
 impl PassProfile {
+    /// The kernels it launched.
+    pub fn gpu_kernels(&self) -> u64 {
+        self.class_calls.values().sum()
+    }
+
     /// The GPU time of its kernels, summed: for an iteration, the iteration less the GPU's
     /// waits for the host.
     pub fn gpu_busy_s(&self) -> f64 {
@@ -591,8 +602,9 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
         let zero = match target {
             Target::Op(OpKind::Gemm { m, n, k, .. }) => m == 0 || n == 0 || k == 0,
             Target::Op(OpKind::Vector { elements, .. }) => elements == 0,
-            // Eager rows are made below, from checked operators.
-            Target::Eager(_) => false,
+            // Eager rows are made below, from checked operators; in-block kernels by
+            // calibration, from checked blocks.
+            Target::Eager(_) | Target::InBlock(_) => false,
             Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
             Target::Block { shape: b, .. } => {
                 [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
@@ -723,7 +735,7 @@ struct ProfileRow {
     total_s: f64,
 }
 
-/// The summed kernel time, kernel count and GEMM kernel time of every block pass and training
+/// The kernel time and kernel count by class of every block pass and training
 /// step in the collect.py `profile.csv` beside the `kernels.csv` `file` (same prefix); none
 /// where there is no such file.
 fn profiles_beside(file: &Path) -> Result<BTreeMap<PassKey, PassProfile>, InputError> {
@@ -763,10 +775,10 @@ fn profiles_beside(file: &Path) -> Result<BTreeMap<PassKey, PassProfile>, InputE
         let class = profiled_kernel_class(&r.name, backward);
         let key = (r.pass, [r.batch, r.m, r.n, r.k, elements, r.group]);
         let profile = busy.entry(key).or_insert(PassProfile {
-            gpu_kernels: 0,
             class_s: BTreeMap::new(),
+            class_calls: BTreeMap::new(),
         });
-        profile.gpu_kernels += r.calls;
+        *profile.class_calls.entry(class).or_default() += r.calls;
         *profile.class_s.entry(class).or_default() += r.total_s;
     }
     Ok(busy)

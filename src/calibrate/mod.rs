@@ -27,14 +27,17 @@ pub use runs::{
     gpt_step_latency, measured_class_s, measured_gemm_s, megatron_flops_per_iteration,
     model_kernel_class, validate_runs, RunError, RunPlans,
 };
+use runs::{gpt_block_graphs, measured_precision};
 
 use crate::arch::{ArchConfig, Efficiency};
 use crate::cost::{
-    collective_cost, fit_efficiency, gemm_cost, predicted_latency_s, KernelClass, KernelSample,
+    collective_cost, fit_efficiency, fit_in_pass, gemm_cost, predicted_latency_s, KernelClass,
+    KernelSample,
 };
 use crate::error::InputError;
 use crate::placement::exposed_after_overlap;
 use crate::schedule::{ScheduleCache, ScheduleError, SolverOptions};
+use crate::vocab::{Pass, VectorOp};
 use crate::workload::{kernel_op, CollectiveKind, OpKind};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -122,14 +125,15 @@ pub fn step_errors(
         .iter()
         .filter_map(|e| {
             let profile = *profiled.get(e.source.as_str())?;
-            let launched_s = profile.map(|p| p.gpu_busy_s() + p.gpu_kernels as f64 * launch_gap_s);
+            let launched_s =
+                profile.map(|p| p.gpu_busy_s() + p.gpu_kernels() as f64 * launch_gap_s);
             Some(StepError {
                 source: e.source.clone(),
                 class: e.class.clone(),
                 shape: e.shape.clone(),
                 measured_s: e.measured_s,
                 gpu_busy_s: profile.map(PassProfile::gpu_busy_s),
-                gpu_kernels: profile.map(|p| p.gpu_kernels),
+                gpu_kernels: profile.map(PassProfile::gpu_kernels),
                 launched_s,
                 host_wait: launched_s.map(|l| 1.0 - l / e.measured_s),
                 predicted_s: e.predicted_s,
@@ -164,7 +168,7 @@ pub fn gemm_splits(
             let gemm_busy_s = profile.gemm_busy_s();
             let predicted_gemm_s = predict_gemm(m)?;
             let gaps_s = match m.target {
-                Target::Step(_) => profile.gpu_kernels as f64 * launch_gap_s,
+                Target::Step(_) => profile.gpu_kernels() as f64 * launch_gap_s,
                 _ => 0.0,
             };
             let gpu_busy_s = profile.gpu_busy_s();
@@ -381,6 +385,14 @@ pub fn kernel_errors(
                     let working_set = op.bytes_read.saturating_add(op.bytes_written);
                     (timed_s, shape(&kind), Some(working_set))
                 }
+                Target::InBlock(kind) => {
+                    let sample = KernelSample {
+                        kind,
+                        elem_bytes: m.elem_bytes,
+                        measured_s: m.measured_s,
+                    };
+                    (predicted_latency_s(&isolated, &sample), shape(&kind), None)
+                }
                 Target::Block { shape, .. } => (predict_composite(m)?, shape.label(), None),
                 Target::Step(step) => (predict_composite(m)?, step.label(), None),
                 Target::Overlap { part, shape } => (
@@ -545,12 +557,14 @@ fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
 }
 
 /// The measurements the efficiency fit uses: single operators (GEMMs, vector kernels,
-/// collectives).
-fn fittable(measurements: &[Measurement]) -> Vec<(&Measurement, KernelSample)> {
+/// collectives) and vector primitives' mean kernels in profiled block passes.
+fn fittable<'a>(
+    measurements: impl IntoIterator<Item = &'a Measurement>,
+) -> Vec<(&'a Measurement, KernelSample)> {
     measurements
-        .iter()
+        .into_iter()
         .filter_map(|m| match m.target {
-            Target::Op(kind) => Some((
+            Target::Op(kind) | Target::InBlock(kind) => Some((
                 m,
                 KernelSample {
                     kind,
@@ -561,6 +575,84 @@ fn fittable(measurements: &[Measurement]) -> Vec<(&Measurement, KernelSample)> {
             _ => None,
         })
         .collect()
+}
+
+/// The suffix of the class of a primitive's mean kernel in the profiled block passes.
+pub const IN_BLOCKS: &str = "_in_blocks";
+
+/// The mean kernels ([`Target::InBlock`]) of the vector primitives that no single-kernel row
+/// times in their pass, in every profiled block pass: one per pass and kernel class whose
+/// model operators are all of one primitive and whose profiled kernels number as many as
+/// those operators (one kernel per operator, as PyTorch runs a bias gradient, a residual
+/// add or the QKV gradients' stack). Their class is the primitive's name, `_bwd` for a
+/// backward, and [`IN_BLOCKS`].
+fn in_block_measurements(measurements: &[Measurement]) -> Result<Vec<Measurement>, CalibrateError> {
+    let timed: BTreeSet<(VectorOp, Pass)> = measurements
+        .iter()
+        .filter_map(|m| match m.target {
+            Target::Op(OpKind::Vector { op, pass, .. }) => Some((op, pass)),
+            _ => None,
+        })
+        .collect();
+    let mut found = Vec::new();
+    for m in measurements {
+        let (Target::Block { backward, shape }, Some(profile)) = (m.target, &m.profile) else {
+            continue;
+        };
+        let (_, graphs) =
+            gpt_block_graphs(shape, measured_precision(m.elem_bytes)).map_err(|e| {
+                CalibrateError::Block {
+                    row: m.source.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        let mut by_class: BTreeMap<&str, Vec<(VectorOp, Pass, u64)>> = BTreeMap::new();
+        for op in &graphs[usize::from(backward)].ops {
+            if let OpKind::Vector {
+                op: primitive,
+                pass,
+                elements,
+                ..
+            } = op.kind
+            {
+                let class = model_kernel_class(&op.kind);
+                by_class
+                    .entry(class)
+                    .or_default()
+                    .push((primitive, pass, elements));
+            }
+        }
+        for (class, ops) in by_class {
+            let (primitive, pass, _) = ops[0];
+            let one_primitive = ops.iter().all(|&(o, p, _)| (o, p) == (primitive, pass));
+            let (Some(&total_s), Some(&calls)) =
+                (profile.class_s.get(class), profile.class_calls.get(class))
+            else {
+                continue;
+            };
+            if !one_primitive || timed.contains(&(primitive, pass)) || calls != ops.len() as u64 {
+                continue;
+            }
+            let elements: u64 = ops.iter().map(|&(_, _, n)| n).sum();
+            let suffix = if pass == Pass::Backward { "_bwd" } else { "" };
+            found.push(Measurement {
+                source: format!("{} ({class} kernels)", m.source),
+                class: format!("{}{suffix}{IN_BLOCKS}", primitive.name()),
+                target: Target::InBlock(OpKind::Vector {
+                    op: primitive,
+                    elements: elements / calls,
+                    row_len: 1,
+                    pass,
+                }),
+                elem_bytes: m.elem_bytes,
+                measured_s: total_s / calls as f64,
+                board_power_w: None,
+                timed_s: 0.0,
+                profile: None,
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// The clock of GEMMs as a training block runs them, relative to the single GEMMs the
@@ -673,6 +765,8 @@ pub enum CalibrateError {
          GEMM kernels (are the profiles those of these blocks?)"
     )]
     ClockOutOfRange { row: String },
+    #[error("{row}: cannot build the model's block for it: {reason}")]
+    Block { row: String, reason: String },
     #[error("scheduling the profiled blocks: {0}")]
     Schedule(#[from] ScheduleError),
 }
@@ -703,7 +797,8 @@ pub fn calibrate(
     arch: &ArchConfig,
     measurements: &[Measurement],
 ) -> Result<Calibration, CalibrateError> {
-    let usable = fittable(measurements);
+    let in_block = in_block_measurements(measurements)?;
+    let usable = fittable(measurements.iter().chain(&in_block));
     if usable.is_empty() {
         return Err(CalibrateError::NothingToFit);
     }
@@ -720,20 +815,32 @@ pub fn calibrate(
     let overlap = fit_comm_overlap(measurements)?;
     let launch = fit_launch(measurements);
     let isolated = arch.timed_in_isolation();
-    let fit = |samples: &[KernelSample]| Efficiency {
-        sustained_clock: arch.efficiency.sustained_clock,
-        comm_overlap: overlap.map_or(arch.efficiency.comm_overlap, |(f, _)| f),
-        launch_gap_s: launch.map_or(arch.efficiency.launch_gap_s, |l| l.launch_gap_s),
-        host_dispatch_s: launch.map_or(arch.efficiency.host_dispatch_s, |l| l.host_dispatch_s),
-        ..fit_efficiency(&isolated, samples)
+    // Single kernels first; then the primitives seen only in the profiled blocks, each with
+    // the shared parameters the single kernels set.
+    let fit = |samples: &[&(&Measurement, KernelSample)]| {
+        let (in_pass, single): (Vec<_>, Vec<_>) = samples
+            .iter()
+            .partition(|(m, _)| matches!(m.target, Target::InBlock(_)));
+        let samples_of = |part: Vec<&&(&Measurement, KernelSample)>| -> Vec<KernelSample> {
+            part.into_iter().map(|(_, s)| *s).collect()
+        };
+        let mut at = isolated.clone();
+        at.efficiency = fit_efficiency(&isolated, &samples_of(single));
+        Efficiency {
+            sustained_clock: arch.efficiency.sustained_clock,
+            comm_overlap: overlap.map_or(arch.efficiency.comm_overlap, |(f, _)| f),
+            launch_gap_s: launch.map_or(arch.efficiency.launch_gap_s, |l| l.launch_gap_s),
+            host_dispatch_s: launch.map_or(arch.efficiency.host_dispatch_s, |l| l.host_dispatch_s),
+            ..fit_in_pass(&at, &samples_of(in_pass))
+        }
     };
     let mut held_out: Vec<Option<KernelError>> = vec![None; usable.len()];
     for test_fold in 0..2 {
-        let train: Vec<KernelSample> = usable
+        let train: Vec<&(&Measurement, KernelSample)> = usable
             .iter()
             .zip(&fold)
             .filter(|(_, &f)| f != test_fold)
-            .map(|((_, s), _)| *s)
+            .map(|(u, _)| u)
             .collect();
         let mut fitted = arch.clone();
         fitted.efficiency = fit(&train);
@@ -744,9 +851,8 @@ pub fn calibrate(
         }
     }
     let held_out = held_out.into_iter().flatten().collect();
-    let all: Vec<KernelSample> = usable.iter().map(|(_, s)| *s).collect();
     let mut fitted = arch.clone();
-    fitted.efficiency = fit(&all);
+    fitted.efficiency = fit(&usable.iter().collect::<Vec<_>>());
     let clock = fit_sustained_clock(&fitted, measurements)?;
     if let Some(c) = clock {
         fitted.efficiency.sustained_clock = c.sustained_clock;
@@ -760,9 +866,9 @@ pub fn calibrate(
         overlaps: overlap.map_or(0, |(_, n)| n),
         launch,
         clock,
-        collectives: all
+        collectives: usable
             .iter()
-            .filter(|s| KernelClass::of(&s.kind) == KernelClass::Collective)
+            .filter(|(_, s)| KernelClass::of(&s.kind) == KernelClass::Collective)
             .count(),
     })
 }

@@ -358,7 +358,7 @@ pub fn validate_runs(
 }
 
 /// The training precision of a measurement taken with `elem_bytes`-byte operands.
-fn measured_precision(elem_bytes: u32) -> Precision {
+pub(super) fn measured_precision(elem_bytes: u32) -> Precision {
     if elem_bytes == 4 {
         Precision::Fp32
     } else {
@@ -429,14 +429,13 @@ struct BlockPass {
     classes: Vec<&'static str>,
 }
 
-/// The forward and backward schedules of one device's share of a GPT block, without its
-/// tensor-parallel collectives, with their operators' kernel classes.
-fn block_schedules(
-    arch: &ArchConfig,
-    cache: &ScheduleCache,
+/// One device's share of a GPT block as the model builds it for a measured block: its layer
+/// signature (the schedule cache's key), and its forward and backward operators without the
+/// tensor-parallel collectives (one GPU cannot time them).
+pub(super) fn gpt_block_graphs(
     block: BlockShape,
     precision: Precision,
-) -> Result<[BlockPass; 2], EvaluateError> {
+) -> Result<(String, [OpGraph; 2]), EvaluateError> {
     let sizes = GptSizes {
         layers: 1,
         hidden: block.hidden,
@@ -454,11 +453,28 @@ fn block_schedules(
         .iter()
         .find(|l| l.signature.contains("block"))
         .ok_or_else(|| InputError::invalid(&workload.source, "layers", "no transformer block"))?;
+    Ok((
+        layer.signature.clone(),
+        [
+            layer.fwd.without_collectives(),
+            layer.bwd.without_collectives(),
+        ],
+    ))
+}
+
+/// The forward and backward schedules of [`gpt_block_graphs`], with their operators' kernel
+/// classes.
+fn block_schedules(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    block: BlockShape,
+    precision: Precision,
+) -> Result<[BlockPass; 2], EvaluateError> {
+    let (signature, [fwd, bwd]) = gpt_block_graphs(block, precision)?;
     let cost = CostModel::new(arch);
-    let schedule = |pass: &str, ops: &OpGraph| -> Result<_, EvaluateError> {
-        let graph = ops.without_collectives();
-        let problem = ScheduleProblem::from_op_graph(&graph, &cost);
-        let key = format!("{}|compute only|{pass}", layer.signature);
+    let schedule = |pass: &str, graph: &OpGraph| -> Result<_, EvaluateError> {
+        let problem = ScheduleProblem::from_op_graph(graph, &cost);
+        let key = format!("{signature}|compute only|{pass}");
         let schedule = cache.get_or_compute(&key, cost.hardware_key(), &problem)?;
         let classes = graph
             .ops
@@ -467,7 +483,7 @@ fn block_schedules(
             .collect();
         Ok(BlockPass { schedule, classes })
     };
-    Ok([schedule("fwd", &layer.fwd)?, schedule("bwd", &layer.bwd)?])
+    Ok([schedule("fwd", &fwd)?, schedule("bwd", &bwd)?])
 }
 
 /// HBM assumed for a measured training step (1 EiB): any that ran fits.
@@ -620,7 +636,7 @@ pub fn measured_class_s(
 pub fn composite_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
     let precision = measured_precision(m.elem_bytes);
     match m.target {
-        Target::Op(_) | Target::Eager(_) | Target::Overlap { .. } => None,
+        Target::Op(_) | Target::Eager(_) | Target::InBlock(_) | Target::Overlap { .. } => None,
         Target::Block { backward, shape } => {
             let (fwd_s, bwd_s) = gpt_block_latency(arch, cache, shape, precision).ok()?;
             Some(if backward { bwd_s } else { fwd_s })

@@ -15,7 +15,9 @@
 //! Last, a class measured at several row lengths gets a bandwidth per row length (a
 //! [`RowBandwidth`] table, interpolated in between), since row-wise kernels change
 //! implementation with the row: PyTorch's softmax streams 2048-long rows at 0.76 of the H100's
-//! HBM bandwidth and 8192-long ones at 0.46.
+//! HBM bandwidth and 8192-long ones at 0.46. Primitives timed only inside training passes
+//! (a profiled block's bias gradients, residual adds, QKV-gradient stack) get their own
+//! bandwidth and overhead from those kernels by [`fit_in_pass`], with the rest held.
 
 use super::{collective_cost, gemm_cost, vector_cost};
 use crate::arch::{ArchConfig, Efficiency, RowBandwidth};
@@ -308,6 +310,35 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
             .set(op, (backward != forward).then_some(backward));
     }
     eff
+}
+
+/// `arch`'s efficiency with each vector primitive and pass among `samples` (kernels timed
+/// inside training passes) given its own HBM bandwidth and fixed overhead for that pass,
+/// fitted to them with every other parameter held: what the primitive achieves amid a
+/// pass's other kernels.
+pub fn fit_in_pass(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency {
+    let mut classes: Vec<(VectorOp, Pass)> = samples
+        .iter()
+        .filter_map(|s| match s.kind {
+            OpKind::Vector { op, pass, .. } => Some((op, pass)),
+            _ => None,
+        })
+        .collect();
+    classes.sort();
+    classes.dedup();
+    let params: Vec<Param> = classes
+        .iter()
+        .flat_map(|&(op, pass)| match pass {
+            Pass::Forward => [Param::VectorBandwidth(op), Param::VectorOverhead(op)],
+            Pass::Backward => [
+                Param::VectorBackwardBandwidth(op),
+                Param::VectorBackwardOverhead(op),
+            ],
+        })
+        .collect();
+    let mut trial = arch.clone();
+    descend(&mut trial, samples, &params);
+    trial.efficiency
 }
 
 /// A table per vector class measured at `MIN_ROW_LENGTHS` or more row lengths, at those

@@ -24,7 +24,8 @@ mod vector;
 
 pub use collective::{collective_cost, CollectiveCost};
 pub use fit::{
-    class_errors, fit_efficiency, on_all_cores, predicted_latency_s, KernelClass, KernelSample,
+    class_errors, fit_efficiency, fit_in_pass, on_all_cores, predicted_latency_s, KernelClass,
+    KernelSample,
 };
 pub use gemm::{gemm_cost, Decomposition, GemmCost, GemmTile};
 pub use power::{

@@ -1014,6 +1014,20 @@ impl Template {
         } else {
             qkv
         };
+        // The scores' 1/√d rides on the QKᵀ GEMM in the forward (`baddbmm`'s alpha, as
+        // Megatron-LM's unfused attention runs it); the GEMM's backward multiplies each of its
+        // two operand gradients by it in a kernel of its own (PyTorch's autograd of
+        // `baddbmm`).
+        let operand_grad = |name: &str| {
+            let op = vector_in_pass(name, VectorOp::Scale, Pass::Backward, heads * s * d, 1, e);
+            (op, Feeds::All)
+        };
+        let qk_in = bld.push(Node {
+            fwd: None,
+            preds: vec![qk_in],
+            grad: vec![operand_grad("q_scale.bwd"), operand_grad("k_scale.bwd")],
+            leaf: Vec::new(),
+        });
         let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
         let scores = heads * s * s;
         let softmax_op = match self.block.softmax {
