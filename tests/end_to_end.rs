@@ -1195,6 +1195,41 @@ fn calibrate_prices_primitives_without_rows_from_their_kernels_in_profiled_block
         && e.working_set_bytes.is_none() == e.class.ends_with(IN_BLOCKS)));
 }
 
+/// A profiled block whose shape the model cannot build (heads that do not divide the hidden
+/// size) is refused by `calibrate` with its row and the workload's reason, not skipped.
+#[test]
+fn calibrate_names_a_profiled_block_the_model_cannot_build() {
+    let block = Measurement {
+        source: "profile-test.csv:7".into(),
+        class: "block_bwd".into(),
+        target: Target::Block {
+            backward: true,
+            shape: BlockShape {
+                micro_batch: 1,
+                seq_len: 2048,
+                hidden: 1000,
+                heads: 3,
+                tensor_parallel: 1,
+            },
+        },
+        elem_bytes: 2,
+        measured_s: 1e-3,
+        board_power_w: None,
+        timed_s: 1.0,
+        profile: Some(PassProfile {
+            class_s: BTreeMap::from([("add", 1e-5)]),
+            class_calls: BTreeMap::from([("add", 2)]),
+        }),
+    };
+    let err = calibrate(&chip("h100"), &[block])
+        .expect_err("no GPT block of 1000 over 3 heads")
+        .to_string();
+    assert!(
+        err.contains("profile-test.csv:7") && err.contains("heads"),
+        "{err}"
+    );
+}
+
 /// Profiled kernels are classed by the primitive they compute, named as the model's operators
 /// are: real names of collect.py's H100 blocks and iterations land in their class (the softmax
 /// backward's element-wise product with the softmax, a scalar multiply as `scale`, copies
