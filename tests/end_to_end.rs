@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    calibrate, class_splits, class_totals, composite_latency, gpt_block_latency, kernel_errors,
-    load_measurements, measured_class_s, measured_gemm_s, profiled_kernel_class, summarise,
-    summarise_by_working_set, validate_runs, BlockShape, Measurement, OverlapPart, OverlapShape,
-    PassProfile, RunPlans, StepShape, Target, GEMM_CLASS, IN_BLOCKS,
+    calibrate, class_splits, class_totals, composite_latency, gpt_block_graphs, gpt_block_latency,
+    kernel_errors, load_measurements, measured_class_s, measured_gemm_s, profiled_kernel_class,
+    summarise, summarise_by_working_set, validate_runs, BlockShape, Measurement, OverlapPart,
+    OverlapShape, PassProfile, RunPlans, StepShape, Target, GEMM_CLASS, IN_BLOCKS,
 };
 use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
@@ -1102,27 +1102,17 @@ fn calibrate_prices_primitives_without_rows_from_their_kernels_in_profiled_block
     }];
     let shapes = [(1, 2304, 24), (4, 2304, 24), (1, 4096, 32), (4, 4096, 32)];
     for (i, (micro_batch, hidden, heads)) in shapes.into_iter().enumerate() {
-        let sizes = GptSizes {
-            layers: 1,
+        let shape = BlockShape {
+            micro_batch,
+            seq_len: 2048,
             hidden,
             heads,
-            vocab: 1024,
-            seq_len: 2048,
-            global_batch: micro_batch,
+            tensor_parallel: 1,
         };
-        let workload = Workload::gpt("block", Path::new("synthetic"), sizes, Precision::Fp16)
-            .expect("workload");
-        let graph = workload
-            .layer_graph(1, micro_batch as u32, false)
-            .expect("graph");
-        let block = graph
-            .layers
-            .iter()
-            .find(|l| l.signature.contains("block"))
-            .expect("a block");
+        let (_, [_, bwd]) = gpt_block_graphs(shape, Precision::Fp16).expect("a GPT block");
         let mut class_s: BTreeMap<&str, f64> = BTreeMap::new();
         let mut class_calls: BTreeMap<&str, u64> = BTreeMap::new();
-        for op in &block.bwd.ops {
+        for op in &bwd.ops {
             if let OpKind::Vector { op: primitive, .. } = op.kind {
                 if matches!(
                     primitive,
@@ -1150,13 +1140,7 @@ fn calibrate_prices_primitives_without_rows_from_their_kernels_in_profiled_block
             class: "block_bwd".into(),
             target: Target::Block {
                 backward: true,
-                shape: BlockShape {
-                    micro_batch,
-                    seq_len: 2048,
-                    hidden,
-                    heads,
-                    tensor_parallel: 1,
-                },
+                shape,
             },
             elem_bytes: 2,
             measured_s: 1.0,

@@ -22,12 +22,12 @@ pub use measurements::{
     Measurement, OverlapPart, OverlapShape, PassProfile, StepShape, Target, GEMM_CLASS,
     OTHER_CLASS,
 };
+use runs::measured_precision;
 pub use runs::{
-    composite_latency, gpt_block_class_s, gpt_block_gemm_s, gpt_block_latency, gpt_step_gemm_s,
-    gpt_step_latency, measured_class_s, measured_gemm_s, megatron_flops_per_iteration,
-    model_kernel_class, validate_runs, RunError, RunPlans,
+    composite_latency, gpt_block_class_s, gpt_block_gemm_s, gpt_block_graphs, gpt_block_latency,
+    gpt_step_gemm_s, gpt_step_latency, measured_class_s, measured_gemm_s,
+    megatron_flops_per_iteration, model_kernel_class, validate_runs, RunError, RunPlans,
 };
-use runs::{gpt_block_graphs, measured_precision};
 
 use crate::arch::{ArchConfig, Efficiency};
 use crate::cost::{
@@ -369,29 +369,26 @@ pub fn kernel_errors(
         .iter()
         .filter_map(|m| {
             let (predicted_s, shape, working_set_bytes) = match m.target {
-                Target::Op(kind) | Target::Eager(kind) => {
+                Target::Op(kind) | Target::Eager(kind) | Target::InBlock(kind) => {
                     let sample = KernelSample {
                         kind,
                         elem_bytes: m.elem_bytes,
                         measured_s: m.measured_s,
                     };
                     let gpu_s = predicted_latency_s(&isolated, &sample);
-                    let timed_s = match m.target {
-                        // A burst of eager calls is an eager pass of one kernel per call.
-                        Target::Eager(_) => isolated.efficiency.eager_pass_s(gpu_s, 1),
-                        _ => gpu_s,
-                    };
                     let op = kernel_op(kind, m.elem_bytes);
                     let working_set = op.bytes_read.saturating_add(op.bytes_written);
-                    (timed_s, shape(&kind), Some(working_set))
-                }
-                Target::InBlock(kind) => {
-                    let sample = KernelSample {
-                        kind,
-                        elem_bytes: m.elem_bytes,
-                        measured_s: m.measured_s,
-                    };
-                    (predicted_latency_s(&isolated, &sample), shape(&kind), None)
+                    match m.target {
+                        // A burst of eager calls is an eager pass of one kernel per call.
+                        Target::Eager(_) => (
+                            isolated.efficiency.eager_pass_s(gpu_s, 1),
+                            shape(&kind),
+                            Some(working_set),
+                        ),
+                        // Kernels amid a block's others: no replayed working set.
+                        Target::InBlock(_) => (gpu_s, shape(&kind), None),
+                        _ => (gpu_s, shape(&kind), Some(working_set)),
+                    }
                 }
                 Target::Block { shape, .. } => (predict_composite(m)?, shape.label(), None),
                 Target::Step(step) => (predict_composite(m)?, step.label(), None),
@@ -818,20 +815,21 @@ pub fn calibrate(
     // Single kernels first; then the primitives seen only in the profiled blocks, each with
     // the shared parameters the single kernels set.
     let fit = |samples: &[&(&Measurement, KernelSample)]| {
-        let (in_pass, single): (Vec<_>, Vec<_>) = samples
-            .iter()
-            .partition(|(m, _)| matches!(m.target, Target::InBlock(_)));
-        let samples_of = |part: Vec<&&(&Measurement, KernelSample)>| -> Vec<KernelSample> {
-            part.into_iter().map(|(_, s)| *s).collect()
+        let of = |in_block: bool| -> Vec<KernelSample> {
+            samples
+                .iter()
+                .filter(|(m, _)| matches!(m.target, Target::InBlock(_)) == in_block)
+                .map(|(_, s)| *s)
+                .collect()
         };
         let mut at = isolated.clone();
-        at.efficiency = fit_efficiency(&isolated, &samples_of(single));
+        at.efficiency = fit_efficiency(&isolated, &of(false));
         Efficiency {
             sustained_clock: arch.efficiency.sustained_clock,
             comm_overlap: overlap.map_or(arch.efficiency.comm_overlap, |(f, _)| f),
             launch_gap_s: launch.map_or(arch.efficiency.launch_gap_s, |l| l.launch_gap_s),
             host_dispatch_s: launch.map_or(arch.efficiency.host_dispatch_s, |l| l.host_dispatch_s),
-            ..fit_in_pass(&at, &samples_of(in_pass))
+            ..fit_in_pass(&at, &of(true))
         }
     };
     let mut held_out: Vec<Option<KernelError>> = vec![None; usable.len()];

@@ -432,7 +432,7 @@ struct BlockPass {
 /// One device's share of a GPT block as the model builds it for a measured block: its layer
 /// signature (the schedule cache's key), and its forward and backward operators without the
 /// tensor-parallel collectives (one GPU cannot time them).
-pub(super) fn gpt_block_graphs(
+pub fn gpt_block_graphs(
     block: BlockShape,
     precision: Precision,
 ) -> Result<(String, [OpGraph; 2]), EvaluateError> {
