@@ -495,6 +495,30 @@ def run_loss(w, dtype, quick):
         del logits, target
 
 
+def run_embedding(w, dtype, quick):
+    """The token embedding of a GPT with a 51200-word vocabulary (m = tokens, n = hidden,
+    k = vocabulary): its gather (`embedding`) and its backward (`embedding_bwd`), which adds
+    the tokens' gradient rows into the table's: one kernel over the features up to 3072 tokens,
+    else a sort of the token ids, a segment scan and a scatter. PyTorch zero-fills the whole
+    table's gradient first, a fill the profiles count as `other`; the row is the backward less
+    that fill (timed as its baseline)."""
+    vocab = 51200
+    for hidden in ([2048] if quick else [2304, 4096, 8192]):
+        table = torch.randn(vocab, hidden, device="cuda", dtype=dtype)
+        for tokens in ([2048] if quick else [2048, 4096, 8192, 16384, 32768]):
+            ids = torch.randint(vocab, (tokens,), device="cuda")
+            grad = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+            shape = dict(m=tokens, n=hidden, k=vocab, elements=tokens * hidden, row_len=hidden)
+            with torch.no_grad():
+                w.time("embedding", lambda: F.embedding(ids, table), **shape)
+                w.time("embedding_bwd", lambda: torch.ops.aten.embedding_dense_backward(
+                    grad, ids, vocab, -1, False),
+                       baseline=lambda: torch.zeros(vocab, hidden, device="cuda", dtype=dtype),
+                       **shape)
+            del ids, grad
+        del table
+
+
 def run_optimizer(w, dtype, quick):
     """One fused Adam step over fp32 parameters (mixed-precision training keeps fp32 main
     weights): weights, gradients and both moments in, weights and moments out."""
@@ -788,6 +812,7 @@ SECTIONS = {
     "gemm_layouts": run_gemm_layouts,
     "tp_blocks": run_tp_blocks,
     "loss": run_loss,
+    "embedding": run_embedding,
     "optimizer": run_optimizer,
     "steps": run_steps,
     "step_shapes": run_step_shapes,

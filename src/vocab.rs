@@ -195,8 +195,8 @@ impl VectorOp {
                 extra_read_bytes: 1,
                 ..tensors(1, 1)
             },
-            // Table rows and positional rows in, embeddings out.
-            (VectorOp::Embedding, Pass::Forward) => tensors(2, 1),
+            // Table rows in, embeddings out (learned positions are an add of their own).
+            (VectorOp::Embedding, Pass::Forward) => tensors(1, 1),
             // Adam: weights, gradients, two moments in; weights and moments out.
             (VectorOp::Update, Pass::Forward) => tensors(4, 3),
             // Scatter-add of the output gradient into the table rows.

@@ -12,7 +12,7 @@ use tandem::calibrate::{
     calibrate, class_splits, class_totals, composite_latency, gpt_block_graphs, gpt_block_latency,
     kernel_errors, load_measurements, measured_class_s, measured_gemm_s, profiled_kernel_class,
     summarise, summarise_by_working_set, validate_runs, BlockShape, Measurement, OverlapPart,
-    OverlapShape, PassProfile, RunPlans, StepShape, Target, GEMM_CLASS, IN_BLOCKS,
+    OverlapShape, PassProfile, RunPlans, StepShape, Target, COLD, GEMM_CLASS, IN_BLOCKS,
 };
 use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
@@ -789,9 +789,10 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
             assert!(s.count >= 80 && s.mean_abs_error < 0.12, "{s:?}");
         }
         // The primitives priced from their kernels in the 28 profiled block passes, held out
-        // shape by shape: H100 3.5 to 14.6 %, H200 3.1 to 10.6 % (the column sums the most).
+        // shape by shape: H100 4.4 to 19.6 %, H200 5.1 to 22.6 % (the column sums the most
+        // on the H100, the attention scale on the H200: one sample per pass, fourteen in all).
         if s.class.ends_with(IN_BLOCKS) {
-            assert!(s.count == 14 && s.mean_abs_error < 0.15, "{s:?}");
+            assert!(s.count == 14 && s.mean_abs_error < 0.25, "{s:?}");
         }
     }
     let in_blocks: BTreeSet<String> = calibration
@@ -843,18 +844,18 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     // each (fitted to single kernels timed eagerly and from a CUDA graph) and any further
     // waits for the host, which the model does not price. collect.py profiled each
     // (`profile.csv`: kernel time and count), so each is checked against its kernels and their
-    // gaps: every row within 4.5 % and the mean within 1.25 % (H100 2.7 % and 0.63 %, H200
-    // 4.0 % and 1.02 %; the largest both times the two-layer 8192-wide slice, whose rest is
-    // priced 7 % and 11 % fast). Where the GPU waited for the host beyond the gaps under 2 % of
-    // the iteration, the wall time too is within 3 % (H100 2.5 %, H200 2.7 %); GPT-1.7B at
-    // micro-batch 1 under full recompute waited 12 % on the H100 (149.2 ms wall, 126.5 ms of
-    // kernels; 3.6 % in all in the repeat).
+    // gaps: every row within 3.75 % and the mean within 1.25 % (H100 2.3 % and 0.66 %, H200
+    // 3.5 % and 1.04 %; the largest the two-layer 8192-wide slice, whose rest is priced 6 %
+    // and 10 % fast, and on the H200 24 × 2048 at sequence 1024). Where the GPU waited for the
+    // host beyond the gaps under 2 % of the iteration, the wall time too is within 2.5 % (H100
+    // 2.1 %, H200 2.1 %, each with its own launch gap); GPT-1.7B at micro-batch 1 under full
+    // recompute waited 12 % on the H100 (149.2 ms wall, 126.5 ms of kernels; 3.6 % in all in
+    // the repeat).
     // Split: the iterations' GEMMs, whose clock was fitted to the block passes' GEMMs and not
     // to theirs, are each within 7.5 % of their GEMM kernels and 4 % on average (H100 −0.7 to
-    // +6.3 %, H200 −1.2 to +7.1 %); the rest, other kernels and launch gaps, is priced 0.8 to
-    // 10.7 % fast, each within 11.5 %: the L2-warm vector rows of the fit, the embedding's
-    // backward and the memsets and fills no operator stands for (calibration/README.md, "Rows
-    // still wanted").
+    // +6.3 %, H200 −1.0 to +7.2 %); the rest, other kernels and launch gaps, is priced 0.7 to
+    // 9.7 % fast, each within 11.5 %: the memsets and fills no operator stands for, and vector
+    // kernels slower in an iteration than replayed, warm or cold (calibration/README.md).
     let gap_s = fitted.efficiency.launch_gap_s;
     let mut launched_errors = Vec::new();
     let mut gemm_errors = Vec::new();
@@ -863,7 +864,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let launched_s = profile.gpu_busy_s() + gap_s * profile.gpu_kernels() as f64;
         let launched_error = (predicted_s - launched_s) / launched_s;
         assert!(
-            launched_error.abs() < 0.045,
+            launched_error.abs() < 0.0375,
             "{gpu} {label}: {:+.1} % of its kernels and launch gaps",
             100.0 * launched_error
         );
@@ -887,7 +888,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let wall_error = (predicted_s - m.measured_s) / m.measured_s;
         if waited < 0.02 {
             assert!(
-                wall_error.abs() < 0.03,
+                wall_error.abs() < 0.025,
                 "{gpu} {label}: {:+.1} % of the wall time",
                 100.0 * wall_error
             );
@@ -916,7 +917,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     let expected_steps = if gpu == "h100" { 13 } else { 14 };
     assert_eq!(launched_errors.len(), expected_steps, "{launched_errors:?}");
     let mean = block_errors.iter().map(|e| e.abs()).sum::<f64>() / block_errors.len() as f64;
-    // H100 1.0 % (at most 2.3 %), H200 1.4 % (5.0 %).
+    // H100 1.0 % (at most 2.5 %), H200 1.3 % (5.6 %).
     assert!(mean < 0.02, "mean block error {:.1} %", 100.0 * mean);
 }
 
@@ -1052,6 +1053,46 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
     assert!(
         err.contains("synthetic-block:1") && err.contains("clock"),
         "{err}"
+    );
+}
+
+/// Cold replays (collect.py `--cold`) are validated, not fitted: the H100's GeLU and column-sum
+/// rows, replayed warm, cold and (GeLU) eagerly, fit the same efficiency and launch costs with
+/// their cold twins as without them, and no cold row is scored as part of the fit. The column
+/// sums have no warm rows: cold ones alone do not stop the fit from pricing them from the
+/// profiled blocks' kernels (none here), so they keep the chip's values.
+#[test]
+fn calibrate_fits_warm_replays_and_leaves_cold_ones_to_validation() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data/h100");
+    let all = load_measurements(&dir).expect("H100 data");
+    let subset = |with_cold: bool| -> Vec<Measurement> {
+        all.iter()
+            .filter(|m| m.class.starts_with("gelu") || m.class.starts_with("column_sum"))
+            .filter(|m| with_cold || !m.class.ends_with(COLD))
+            .cloned()
+            .collect()
+    };
+    let (with_cold, without) = (subset(true), subset(false));
+    let cold = with_cold.len() - without.len();
+    assert_eq!(
+        cold,
+        7 + 7 + 12,
+        "GeLU forward and backward, and the column sums, cold"
+    );
+    let arch = chip("h100");
+    let fitted = calibrate(&arch, &with_cold).expect("fit");
+    let reference = calibrate(&arch, &without).expect("fit");
+    assert_eq!(fitted.efficiency, reference.efficiency);
+    assert_eq!(fitted.launch, reference.launch);
+    assert!(fitted.launch.is_some_and(|l| l.gpu_bound_pairs > 0));
+    assert!(fitted
+        .held_out
+        .iter()
+        .chain(&fitted.in_sample)
+        .all(|e| !e.class.ends_with(COLD)));
+    assert_eq!(
+        fitted.efficiency.vector_op_backward_overhead_s.column_sum,
+        arch.efficiency.vector_op_backward_overhead_s.column_sum
     );
 }
 
@@ -1321,12 +1362,12 @@ fn profiled_passes_split_by_kernel_class() {
     }
     assert_eq!(iterations, 13);
     // Summed over the nine full-recompute iterations, the classes priced from their own rows or
-    // from their kernels in the profiled blocks are within 7 % (cross-entropy −5.5 %, the
-    // column sums +6.9 %, the GEMMs +2.4 % at the blocks' clock), and 3.6 % on average. The
-    // residual adds are +10.7 %: PyTorch's non-reentrant checkpoint stops recomputing a block
-    // before its last add, which nothing saved depends on (5 adds a layer where the model,
-    // as Megatron-LM's recompute, runs 6). The embedding (its gather and its sorting,
-    // segment-summing backward) has neither rows nor block kernels and is −70 %.
+    // from their kernels in the profiled blocks are within 8 % (cross-entropy −6.1 %, the
+    // column sums +7.5 %, the embedding's gather and backward −1.3 %, the GEMMs +2.3 % at the
+    // blocks' clock), and all fourteen 3.7 % on average. The residual adds are +13.2 %:
+    // PyTorch's non-reentrant checkpoint stops recomputing a block before its last add, which
+    // nothing saved depends on (5 adds a layer where the model, as Megatron-LM's recompute,
+    // runs 6).
     let totals = class_totals(&splits);
     let mut errors = Vec::new();
     for (class, bound) in [
@@ -1339,10 +1380,11 @@ fn profiled_passes_split_by_kernel_class() {
         ("copy", 0.07),
         ("update", 0.07),
         ("cross_entropy", 0.07),
-        ("column_sum", 0.07),
+        ("column_sum", 0.08),
         ("stack", 0.07),
         ("scale", 0.07),
-        ("add", 0.11),
+        ("embedding", 0.07),
+        ("add", 0.14),
     ] {
         let t = totals
             .iter()
@@ -2262,16 +2304,22 @@ fn gradient_accumulation_adds_every_micro_batch_after_the_first() {
 /// Replayed on the same buffers, a kernel whose working set (operands and results) fits in the
 /// L2 reads it from there; the model prices the traffic from HBM, as a training iteration
 /// streams its large tensors. Where the working set exceeds the L2, the committed H100 and H200
-/// fits price every element-wise, norm and softmax class within 4 % mean, every other class
-/// but the GEMMs within 7.5 % (fused Adam on the H200 7.0 %, cross-entropy's forward on the
-/// H100 5.8 %), and all single kernels within 3.5 %.
+/// fits price every replayed element-wise, norm and softmax class within 4 % mean, every other
+/// class but the GEMMs within 7.5 % (fused Adam on the H200 7.2 %, cross-entropy's forward on
+/// the H100 6.7 %), and all replayed single kernels within 4 % (H100 3.6 %). The embedding's
+/// backward runs one kernel over the features up to 3072 tokens and a sort beyond, which one
+/// bandwidth and overhead price within 16 % (14.4 %, 14.7 %). Cold and eager rows, which the
+/// fit does not take, are `tandem validate`'s to report.
 #[test]
 fn single_kernels_beyond_the_l2_are_priced_within_a_few_per_cent() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data");
     for gpu in ["h100", "h200"] {
         let arch = chip(&format!("{gpu}.calibrated"));
         let measurements = load_measurements(&data.join(gpu)).expect("data");
-        let errors = kernel_errors(&arch, &measurements, |_| None);
+        let errors: Vec<_> = kernel_errors(&arch, &measurements, |_| None)
+            .into_iter()
+            .filter(|e| !e.class.ends_with(COLD) && !e.class.ends_with("_eager"))
+            .collect();
         let beyond = summarise_by_working_set(&errors, arch.glb.bytes, false);
         let within = summarise_by_working_set(&errors, arch.glb.bytes, true);
         let count = |s: &[tandem::calibrate::ErrorSummary]| {
@@ -2280,9 +2328,10 @@ fn single_kernels_beyond_the_l2_are_priced_within_a_few_per_cent() {
         assert!(count(&beyond) > 300 && count(&within) > 100, "{gpu}");
         for class in &beyond {
             let bound = match class.class.as_str() {
-                "all" => 0.035,
+                "all" => 0.04,
                 "gemm" | "gemm_nt" | "gemm_tn" | "attention_qk" | "attention_av" => continue,
                 "adam" | "cross_entropy" | "cross_entropy_bwd" => 0.075,
+                "embedding_bwd" => 0.16,
                 _ => 0.04,
             };
             assert!(

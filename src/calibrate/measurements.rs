@@ -230,6 +230,10 @@ pub fn profiled_kernel_class(name: &str, backward: bool) -> &'static str {
     }
 }
 
+/// The suffix of the class of a kernel replayed cold (collect.py `--cold`: the L2 read away
+/// before every call).
+pub const COLD: &str = "_cold";
+
 /// The class of profiled kernels no operator of the model stands for.
 pub const OTHER_CLASS: &str = "other";
 
@@ -531,6 +535,11 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             "dropout" => op(vector(VectorOp::Dropout)),
             "dropout_bwd" => op(vector_pass(VectorOp::Dropout, Pass::Backward)),
             "add" => op(vector(VectorOp::Add)),
+            // The token embedding (collect.py's `embedding`: m = tokens, n = hidden,
+            // k = vocabulary): the table rows' gather, and its backward less the table
+            // gradient's zero-fill (the scatter of the tokens' gradient rows into it).
+            "embedding" => op(vector(VectorOp::Embedding)),
+            "embedding_bwd" => op(vector_pass(VectorOp::Embedding, Pass::Backward)),
             "cross_entropy" => op(vector(VectorOp::CrossEntropy)),
             "cross_entropy_bwd" => op(vector_pass(VectorOp::CrossEntropy, Pass::Backward)),
             // Layout copies (collect.py's `copies`): the attention context's transpose to
@@ -677,7 +686,7 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) if eager => {
                 (Target::Eager(kind), format!("{}_eager", r.kernel))
             }
-            other if cold => (other, format!("{}_cold", r.kernel)),
+            other if cold => (other, format!("{}{COLD}", r.kernel)),
             other => (other, r.kernel.clone()),
         };
         let profile = match target {

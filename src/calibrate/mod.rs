@@ -19,7 +19,7 @@ mod runs;
 
 pub use measurements::{
     load_collected, load_measurements, profiled_kernel_class, BlockShape, CollectedRow,
-    Measurement, OverlapPart, OverlapShape, PassProfile, StepShape, Target, GEMM_CLASS,
+    Measurement, OverlapPart, OverlapShape, PassProfile, StepShape, Target, COLD, GEMM_CLASS,
     OTHER_CLASS,
 };
 use runs::measured_precision;
@@ -515,9 +515,10 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 
 /// See [`LaunchFit`].
 fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
-    // Looked up only, never iterated: the fit does not depend on the map's order.
+    // Looked up only, never iterated: the fit does not depend on the map's order. Eager
+    // calls find their operands in the L2 as a warm replay does, so a cold replay is no twin.
     let mut replayed: HashMap<(OpKind, u32), f64> = HashMap::new();
-    for m in measurements {
+    for m in measurements.iter().filter(|m| !m.class.ends_with(COLD)) {
         if let Target::Op(kind) = m.target {
             replayed.entry((kind, m.elem_bytes)).or_insert(m.measured_s);
         }
@@ -554,12 +555,16 @@ fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
 }
 
 /// The measurements the efficiency fit uses: single operators (GEMMs, vector kernels,
-/// collectives) and vector primitives' mean kernels in profiled block passes.
+/// collectives) and vector primitives' mean kernels in profiled block passes. Cold replays
+/// ([`COLD`]) are validated, not fitted: their L2 was read away and is clean, while a kernel in
+/// a training iteration, like a warm replay of one larger than the L2, writes back the dirty
+/// results of the kernels before it.
 fn fittable<'a>(
     measurements: impl IntoIterator<Item = &'a Measurement>,
 ) -> Vec<(&'a Measurement, KernelSample)> {
     measurements
         .into_iter()
+        .filter(|m| !m.class.ends_with(COLD))
         .filter_map(|m| match m.target {
             Target::Op(kind) | Target::InBlock(kind) => Some((
                 m,
@@ -577,7 +582,7 @@ fn fittable<'a>(
 /// The suffix of the class of a primitive's mean kernel in the profiled block passes.
 pub const IN_BLOCKS: &str = "_in_blocks";
 
-/// The mean kernels ([`Target::InBlock`]) of the vector primitives that no single-kernel row
+/// The mean kernels ([`Target::InBlock`]) of the vector primitives that no warm single-kernel row
 /// times in their pass, in every profiled block pass: one per pass and kernel class whose
 /// model operators are all of one primitive and whose profiled kernels number as many as
 /// those operators (one kernel per operator, as PyTorch runs a bias gradient, a residual
@@ -586,6 +591,7 @@ pub const IN_BLOCKS: &str = "_in_blocks";
 fn in_block_measurements(measurements: &[Measurement]) -> Result<Vec<Measurement>, CalibrateError> {
     let timed: BTreeSet<(VectorOp, Pass)> = measurements
         .iter()
+        .filter(|m| !m.class.ends_with(COLD))
         .filter_map(|m| match m.target {
             Target::Op(OpKind::Vector { op, pass, .. }) => Some((op, pass)),
             _ => None,

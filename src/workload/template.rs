@@ -1241,11 +1241,22 @@ impl Template {
         let e = shape.elem_bytes();
         let h = self.hidden;
         let local = shape.local_tokens() * h;
-        // Vocab-parallel gather (with the position add): each device looks up its slice of the
-        // table for every token, then the partial rows are summed across the group.
+        // Vocab-parallel gather: each device looks up its slice of the table for every token,
+        // then the partial rows are summed across the group.
         let gather = vector("embedding", VectorOp::Embedding, shape.tokens() * h, h, e);
         let x = bld.op(gather, &[], false);
-        let x = bld.leave_parallel("tp_embedding_out", x, shape);
+        let mut x = bld.leave_parallel("tp_embedding_out", x, shape);
+        if self.block.positions == Positions::Learned {
+            // Learned positions are added to the rows (a kernel of their own, as Megatron-LM
+            // and PyTorch run it); the add passes its gradient through, and the position
+            // table's gradient sums it over the sequences.
+            x = bld.push(Node {
+                fwd: Some(vector("embedding_position", VectorOp::Add, local, 1, e)),
+                preds: vec![x],
+                grad: Vec::new(),
+                leaf: vec![column_sum("embedding_position.wgrad", local, h, e)],
+            });
+        }
         let x = if self.family == Family::Bert {
             bld.op(
                 vector("embedding_norm", VectorOp::LayerNorm, local, h, e),
