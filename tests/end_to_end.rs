@@ -11,8 +11,9 @@ use tandem::arch::load_chip;
 use tandem::calibrate::{
     calibrate, class_splits, class_totals, composite_latency, gpt_block_graphs, gpt_block_latency,
     kernel_errors, load_measurements, measured_class_s, measured_gemm_s, profiled_kernel_class,
-    summarise, summarise_by_working_set, validate_runs, BlockShape, Measurement, OverlapPart,
-    OverlapShape, PassProfile, RunPlans, StepShape, Target, COLD, GEMM_CLASS, IN_BLOCKS,
+    summarise, summarise_by_working_set, validate_runs, with_in_block_kernels, BlockShape,
+    Measurement, OverlapPart, OverlapShape, PassProfile, RunPlans, StepShape, Target, COLD,
+    GEMM_CLASS, IN_BLOCKS,
 };
 use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
@@ -1054,6 +1055,41 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
         err.contains("synthetic-block:1") && err.contains("clock"),
         "{err}"
     );
+}
+
+/// `validate` scores the kernels the fit takes from the profiled blocks beside the rows: the
+/// H100's measurements gain one mean kernel per profiled block pass and primitive priced so
+/// (14 each of the column sums, the QKV-gradient stack, the adds both ways and the attention
+/// scale), after the rows, and the committed fit prices each class within 10 % on average
+/// (its in-sample errors: 2.1 to 8.6 %).
+#[test]
+fn validation_scores_the_primitives_priced_from_the_blocks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data/h100");
+    let rows = load_measurements(&dir).expect("H100 data");
+    let count = rows.len();
+    let all = with_in_block_kernels(rows).expect("the profiled blocks build");
+    assert_eq!(all.len(), count + 5 * 14);
+    assert!(all[count..]
+        .iter()
+        .all(|m| matches!(m.target, Target::InBlock(_)) && m.class.ends_with(IN_BLOCKS)));
+    let arch = chip("h100.calibrated");
+    let errors = kernel_errors(&arch, &all[count..], |_| None);
+    let summaries = summarise(&errors);
+    let classes: Vec<&str> = summaries.iter().map(|s| s.class.as_str()).collect();
+    assert_eq!(
+        classes,
+        [
+            "add_bwd_in_blocks",
+            "add_in_blocks",
+            "column_sum_bwd_in_blocks",
+            "scale_bwd_in_blocks",
+            "stack_bwd_in_blocks",
+            "all"
+        ]
+    );
+    for s in &summaries {
+        assert!(s.count >= 14 && s.mean_abs_error < 0.10, "{s:?}");
+    }
 }
 
 /// Cold replays (collect.py `--cold`) are validated, not fitted: the H100's GeLU and column-sum

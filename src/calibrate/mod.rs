@@ -582,6 +582,18 @@ fn fittable<'a>(
 /// The suffix of the class of a primitive's mean kernel in the profiled block passes.
 pub const IN_BLOCKS: &str = "_in_blocks";
 
+/// `measurements` followed by the mean kernels of the primitives priced from their kernels in
+/// the profiled block passes (classes `…_in_blocks`, see [`calibrate`]): what `validate` scores,
+/// so its kernel table shows every class the fit takes.
+pub fn with_in_block_kernels(
+    measurements: Vec<Measurement>,
+) -> Result<Vec<Measurement>, CalibrateError> {
+    let in_block = in_block_measurements(&measurements)?;
+    let mut all = measurements;
+    all.extend(in_block);
+    Ok(all)
+}
+
 /// The mean kernels ([`Target::InBlock`]) of the vector primitives that no warm single-kernel row
 /// times in their pass, in every profiled block pass: one per pass and kernel class whose
 /// model operators are all of one primitive and whose profiled kernels number as many as

@@ -10,8 +10,8 @@ use tandem::arch::load_chip;
 use tandem::calibrate::{
     class_splits, class_totals, composite_latency, gemm_splits, kernel_errors, load_measurements,
     measured_class_s, step_errors, summarise, summarise_by_working_set, summarise_errors,
-    validate_runs, ClassSplit, ClassTotal, ErrorSummary, GemmSplit, KernelError, Measurement,
-    RunError, RunPlans, StepError, GEMM_CLASS,
+    validate_runs, with_in_block_kernels, ClassSplit, ClassTotal, ErrorSummary, GemmSplit,
+    KernelError, Measurement, RunError, RunPlans, StepError, GEMM_CLASS,
 };
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
@@ -68,7 +68,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut gemm_rows: Vec<GemmSplit> = Vec::new();
     let mut class_rows: Vec<ClassSplit> = Vec::new();
     if let Some(dir) = &args.kernels {
-        let measurements = load_measurements(dir)?;
+        let measurements = with_in_block_kernels(load_measurements(dir)?)?;
         kernel_rows = kernel_errors(&arch, &measurements, |m| {
             composite_latency(&arch, &cache, m)
         });
