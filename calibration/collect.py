@@ -160,8 +160,20 @@ def l2_flush():
     return lambda: buffer.sum()
 
 
+def gemm_prelude(dtype):
+    """A GEMM (2048 x 2048 outputs over K = 16384: 137 GFLOP, about 0.25 ms on an H100) that,
+    replayed back to back with the timed kernel, holds the GPU at its power limit and lowers
+    its SM clock, as a training step's GEMMs do to the vector kernels between them, while
+    leaving little of its own in the L2 (8 MiB of results; its operands are only read):
+    `--after-gemm` times each call after one, less the GEMM's own time."""
+    a = torch.randn(2048, 16384, device="cuda", dtype=dtype)
+    b = torch.randn(16384, 2048, device="cuda", dtype=dtype)
+    return lambda: a @ b
+
+
 class Writer:
-    def __init__(self, path, env, warmup, repeats, burst, graph, clocks=None, cold=False):
+    def __init__(self, path, env, warmup, repeats, burst, graph, clocks=None, prelude=None,
+                 prelude_name=""):
         self.file = open(path, "w", newline="")
         self.csv = csv.DictWriter(self.file, fieldnames=COLUMNS)
         self.csv.writeheader()
@@ -171,7 +183,8 @@ class Writer:
         self.burst = burst
         self.graph = graph
         self.clocks = clocks
-        self.flush = l2_flush() if cold and graph else None
+        self.flush = prelude if graph else None
+        self.prelude_name = prelude_name
 
     def time(self, kernel, fn, batch=1, m=0, n=0, k=0, elements=0, row_len=0, group=1,
              dtype=None, timing=None, baseline=None):
@@ -180,8 +193,9 @@ class Writer:
         a user runs them). With `baseline`, the row is the time of `fn` minus the median time
         of `baseline`: a backward pass is timed as its forward and backward together minus the
         forward, since autograd only replays in a CUDA graph when the forward was captured
-        with it. Replayed `--cold`, every call of `fn` (and of `baseline`) follows an L2 flush
-        and the row is less the flush's own time (`baseline` defaults to the flush)."""
+        with it. Replayed `--cold` (`--after-gemm`), every call of `fn` (and of `baseline`)
+        follows an L2 flush (a long GEMM) and the row is less its own time (`baseline` defaults
+        to it)."""
         warmup, repeats, burst = timing or (self.warmup, self.repeats, self.burst)
         graph = self.graph and timing is None
         flush = self.flush if graph else None
@@ -194,7 +208,11 @@ class Writer:
             base_s = time_cuda(baseline, warmup, repeats, burst, graph)[0]
             median_s, min_s, max_s = median_s - base_s, min_s - base_s, max_s - base_s
         if flush:
-            method = "cold"
+            method = self.prelude_name
+            if median_s <= 0:
+                print(f"{kernel:>12} elems={elements}: within the {method} prelude's spread, "
+                      "no row", file=sys.stderr)
+                return
         clock, power = self.clocks.during(start, time.monotonic()) if self.clocks else ("", "")
         row = dict(self.env)
         if dtype:
@@ -836,6 +854,10 @@ def main():
                         help="replay every call after a read of twice the L2, less that read's "
                              "own time, so operands come from HBM as a training step's large "
                              "tensors do (rows `timing` = cold; not with --eager)")
+    parser.add_argument("--after-gemm", action="store_true",
+                        help="replay every call after a long GEMM (see gemm_prelude), less its "
+                             "own time: the kernel at the clock a training step's GEMMs leave "
+                             "(rows `timing` = after_gemm; not with --eager or --cold)")
     parser.add_argument("--quick", action="store_true", help="a small sweep (a few minutes)")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to time (default all: {','.join(SECTIONS)})")
@@ -850,8 +872,10 @@ def main():
     unknown = [x for x in sections if x not in SECTIONS]
     if unknown or not sections:
         sys.exit(f"collect.py: --only: unknown sections {unknown}; choose from {list(SECTIONS)}")
-    if args.cold and args.eager:
-        sys.exit("collect.py: --cold replays CUDA graphs; it does not go with --eager")
+    if (args.cold or args.after_gemm) and args.eager:
+        sys.exit("collect.py: --cold and --after-gemm replay CUDA graphs; not with --eager")
+    if args.cold and args.after_gemm:
+        sys.exit("collect.py: choose one of --cold and --after-gemm")
     if not args.file.endswith("kernels.csv") or os.sep in args.file:
         sys.exit("collect.py: --file must be a file name ending in kernels.csv")
     stem = args.file[: -len("kernels.csv")]
@@ -868,12 +892,15 @@ def main():
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                 gpus=torch.cuda.device_count(), warmup=args.warmup, repeats=args.repeats,
                 burst=args.burst,
-                timing="eager" if args.eager else "cold" if args.cold else "graph")
+                timing="eager" if args.eager else "cold" if args.cold
+                else "after_gemm" if args.after_gemm else "graph")
     with open(os.path.join(args.out, stem + "environment.json"), "w") as f:
         json.dump(meta, f, indent=2)
     clocks = ClockSampler()
     w = Writer(os.path.join(args.out, args.file), env, args.warmup, args.repeats, args.burst,
-               not args.eager, clocks, args.cold)
+               not args.eager, clocks,
+               l2_flush() if args.cold else gemm_prelude(dtype) if args.after_gemm else None,
+               "cold" if args.cold else "after_gemm")
     profile = (Profile(os.path.join(args.out, stem + "profile.csv"), env, args.warmup)
                if args.profile else None)
     for section in sections:

@@ -12,8 +12,8 @@ use tandem::calibrate::{
     calibrate, class_splits, class_totals, composite_latency, gpt_block_graphs, gpt_block_latency,
     kernel_errors, load_measurements, measured_class_s, measured_gemm_s, profiled_kernel_class,
     summarise, summarise_by_working_set, validate_runs, with_in_block_kernels, BlockShape,
-    Measurement, OverlapPart, OverlapShape, PassProfile, RunPlans, StepShape, Target, COLD,
-    GEMM_CLASS, IN_BLOCKS,
+    Measurement, OverlapPart, OverlapShape, PassProfile, RunPlans, StepShape, Target, AFTER_GEMM,
+    COLD, GEMM_CLASS, IN_BLOCKS,
 };
 use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
@@ -1092,11 +1092,12 @@ fn validation_scores_the_primitives_priced_from_the_blocks() {
     }
 }
 
-/// Cold replays (collect.py `--cold`) are validated, not fitted: the H100's GeLU and column-sum
-/// rows, replayed warm, cold and (GeLU) eagerly, fit the same efficiency and launch costs with
-/// their cold twins as without them, and no cold row is scored as part of the fit. The column
-/// sums have no warm rows: cold ones alone do not stop the fit from pricing them from the
-/// profiled blocks' kernels (none here), so they keep the chip's values.
+/// Replays after a prelude (collect.py `--cold`, `--after-gemm`) are validated, not fitted: the
+/// H100's GeLU and column-sum rows, replayed warm, cold, after a GEMM and (GeLU) eagerly, fit
+/// the same efficiency and launch costs with those twins as without them, and none of them is
+/// scored as part of the fit. The column sums have no warm rows: cold ones alone do not stop
+/// the fit from pricing them from the profiled blocks' kernels (none here), so they keep the
+/// chip's values.
 #[test]
 fn calibrate_fits_warm_replays_and_leaves_cold_ones_to_validation() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data/h100");
@@ -1104,7 +1105,7 @@ fn calibrate_fits_warm_replays_and_leaves_cold_ones_to_validation() {
     let subset = |with_cold: bool| -> Vec<Measurement> {
         all.iter()
             .filter(|m| m.class.starts_with("gelu") || m.class.starts_with("column_sum"))
-            .filter(|m| with_cold || !m.class.ends_with(COLD))
+            .filter(|m| with_cold || !m.after_prelude())
             .cloned()
             .collect()
     };
@@ -1112,8 +1113,9 @@ fn calibrate_fits_warm_replays_and_leaves_cold_ones_to_validation() {
     let cold = with_cold.len() - without.len();
     assert_eq!(
         cold,
-        7 + 7 + 12,
-        "GeLU forward and backward, and the column sums, cold"
+        7 + 7 + 12 + 6 + 6,
+        "GeLU forward and backward, and the column sums, cold; GeLU forward and backward after \
+         a GEMM (six each came out above the GEMM's spread)"
     );
     let arch = chip("h100");
     let fitted = calibrate(&arch, &with_cold).expect("fit");
@@ -1125,7 +1127,7 @@ fn calibrate_fits_warm_replays_and_leaves_cold_ones_to_validation() {
         .held_out
         .iter()
         .chain(&fitted.in_sample)
-        .all(|e| !e.class.ends_with(COLD)));
+        .all(|e| !e.class.ends_with(COLD) && !e.class.ends_with(AFTER_GEMM)));
     assert_eq!(
         fitted.efficiency.vector_op_backward_overhead_s.column_sum,
         arch.efficiency.vector_op_backward_overhead_s.column_sum
@@ -2354,7 +2356,11 @@ fn single_kernels_beyond_the_l2_are_priced_within_a_few_per_cent() {
         let measurements = load_measurements(&data.join(gpu)).expect("data");
         let errors: Vec<_> = kernel_errors(&arch, &measurements, |_| None)
             .into_iter()
-            .filter(|e| !e.class.ends_with(COLD) && !e.class.ends_with("_eager"))
+            .filter(|e| {
+                ![COLD, AFTER_GEMM, "_eager"]
+                    .iter()
+                    .any(|s| e.class.ends_with(s))
+            })
             .collect();
         let beyond = summarise_by_working_set(&errors, arch.glb.bytes, false);
         let within = summarise_by_working_set(&errors, arch.glb.bytes, true);

@@ -234,6 +234,18 @@ pub fn profiled_kernel_class(name: &str, backward: bool) -> &'static str {
 /// before every call).
 pub const COLD: &str = "_cold";
 
+/// The suffix of the class of a kernel replayed after a long GEMM (collect.py `--after-gemm`:
+/// at the clock a training step's GEMMs leave).
+pub const AFTER_GEMM: &str = "_after_gemm";
+
+impl Measurement {
+    /// Whether it is a replay after a prelude (an L2 flush or a GEMM, [`COLD`] and
+    /// [`AFTER_GEMM`]), which validation scores and the fit does not take.
+    pub fn after_prelude(&self) -> bool {
+        self.class.ends_with(COLD) || self.class.ends_with(AFTER_GEMM)
+    }
+}
+
 /// The class of profiled kernels no operator of the model stands for.
 pub const OTHER_CLASS: &str = "other";
 
@@ -669,16 +681,16 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Workload::gpt(&r.kernel, file, step.sizes, Precision::Fp16)
                 .map_err(|e| in_row(row, e))?;
         }
-        // (eager, cold); a cold replay is priced as a replay (the model's HBM traffic is what
-        // it measures) and reported in a class of its own.
-        let (eager, cold) = match r.timing.as_deref() {
+        // (eager, after a prelude); a replay after an L2 flush or a GEMM is priced as a replay
+        // and reported in a class of its own.
+        let (eager, after_prelude) = match r.timing.as_deref() {
             None | Some("" | "graph") => (false, false),
             Some("eager") => (true, false),
-            Some("cold") => (false, true),
+            Some("cold" | "after_gemm") => (false, true),
             Some(other) => {
                 return Err(bad(
                     "timing",
-                    format!("unknown timing `{other}` (expected graph, cold or eager)"),
+                    format!("unknown timing `{other}` (expected graph, cold, after_gemm or eager)"),
                 ))
             }
         };
@@ -686,7 +698,14 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) if eager => {
                 (Target::Eager(kind), format!("{}_eager", r.kernel))
             }
-            other if cold => (other, format!("{}{COLD}", r.kernel)),
+            other if after_prelude => {
+                let suffix = if r.timing.as_deref() == Some("cold") {
+                    COLD
+                } else {
+                    AFTER_GEMM
+                };
+                (other, format!("{}{suffix}", r.kernel))
+            }
             other => (other, r.kernel.clone()),
         };
         let profile = match target {

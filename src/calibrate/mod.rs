@@ -19,8 +19,8 @@ mod runs;
 
 pub use measurements::{
     load_collected, load_measurements, profiled_kernel_class, BlockShape, CollectedRow,
-    Measurement, OverlapPart, OverlapShape, PassProfile, StepShape, Target, COLD, GEMM_CLASS,
-    OTHER_CLASS,
+    Measurement, OverlapPart, OverlapShape, PassProfile, StepShape, Target, AFTER_GEMM, COLD,
+    GEMM_CLASS, OTHER_CLASS,
 };
 use runs::measured_precision;
 pub use runs::{
@@ -518,7 +518,7 @@ fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
     // Looked up only, never iterated: the fit does not depend on the map's order. Eager
     // calls find their operands in the L2 as a warm replay does, so a cold replay is no twin.
     let mut replayed: HashMap<(OpKind, u32), f64> = HashMap::new();
-    for m in measurements.iter().filter(|m| !m.class.ends_with(COLD)) {
+    for m in measurements.iter().filter(|m| !m.after_prelude()) {
         if let Target::Op(kind) = m.target {
             replayed.entry((kind, m.elem_bytes)).or_insert(m.measured_s);
         }
@@ -555,16 +555,17 @@ fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
 }
 
 /// The measurements the efficiency fit uses: single operators (GEMMs, vector kernels,
-/// collectives) and vector primitives' mean kernels in profiled block passes. Cold replays
-/// ([`COLD`]) are validated, not fitted: their L2 was read away and is clean, while a kernel in
-/// a training iteration, like a warm replay of one larger than the L2, writes back the dirty
-/// results of the kernels before it.
+/// collectives) and vector primitives' mean kernels in profiled block passes. Replays after a
+/// prelude are validated, not fitted ([`Measurement::after_prelude`]): a cold one's L2 was read
+/// away and is clean, while a kernel in a training iteration, like a warm replay of one larger
+/// than the L2, writes back the dirty results of the kernels before it; one after a GEMM
+/// ([`AFTER_GEMM`]) measures a clock, not the kernel.
 fn fittable<'a>(
     measurements: impl IntoIterator<Item = &'a Measurement>,
 ) -> Vec<(&'a Measurement, KernelSample)> {
     measurements
         .into_iter()
-        .filter(|m| !m.class.ends_with(COLD))
+        .filter(|m| !m.after_prelude())
         .filter_map(|m| match m.target {
             Target::Op(kind) | Target::InBlock(kind) => Some((
                 m,
@@ -603,7 +604,7 @@ pub fn with_in_block_kernels(
 fn in_block_measurements(measurements: &[Measurement]) -> Result<Vec<Measurement>, CalibrateError> {
     let timed: BTreeSet<(VectorOp, Pass)> = measurements
         .iter()
-        .filter(|m| !m.class.ends_with(COLD))
+        .filter(|m| !m.after_prelude())
         .filter_map(|m| match m.target {
             Target::Op(OpKind::Vector { op, pass, .. }) => Some((op, pass)),
             _ => None,
