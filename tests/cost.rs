@@ -1106,6 +1106,57 @@ fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
     assert!(e.tensor_compute <= 1.0 && e.hbm_bandwidth <= 1.0 && e.link_bandwidth <= 1.0);
 }
 
+/// The A100's fractions for the kernels its artifact does not time are the H100 fit's, rounded
+/// to two places, as its file says: the layout copies, the QKV-gradient stack, the casts,
+/// dropout, cross-entropy and Adam forward; the casts, softmax, LayerNorm, dropout and
+/// cross-entropy backward; and the fused causal softmax's tables both ways.
+#[test]
+fn a100_copies_of_the_h100_fractions_are_the_h100_fit_rounded() {
+    let a100 = load_chip("a100").efficiency;
+    let h100 = load_chip("h100.calibrated").efficiency;
+    let rounded = |x: f64| (x * 100.0).round() / 100.0;
+    let copied = [
+        (VectorOp::Copy, Pass::Forward),
+        (VectorOp::Stack, Pass::Forward),
+        (VectorOp::Cast, Pass::Forward),
+        (VectorOp::Dropout, Pass::Forward),
+        (VectorOp::CrossEntropy, Pass::Forward),
+        (VectorOp::Update, Pass::Forward),
+        (VectorOp::Cast, Pass::Backward),
+        (VectorOp::Softmax, Pass::Backward),
+        (VectorOp::LayerNorm, Pass::Backward),
+        (VectorOp::Dropout, Pass::Backward),
+        (VectorOp::CrossEntropy, Pass::Backward),
+    ];
+    for (op, pass) in copied {
+        let (file, fit) = (
+            a100.hbm_bandwidth_for(op, pass),
+            h100.hbm_bandwidth_for(op, pass),
+        );
+        assert!(
+            (file - rounded(fit)).abs() < 1e-9,
+            "{op:?} {pass:?}: a100.toml {file}, the H100 fit {fit}"
+        );
+    }
+    for pass in [Pass::Forward, Pass::Backward] {
+        let table = |e: &tandem::arch::Efficiency| {
+            e.row_hbm_bandwidth
+                .iter()
+                .find(|t| t.op == VectorOp::CausalSoftmax && t.pass == pass)
+                .cloned()
+                .expect("a causal-softmax table")
+        };
+        let (file, fit) = (table(&a100), table(&h100));
+        assert_eq!(file.row_len, fit.row_len, "{pass:?}");
+        for (f, g) in file.hbm_bandwidth.iter().zip(&fit.hbm_bandwidth) {
+            assert!(
+                (f - rounded(*g)).abs() < 1e-9,
+                "causal softmax {pass:?}: {f} vs {g}"
+            );
+        }
+    }
+}
+
 /// A power-limited clock stretches tensor-core arithmetic by its fraction and nothing else:
 /// a compute-bound GEMM's busy time grows by 1/0.8, a memory-bound one and vector kernels
 /// keep theirs.
