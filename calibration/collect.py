@@ -173,7 +173,7 @@ def gemm_prelude(dtype):
 
 class Writer:
     def __init__(self, path, env, warmup, repeats, burst, graph, clocks=None, prelude=None,
-                 prelude_name=""):
+                 timing="graph"):
         self.file = open(path, "w", newline="")
         self.csv = csv.DictWriter(self.file, fieldnames=COLUMNS)
         self.csv.writeheader()
@@ -183,8 +183,8 @@ class Writer:
         self.burst = burst
         self.graph = graph
         self.clocks = clocks
-        self.flush = prelude if graph else None
-        self.prelude_name = prelude_name
+        self.prelude = prelude if graph else None
+        self.timing = timing
 
     def time(self, kernel, fn, batch=1, m=0, n=0, k=0, elements=0, row_len=0, group=1,
              dtype=None, timing=None, baseline=None):
@@ -198,17 +198,17 @@ class Writer:
         to it)."""
         warmup, repeats, burst = timing or (self.warmup, self.repeats, self.burst)
         graph = self.graph and timing is None
-        flush = self.flush if graph else None
-        if flush:
-            fn = (lambda call: lambda: (flush(), call()))(fn)
-            baseline = (lambda call: lambda: (flush(), call()))(baseline) if baseline else flush
+        prelude = self.prelude if graph else None
+        if prelude:
+            fn = (lambda call: lambda: (prelude(), call()))(fn)
+            baseline = (lambda call: lambda: (prelude(), call()))(baseline) if baseline else prelude
         start = time.monotonic()
         median_s, min_s, max_s, method = time_cuda(fn, warmup, repeats, burst, graph)
         if baseline:
             base_s = time_cuda(baseline, warmup, repeats, burst, graph)[0]
             median_s, min_s, max_s = median_s - base_s, min_s - base_s, max_s - base_s
-        if flush:
-            method = self.prelude_name
+        if prelude:
+            method = self.timing
             if median_s <= 0:
                 print(f"{kernel:>12} elems={elements}: within the {method} prelude's spread, "
                       "no row", file=sys.stderr)
@@ -888,19 +888,19 @@ def main():
     dtype = torch_dtype(args.dtype)
     env = environment(args.dtype)
     torch.backends.cuda.matmul.allow_tf32 = False
+    timing = ("eager" if args.eager else "cold" if args.cold
+              else "after_gemm" if args.after_gemm else "graph")
+    preludes = {"cold": l2_flush, "after_gemm": lambda: gemm_prelude(dtype)}
     meta = dict(env, command=" ".join([sys.executable] + sys.argv), python=platform.python_version(),
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                 gpus=torch.cuda.device_count(), warmup=args.warmup, repeats=args.repeats,
-                burst=args.burst,
-                timing="eager" if args.eager else "cold" if args.cold
-                else "after_gemm" if args.after_gemm else "graph")
+                burst=args.burst, timing=timing)
     with open(os.path.join(args.out, stem + "environment.json"), "w") as f:
         json.dump(meta, f, indent=2)
     clocks = ClockSampler()
     w = Writer(os.path.join(args.out, args.file), env, args.warmup, args.repeats, args.burst,
-               not args.eager, clocks,
-               l2_flush() if args.cold else gemm_prelude(dtype) if args.after_gemm else None,
-               "cold" if args.cold else "after_gemm")
+               not args.eager, clocks, preludes[timing]() if timing in preludes else None,
+               timing)
     profile = (Profile(os.path.join(args.out, stem + "profile.csv"), env, args.warmup)
                if args.profile else None)
     for section in sections:

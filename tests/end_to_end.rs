@@ -1974,8 +1974,9 @@ fn overlap_rows_calibrate_comm_overlap() {
 /// the pairs that took over twice their replayed time (9, 10 and 11 µs: 10 µs), the launch gap
 /// the median excess of the pairs replayed in at least twice that (2, 2.5 and 1.5 µs: 2 µs);
 /// an eager row without a twin sets nothing. Validation prices an eager row as one kernel of
-/// an eager pass, max(kernel + gap, dispatch), in a class of its own; a cold replay loads as a
-/// replay in a class of its own; an unknown timing is refused naming the field.
+/// an eager pass, max(kernel + gap, dispatch), in a class of its own; a cold replay and one
+/// after a GEMM load as replays in classes of their own; an unknown timing is refused naming
+/// the field.
 #[test]
 fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
     let tmp = scratch("eager-launch");
@@ -2036,13 +2037,18 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
         .expect("fit")
         .launch
         .is_none());
-    // A cold replay (the L2 read away before each call) is a replay in a class of its own.
-    rows[1] = rows[1].replace(",graph", ",cold");
-    std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
-    let cold = load_measurements(dir).expect("loads");
-    assert_eq!(cold[0].target, Target::Op(mul(65536)));
-    assert_eq!(cold[0].class, "mul_cold");
-    rows[1] = rows[1].replace(",cold", ",warm");
+    // A cold replay (the L2 read away before each call) and one after a long GEMM are replays
+    // in classes of their own.
+    let timed = rows[1].clone();
+    for timing in ["cold", "after_gemm"] {
+        rows[1] = timed.replace(",graph", &format!(",{timing}"));
+        std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
+        let replay = load_measurements(dir).expect("loads");
+        assert_eq!(replay[0].target, Target::Op(mul(65536)));
+        assert_eq!(replay[0].class, format!("mul_{timing}"));
+        assert!(replay[0].after_prelude());
+    }
+    rows[1] = timed.replace(",graph", ",warm");
     std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
     let err = load_measurements(dir)
         .expect_err("unknown timing")

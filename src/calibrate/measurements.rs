@@ -681,12 +681,13 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Workload::gpt(&r.kernel, file, step.sizes, Precision::Fp16)
                 .map_err(|e| in_row(row, e))?;
         }
-        // (eager, after a prelude); a replay after an L2 flush or a GEMM is priced as a replay
-        // and reported in a class of its own.
-        let (eager, after_prelude) = match r.timing.as_deref() {
-            None | Some("" | "graph") => (false, false),
-            Some("eager") => (true, false),
-            Some("cold" | "after_gemm") => (false, true),
+        // (eager, the class suffix of a replay after a prelude); a replay after an L2 flush or
+        // a GEMM is priced as a replay and reported in a class of its own.
+        let (eager, prelude) = match r.timing.as_deref() {
+            None | Some("" | "graph") => (false, None),
+            Some("eager") => (true, None),
+            Some("cold") => (false, Some(COLD)),
+            Some("after_gemm") => (false, Some(AFTER_GEMM)),
             Some(other) => {
                 return Err(bad(
                     "timing",
@@ -694,19 +695,12 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 ))
             }
         };
-        let (target, class) = match target {
-            Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })) if eager => {
+        let (target, class) = match (target, prelude) {
+            (Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })), _) if eager => {
                 (Target::Eager(kind), format!("{}_eager", r.kernel))
             }
-            other if after_prelude => {
-                let suffix = if r.timing.as_deref() == Some("cold") {
-                    COLD
-                } else {
-                    AFTER_GEMM
-                };
-                (other, format!("{}{suffix}", r.kernel))
-            }
-            other => (other, r.kernel.clone()),
+            (other, Some(suffix)) => (other, format!("{}{suffix}", r.kernel)),
+            (other, None) => (other, r.kernel.clone()),
         };
         let profile = match target {
             Target::Step(_) => {

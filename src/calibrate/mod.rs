@@ -516,7 +516,7 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 /// See [`LaunchFit`].
 fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
     // Looked up only, never iterated: the fit does not depend on the map's order. Eager
-    // calls find their operands in the L2 as a warm replay does, so a cold replay is no twin.
+    // calls run as a warm replay does, so a replay after a prelude is no twin.
     let mut replayed: HashMap<(OpKind, u32), f64> = HashMap::new();
     for m in measurements.iter().filter(|m| !m.after_prelude()) {
         if let Target::Op(kind) = m.target {
