@@ -572,6 +572,22 @@ fn bad_chip_files_name_file_field_and_reason() {
         ],
     );
 
+    for (file, field, line) in [
+        (
+            "vector_rate.toml",
+            "efficiency.vector_sustained_rate",
+            "sustained_clock = 0.926\nvector_sustained_rate = 0.0",
+        ),
+        (
+            "gelu_rate.toml",
+            "efficiency.vector_op_backward_sustained_rate.gelu",
+            "sustained_clock = 0.926\n[efficiency.vector_op_backward_sustained_rate]\ngelu = 9.0",
+        ),
+    ] {
+        let m = chip_error("a100.toml", file, "sustained_clock = 0.926", line);
+        assert_mentions(&m, &[file, field, "[0.25, 4]"]);
+    }
+
     let m = chip_error(
         "a100.toml",
         "comm_overlap.toml",

@@ -1189,6 +1189,36 @@ fn sustained_clock_slows_tensor_compute_only() {
     }
 }
 
+/// A vector primitive's training rate divides its kernels' time (overhead included) in its own
+/// pass only: a forward GeLU at rate 0.8 takes 1/0.8 of its single-kernel time, its backward
+/// the chip-wide rate's (0.5: twice), a GEMM its own; timed in isolation, every rate is 1.
+#[test]
+fn vector_rates_stretch_training_kernels_of_their_pass() {
+    let mut single = toy_chip(4);
+    single.efficiency.vector_overhead_s = 1e-6;
+    let mut training = single.clone();
+    training
+        .efficiency
+        .vector_op_sustained_rate
+        .set(VectorOp::Gelu, Some(0.8));
+    training.efficiency.vector_sustained_rate = 0.5;
+    let latency_s = |arch: &ArchConfig, pass| {
+        vector_cost(arch, VectorOp::Gelu, pass, 1 << 20, 1, 2, 4).latency_s
+    };
+    let ratio = latency_s(&training, Pass::Forward) / latency_s(&single, Pass::Forward);
+    assert!((ratio - 1.25).abs() < 1e-12, "{ratio}");
+    let ratio = latency_s(&training, Pass::Backward) / latency_s(&single, Pass::Backward);
+    assert!((ratio - 2.0).abs() < 1e-12, "{ratio}");
+    assert_eq!(
+        gemm_cost(&training, 1, 256, 256, 256, 2, 4).latency_s,
+        gemm_cost(&single, 1, 256, 256, 256, 2, 4).latency_s
+    );
+    let isolated = training.timed_in_isolation();
+    for pass in [Pass::Forward, Pass::Backward] {
+        assert_eq!(latency_s(&isolated, pass), latency_s(&single, pass));
+    }
+}
+
 #[test]
 fn big_gemms_reach_published_throughput() {
     // specs.md: best public dense bf16 GEMMs reach ~268 TFLOP/s on A100 and ~790 TFLOP/s on

@@ -10,10 +10,10 @@ use std::path::Path;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
     calibrate, class_splits, class_totals, composite_latency, gpt_block_graphs, gpt_block_latency,
-    kernel_errors, load_measurements, measured_class_s, measured_gemm_s, profiled_kernel_class,
-    summarise, summarise_by_working_set, validate_runs, with_in_block_kernels, BlockShape,
-    Measurement, OverlapPart, OverlapShape, PassProfile, RunPlans, StepShape, Target, AFTER_GEMM,
-    COLD, GEMM_CLASS, IN_BLOCKS,
+    kernel_errors, load_measurements, measured_class_s, measured_gemm_s, model_kernel_class,
+    profiled_kernel_class, summarise, summarise_by_working_set, validate_runs,
+    with_in_block_kernels, BlockShape, ClassTotal, Measurement, OverlapPart, OverlapShape,
+    PassProfile, RunPlans, StepShape, Target, AFTER_GEMM, COLD, GEMM_CLASS, IN_BLOCKS,
 };
 use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
@@ -752,8 +752,9 @@ fn bad_published_runs_name_file_row_and_field() {
 /// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM, kernels and
 /// blocks replayed from CUDA graphs, so timed by the GPU alone as in a busy training step): the
 /// fit cross-validates, and whole GPT blocks are predicted from the fitted kernels with the
-/// serial-kernel model (their profiled GEMMs set the training clock, and their kernels of the
-/// primitives no row times price those primitives; the blocks' times are never fitted):
+/// serial-kernel model (their profiled GEMMs set the training clock, their vector kernels each
+/// primitive's training rate, both summed over all 28 passes, and their kernels of the
+/// primitives no row times price those primitives; no pass's time is fitted alone):
 /// full blocks and one device's slice of each
 /// published Megatron-LM run's block (its collectives removed), forward and backward; whole
 /// training iterations under full recompute (run eagerly, the GPU busy throughout) too.
@@ -845,18 +846,18 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     // each (fitted to single kernels timed eagerly and from a CUDA graph) and any further
     // waits for the host, which the model does not price. collect.py profiled each
     // (`profile.csv`: kernel time and count), so each is checked against its kernels and their
-    // gaps: every row within 3.75 % and the mean within 1.25 % (H100 2.3 % and 0.66 %, H200
-    // 3.5 % and 1.04 %; the largest the two-layer 8192-wide slice, whose rest is priced 6 %
-    // and 10 % fast, and on the H200 24 × 2048 at sequence 1024). Where the GPU waited for the
-    // host beyond the gaps under 2 % of the iteration, the wall time too is within 2.5 % (H100
-    // 2.1 %, H200 2.1 %, each with its own launch gap); GPT-1.7B at micro-batch 1 under full
-    // recompute waited 12 % on the H100 (149.2 ms wall, 126.5 ms of kernels; 3.6 % in all in
-    // the repeat).
+    // gaps: every row within 3 % and the mean within 1.25 % (H100 2.1 % and 1.1 %, H200 2.9 %
+    // and 1.0 %; the largest the two-layer 8192-wide slice, −2.1 % and −2.9 %). Where the GPU
+    // waited for the host beyond the gaps under 2 % of the iteration, the wall time is within
+    // 3.5 % (H100 2.0 %; H200 3.2 %, 1.8 % on average: its own launch gap, 2.95 µs from its
+    // eager rows, is more than its iterations leave, whose kernels and gaps exceed their wall
+    // time by up to 5 %); GPT-1.7B at micro-batch 1 under full recompute waited 12 % on the
+    // H100 (149.2 ms wall, 126.5 ms of kernels; 3.6 % in all in the repeat).
     // Split: the iterations' GEMMs, whose clock was fitted to the block passes' GEMMs and not
     // to theirs, are each within 7.5 % of their GEMM kernels and 4 % on average (H100 −0.7 to
-    // +6.3 %, H200 −1.0 to +7.2 %); the rest, other kernels and launch gaps, is priced 0.7 to
-    // 9.7 % fast, each within 11.5 %: the memsets and fills no operator stands for, and vector
-    // kernels slower in an iteration than replayed, warm or cold (calibration/README.md).
+    // +6.3 %, H200 −1.0 to +7.2 %); the rest, other kernels and launch gaps, each within 8 %
+    // (H100 5.2 %, H200 7.5 %: the memsets and fills no operator stands for, 0.2-0.4 % of the
+    // GPU's time, and the classes of `assert_kernel_classes_within_bounds`).
     let gap_s = fitted.efficiency.launch_gap_s;
     let mut launched_errors = Vec::new();
     let mut gemm_errors = Vec::new();
@@ -865,7 +866,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let launched_s = profile.gpu_busy_s() + gap_s * profile.gpu_kernels() as f64;
         let launched_error = (predicted_s - launched_s) / launched_s;
         assert!(
-            launched_error.abs() < 0.0375,
+            launched_error.abs() < 0.03,
             "{gpu} {label}: {:+.1} % of its kernels and launch gaps",
             100.0 * launched_error
         );
@@ -881,7 +882,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let rest_s = launched_s - profile.gemm_busy_s();
         let rest_error = (predicted_s - gemm_s - rest_s) / rest_s;
         assert!(
-            rest_error.abs() < 0.115,
+            rest_error.abs() < 0.08,
             "{gpu} {label}: the rest {:+.1} % of its kernels and gaps",
             100.0 * rest_error
         );
@@ -889,7 +890,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let wall_error = (predicted_s - m.measured_s) / m.measured_s;
         if waited < 0.02 {
             assert!(
-                wall_error.abs() < 0.025,
+                wall_error.abs() < 0.035,
                 "{gpu} {label}: {:+.1} % of the wall time",
                 100.0 * wall_error
             );
@@ -918,8 +919,10 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     let expected_steps = if gpu == "h100" { 13 } else { 14 };
     assert_eq!(launched_errors.len(), expected_steps, "{launched_errors:?}");
     let mean = block_errors.iter().map(|e| e.abs()).sum::<f64>() / block_errors.len() as f64;
-    // H100 1.0 % (at most 2.5 %), H200 1.3 % (5.6 %).
-    assert!(mean < 0.02, "mean block error {:.1} %", 100.0 * mean);
+    // H100 1.3 % (at most 3.1 %), H200 2.1 % (5.9 %): each class of a block's kernels at its
+    // training rate, the GEMMs priced 1 % (forward) and 4 % (backward) slow on the H200 no
+    // longer cancel against its vector kernels.
+    assert!(mean < 0.025, "mean block error {:.1} %", 100.0 * mean);
 }
 
 /// `calibrate` sets `efficiency.sustained_clock` from the GEMM kernels of profiled block passes:
@@ -1054,6 +1057,168 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
     assert!(
         err.contains("synthetic-block:1") && err.contains("clock"),
         "{err}"
+    );
+}
+
+/// `calibrate` sets the vector kernels' training rates from the profiled block passes: synthetic
+/// passes whose kernels ran as the chip fitted to the single kernels prices them, but with the
+/// forward GeLU at 0.9 of its single-kernel rate and the LayerNorm backward at 1.1, give those
+/// two back, 1 for every other primitive alone in its class, and for the chip-wide rate the
+/// model's time of all those classes over their profiled time; the fitted chip reproduces each
+/// pass's time of each such class. Without vector classes in the profiles the chip's rates
+/// stay.
+#[test]
+fn calibrate_fits_vector_rates_to_profiled_block_kernels() {
+    let base = chip("h100.calibrated");
+    let mut truth = base.timed_in_isolation();
+    let kind = OpKind::Gemm {
+        batch: 1,
+        m: 4096,
+        n: 4096,
+        k: 4096,
+    };
+    let gemm_s = predicted_latency_s(
+        &truth,
+        &KernelSample {
+            kind,
+            elem_bytes: 2,
+            measured_s: 0.0,
+        },
+    );
+    let single = Measurement {
+        source: "synthetic:1".into(),
+        class: "gemm".into(),
+        target: Target::Op(kind),
+        elem_bytes: 2,
+        measured_s: gemm_s,
+        board_power_w: None,
+        timed_s: gemm_s,
+        profile: None,
+    };
+    // The single kernels' fit alone (it rebuilds the row-length tables from rows it has).
+    truth.efficiency = calibrate(&base, std::slice::from_ref(&single))
+        .expect("fit")
+        .efficiency;
+    truth = truth.timed_in_isolation();
+    let mut training = truth.clone();
+    training
+        .efficiency
+        .vector_op_sustained_rate
+        .set(VectorOp::Gelu, Some(0.9));
+    training
+        .efficiency
+        .vector_op_backward_sustained_rate
+        .set(VectorOp::LayerNorm, Some(1.1));
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let mut blocks = Vec::new();
+    for (micro_batch, hidden, heads) in [(1, 2304, 24), (4, 4096, 32)] {
+        for backward in [false, true] {
+            let shape = BlockShape {
+                micro_batch,
+                seq_len: 2048,
+                hidden,
+                heads,
+                tensor_parallel: 1,
+            };
+            let mut m = Measurement {
+                source: format!("synthetic-block:{}", blocks.len() + 1),
+                class: if backward { "block_bwd" } else { "block_fwd" }.into(),
+                target: Target::Block { backward, shape },
+                elem_bytes: 2,
+                measured_s: 0.0,
+                board_power_w: None,
+                timed_s: 0.0,
+                profile: None,
+            };
+            m.measured_s = composite_latency(&training, &cache, &m).expect("block schedules");
+            // No kernel counts: no primitive is priced from its mean kernel in the blocks.
+            m.profile = Some(PassProfile {
+                class_s: measured_class_s(&training, &cache, &m).expect("block classes"),
+                class_calls: BTreeMap::new(),
+            });
+            blocks.push(m);
+        }
+    }
+    let measurements: Vec<Measurement> = std::iter::once(single.clone())
+        .chain(blocks.iter().cloned())
+        .collect();
+    let fit = calibrate(&base, &measurements).expect("fit");
+    let rates = fit.vector_rates.expect("profiled blocks set the rates");
+    let mut model_s = 0.0;
+    let mut profiled_s = 0.0;
+    let mut fitted = truth.clone();
+    fitted.efficiency = fit.efficiency.clone();
+    for p in &rates.primitives {
+        let expected = match (p.op, p.pass) {
+            (VectorOp::Gelu, Pass::Forward) => 0.9,
+            (VectorOp::LayerNorm, Pass::Backward) => 1.1,
+            _ => 1.0,
+        };
+        assert!((p.rate - expected).abs() < 1e-9, "{p:?}");
+        assert!(p.min_signed_error.abs() < 1e-9 && p.max_signed_error.abs() < 1e-9);
+        assert_eq!(fitted.efficiency.vector_rate_for(p.op, p.pass), p.rate);
+    }
+    let rated: BTreeSet<(VectorOp, Pass)> =
+        rates.primitives.iter().map(|p| (p.op, p.pass)).collect();
+    assert!(rated.contains(&(VectorOp::Gelu, Pass::Forward)));
+    assert!(rated.contains(&(VectorOp::LayerNorm, Pass::Backward)));
+    for m in &blocks {
+        let Target::Block { backward, shape } = m.target else {
+            unreachable!("blocks only")
+        };
+        let (_, graphs) = gpt_block_graphs(shape, Precision::Fp16).expect("block graphs");
+        let mut primitives: BTreeMap<&str, BTreeSet<(VectorOp, Pass)>> = BTreeMap::new();
+        for op in &graphs[usize::from(backward)].ops {
+            if let OpKind::Vector { op: v, pass, .. } = op.kind {
+                primitives
+                    .entry(model_kernel_class(&op.kind))
+                    .or_default()
+                    .insert((v, pass));
+            }
+        }
+        let profile = &m.profile.as_ref().expect("profiled").class_s;
+        let at_one = measured_class_s(&truth, &cache, m).expect("classes");
+        let refitted = measured_class_s(&fitted, &cache, m).expect("classes");
+        for (class, ops) in primitives {
+            if ops.len() != 1 {
+                continue;
+            }
+            assert!(ops.is_subset(&rated), "{class}");
+            model_s += at_one[class];
+            profiled_s += profile[class];
+            assert!(
+                (refitted[class] - profile[class]).abs() < 1e-9 * profile[class],
+                "{}: {class}",
+                m.source
+            );
+        }
+    }
+    assert!(
+        (rates.rate - model_s / profiled_s).abs() < 1e-12,
+        "{} vs {}",
+        rates.rate,
+        model_s / profiled_s
+    );
+    assert_eq!(fit.efficiency.vector_sustained_rate, rates.rate);
+
+    // GEMM-only profiles leave the chip's rates as they were.
+    let mut gemms_only = blocks.clone();
+    for m in &mut gemms_only {
+        if let Some(p) = m.profile.as_mut() {
+            p.class_s.retain(|class, _| *class == GEMM_CLASS);
+        }
+    }
+    let fit = calibrate(
+        &training,
+        &std::iter::once(single)
+            .chain(gemms_only)
+            .collect::<Vec<_>>(),
+    )
+    .expect("fit");
+    assert!(fit.vector_rates.is_none());
+    assert_eq!(
+        fit.efficiency.vector_op_sustained_rate,
+        training.efficiency.vector_op_sustained_rate
     );
 }
 
@@ -1399,41 +1564,8 @@ fn profiled_passes_split_by_kernel_class() {
         );
     }
     assert_eq!(iterations, 13);
-    // Summed over the nine full-recompute iterations, the classes priced from their own rows or
-    // from their kernels in the profiled blocks are within 8 % (cross-entropy −6.1 %, the
-    // column sums +7.5 %, the embedding's gather and backward −1.3 %, the GEMMs +2.3 % at the
-    // blocks' clock), and all fourteen 3.7 % on average. The residual adds are +13.2 %:
-    // PyTorch's non-reentrant checkpoint stops recomputing a block before its last add, which
-    // nothing saved depends on (5 adds a layer where the model, as Megatron-LM's recompute,
-    // runs 6).
     let totals = class_totals(&splits);
-    let mut errors = Vec::new();
-    for (class, bound) in [
-        ("gemm", 0.07),
-        ("softmax", 0.07),
-        ("dropout", 0.07),
-        ("gelu", 0.07),
-        ("layer_norm", 0.07),
-        ("cast", 0.07),
-        ("copy", 0.07),
-        ("update", 0.07),
-        ("cross_entropy", 0.07),
-        ("column_sum", 0.08),
-        ("stack", 0.07),
-        ("scale", 0.07),
-        ("embedding", 0.07),
-        ("add", 0.14),
-    ] {
-        let t = totals
-            .iter()
-            .find(|t| t.class == "train_step_full" && t.kernel_class == class)
-            .expect("a priced class");
-        let error = (t.predicted_s - t.gpu_s) / t.gpu_s;
-        assert!(error.abs() < bound, "{class}: {:+.1} %", 100.0 * error);
-        errors.push(error.abs());
-    }
-    let mean = errors.iter().sum::<f64>() / errors.len() as f64;
-    assert!(mean < 0.04, "mean class error {:.1} %", 100.0 * mean);
+    assert_kernel_classes_within_bounds("h100", &totals);
     assert_eq!(passes, 28);
     let column_sums = totals
         .iter()
@@ -1448,12 +1580,76 @@ fn profiled_passes_split_by_kernel_class() {
     assert_eq!(column_sums.gpu_s, sum);
 }
 
+/// Summed over the full-recompute iterations, the classes priced from their own rows or from
+/// their kernels in the profiled blocks are each within 7 % (H100: cross-entropy −5.7 %, the
+/// column sums +4.2 %; H200: casts −6.5 %, Adam −6.2 %, the embedding −5.5 %) and all fourteen
+/// within 4 % on average (H100 3.2 %, H200 3.6 %); without recompute each within 12 % (the
+/// embedding: H100 −7.9 %, H200 −11.3 %) and within 5 % on average (H100 4.2 %, H200 4.8 %).
+/// The residual adds are +13 % under full recompute: PyTorch's non-reentrant checkpoint stops
+/// recomputing a block before its last add, which nothing saved depends on (5 adds a layer
+/// where the model, as Megatron-LM's recompute, runs 6); −15 % without recompute.
+fn assert_kernel_classes_within_bounds(gpu: &str, totals: &[ClassTotal]) {
+    for (iterations, classes_bound, mean_bound) in [
+        ("train_step_full", 0.07, 0.04),
+        ("train_step_none", 0.12, 0.05),
+    ] {
+        let mut errors = Vec::new();
+        for class in [
+            "gemm",
+            "softmax",
+            "dropout",
+            "gelu",
+            "layer_norm",
+            "cast",
+            "copy",
+            "update",
+            "cross_entropy",
+            "column_sum",
+            "stack",
+            "scale",
+            "embedding",
+            "add",
+        ] {
+            let t = totals
+                .iter()
+                .find(|t| t.class == iterations && t.kernel_class == class)
+                .expect("a priced class");
+            let error = (t.predicted_s - t.gpu_s) / t.gpu_s;
+            println!("{gpu} {iterations} {class}: {:+.1} %", 100.0 * error);
+            let bound = if class == "add" { 0.16 } else { classes_bound };
+            assert!(
+                error.abs() < bound,
+                "{gpu} {iterations} {class}: {:+.1} %",
+                100.0 * error
+            );
+            errors.push(error.abs());
+        }
+        let mean = errors.iter().sum::<f64>() / errors.len() as f64;
+        assert!(
+            mean < mean_bound,
+            "{gpu} {iterations}: mean class error {:.1} %",
+            100.0 * mean
+        );
+    }
+}
+
+/// The H200's kernel classes, as the H100's in `profiled_passes_split_by_kernel_class`.
+#[test]
+fn h200_kernel_classes_are_priced_within_the_bounds() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data/h200");
+    let measurements = load_measurements(&dir).expect("H200 data");
+    let arch = chip("h200.calibrated");
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let splits = class_splits(&measurements, |m| measured_class_s(&arch, &cache, m));
+    assert_kernel_classes_within_bounds("h200", &class_totals(&splits));
+}
+
 /// The same iterations timed again on another H100 machine (calibration/data/h100-repeat/: the
 /// five of the first collection three days later, the eight of the second an hour later),
 /// predicted by the fit to calibration/data/h100/. The eight profiled ones are each within
-/// 2.5 % of their kernels and launch gaps (mean 0.79 %, max 2.2 %, the two-layer 8192-wide
+/// 2.5 % of their kernels and launch gaps (mean 0.9 %, max 1.5 %, the two-layer 8192-wide
 /// slice), the row that waited 12 % for the host in its first run included; the five
-/// unprofiled ones within 1.5 % of the wall time, waits included (0.2-0.9 % slow).
+/// unprofiled ones within 2 % of the wall time, waits included (0.6-1.5 % slow).
 #[test]
 fn h100_repeated_iterations_are_predicted_as_well() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/data");
@@ -1479,7 +1675,7 @@ fn h100_repeated_iterations_are_predicted_as_well() {
             }
             None => {
                 let error = (predicted_s - m.measured_s) / m.measured_s;
-                assert!(error.abs() < 0.015, "{}: {:+.1} %", m.source, 100.0 * error);
+                assert!(error.abs() < 0.02, "{}: {:+.1} %", m.source, 100.0 * error);
             }
         }
     }
@@ -2419,8 +2615,10 @@ fn per_tensor_parameter_kernels_add_an_overhead_and_a_launch_gap_per_tensor() {
     let e = &h100.efficiency;
     let gap_s = e.launch_gap_s;
     assert!(gap_s > 1e-6);
-    let casts_s = e.vector_overhead_for(VectorOp::Cast, Pass::Forward)
-        + e.vector_overhead_for(VectorOp::Cast, Pass::Backward)
+    // A kernel's overhead, like the rest of its time, divides by its training rate.
+    let overhead_s = |op, pass| e.vector_overhead_for(op, pass) / e.vector_rate_for(op, pass);
+    let casts_s = overhead_s(VectorOp::Cast, Pass::Forward)
+        + overhead_s(VectorOp::Cast, Pass::Backward)
         + 2.0 * gap_s;
     let expected_s = 11.0 * casts_s;
     let extra_s = step_tensor_s - step_layer_s;
@@ -2428,7 +2626,7 @@ fn per_tensor_parameter_kernels_add_an_overhead_and_a_launch_gap_per_tensor() {
         (extra_s - expected_s).abs() <= 1e-3 * expected_s,
         "{extra_s} s vs {expected_s} s"
     );
-    let expected_s = 11.0 * (e.vector_overhead_for(VectorOp::Add, Pass::Forward) + gap_s);
+    let expected_s = 11.0 * (overhead_s(VectorOp::Add, Pass::Forward) + gap_s);
     let extra_s = accumulate_tensor_s - accumulate_layer_s;
     assert!(
         (extra_s - expected_s).abs() <= 1e-3 * expected_s,

@@ -150,6 +150,38 @@ pub(crate) fn validate_environment(
             ),
         ));
     }
+    // A training run's vector kernels may run slower than lone replays (a power-capped clock)
+    // or faster (a warm L2), within a factor of a few.
+    let rates = VectorOp::ALL.iter().flat_map(|&op| {
+        [
+            ("vector_op_sustained_rate", &eff.vector_op_sustained_rate),
+            (
+                "vector_op_backward_sustained_rate",
+                &eff.vector_op_backward_sustained_rate,
+            ),
+        ]
+        .into_iter()
+        .filter_map(move |(table, values)| {
+            Some((format!("efficiency.{table}.{}", op.name()), values.get(op)?))
+        })
+    });
+    for (name, rate) in std::iter::once((
+        "efficiency.vector_sustained_rate".to_string(),
+        eff.vector_sustained_rate,
+    ))
+    .chain(rates)
+    {
+        if !(VECTOR_RATE.0..=VECTOR_RATE.1).contains(&rate) {
+            return Err(InputError::invalid(
+                file,
+                field(&name),
+                format!(
+                    "must be a rate relative to the single kernels' in [{}, {}], got {rate}",
+                    VECTOR_RATE.0, VECTOR_RATE.1
+                ),
+            ));
+        }
+    }
     if !(0.0..=1.0).contains(&eff.comm_overlap) {
         return Err(InputError::invalid(
             file,
@@ -328,6 +360,8 @@ const ENERGY_J: f64 = 1e-6;
 const STATIC_POWER_W_PER_MM2: f64 = 100.0;
 const TIME_S: f64 = 1.0;
 const VECTOR_CYCLES: f64 = 1e6;
+/// A vector kernel's rate in training relative to its lone replays.
+const VECTOR_RATE: (f64, f64) = (0.25, 4.0);
 const DIE_AREA_MM2: f64 = 1e5;
 
 /// `value` within `[min, max]`.

@@ -222,6 +222,23 @@ pub struct Efficiency {
     /// [`ArchConfig::timed_in_isolation`].
     #[serde(skip_serializing_if = "is_one")]
     pub sustained_clock: f64,
+    /// The rate vector kernels hold through a training run, relative to the single kernels
+    /// their fractions were fitted to (a kernel's time divides by it): below 1 where the
+    /// board's power limit, which the GEMMs around them reach, pulls the clock of kernels
+    /// with arithmetic per element below a lone replay's. `calibrate` fits it to the vector
+    /// kernels of profiled block passes, all together; primitives with a rate of their own in
+    /// `vector_op_sustained_rate` (forward) or `vector_op_backward_sustained_rate` use that.
+    /// Applied to training, not to the single kernels `calibrate` fits.
+    #[serde(skip_serializing_if = "is_one")]
+    pub vector_sustained_rate: f64,
+    /// Per-primitive rates of forward kernels in a training run (see `vector_sustained_rate`):
+    /// fitted to the primitive's kernels in the profiled block passes.
+    #[serde(skip_serializing_if = "PerVectorOp::is_empty")]
+    pub vector_op_sustained_rate: PerVectorOp,
+    /// Per-primitive rates of backward kernels in a training run: another kernel than the
+    /// forward's, so an unset primitive uses `vector_sustained_rate`, not its forward rate.
+    #[serde(skip_serializing_if = "PerVectorOp::is_empty")]
+    pub vector_op_backward_sustained_rate: PerVectorOp,
     /// Fraction of an overlapped collective (the data-parallel gradient all-reduce during the
     /// last backward pass) that the computation hides, up to the computation's length (1: all
     /// of it). Below 1 where the collective's kernels take SMs and HBM bandwidth from the
@@ -411,6 +428,16 @@ impl Efficiency {
             .unwrap_or(self.vector_overhead_s)
     }
 
+    /// The rate of primitive `op`'s kernels in `pass` in a training run relative to their
+    /// single-kernel fit: the pass's own value, else `vector_sustained_rate`.
+    pub fn vector_rate_for(&self, op: VectorOp, pass: Pass) -> f64 {
+        match pass {
+            Pass::Forward => self.vector_op_sustained_rate.get(op),
+            Pass::Backward => self.vector_op_backward_sustained_rate.get(op),
+        }
+        .unwrap_or(self.vector_sustained_rate)
+    }
+
     /// Achieved fraction of peak HBM bandwidth of one vector kernel of primitive `op` in
     /// `pass` over rows of `row_len`: the pass's row-length table, else as
     /// [`Efficiency::hbm_bandwidth_for`].
@@ -450,6 +477,9 @@ impl Default for Efficiency {
             row_hbm_bandwidth: Vec::new(),
             link_bandwidth: 1.0,
             sustained_clock: 1.0,
+            vector_sustained_rate: 1.0,
+            vector_op_sustained_rate: PerVectorOp::default(),
+            vector_op_backward_sustained_rate: PerVectorOp::default(),
             comm_overlap: 1.0,
             launch_gap_s: 0.0,
             host_dispatch_s: 0.0,
@@ -564,6 +594,9 @@ impl ArchConfig {
         ArchConfig {
             efficiency: Efficiency {
                 sustained_clock: 1.0,
+                vector_sustained_rate: 1.0,
+                vector_op_sustained_rate: PerVectorOp::default(),
+                vector_op_backward_sustained_rate: PerVectorOp::default(),
                 ..self.efficiency.clone()
             },
             ..self.clone()

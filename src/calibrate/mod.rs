@@ -29,7 +29,7 @@ pub use runs::{
     megatron_flops_per_iteration, model_kernel_class, validate_runs, RunError, RunPlans,
 };
 
-use crate::arch::{ArchConfig, Efficiency};
+use crate::arch::{ArchConfig, Efficiency, PerVectorOp};
 use crate::cost::{
     collective_cost, fit_efficiency, fit_in_pass, gemm_cost, predicted_latency_s, KernelClass,
     KernelSample,
@@ -363,7 +363,8 @@ pub fn kernel_errors(
     measurements: &[Measurement],
     predict_composite: impl Fn(&Measurement) -> Option<f64>,
 ) -> Vec<KernelError> {
-    // Single kernels as they were timed; blocks and steps as training runs them.
+    // Single kernels as they were timed; blocks, steps and kernels replayed after a GEMM (at
+    // the clock a training step's GEMMs leave) as training runs them.
     let isolated = arch.timed_in_isolation();
     measurements
         .iter()
@@ -375,7 +376,12 @@ pub fn kernel_errors(
                         elem_bytes: m.elem_bytes,
                         measured_s: m.measured_s,
                     };
-                    let gpu_s = predicted_latency_s(&isolated, &sample);
+                    let timed_as = if m.class.ends_with(AFTER_GEMM) {
+                        arch
+                    } else {
+                        &isolated
+                    };
+                    let gpu_s = predicted_latency_s(timed_as, &sample);
                     let op = kernel_op(kind, m.elem_bytes);
                     let working_set = op.bytes_read.saturating_add(op.bytes_written);
                     match m.target {
@@ -725,6 +731,7 @@ fn clock_matching(measured_s: &[f64], gemm_s: impl Fn(f64) -> Option<Vec<f64>>) 
 /// See [`ClockFit`]: `arch` carries the fitted single-kernel efficiency.
 fn fit_sustained_clock(
     arch: &ArchConfig,
+    cache: &ScheduleCache,
     measurements: &[Measurement],
 ) -> Result<Option<ClockFit>, CalibrateError> {
     let blocks: Vec<(&Measurement, f64)> = measurements
@@ -736,12 +743,11 @@ fn fit_sustained_clock(
     if blocks.is_empty() {
         return Ok(None);
     }
-    let cache = ScheduleCache::new(SolverOptions::default())?;
     let measured: Vec<f64> = blocks.iter().map(|(_, s)| *s).collect();
     let gemm_s = |clock: f64| -> Option<Vec<f64>> {
         blocks
             .iter()
-            .map(|(m, _)| block_gemm_at(arch, &cache, m, clock))
+            .map(|(m, _)| block_gemm_at(arch, cache, m, clock))
             .collect()
     };
     let out_of_range = || CalibrateError::ClockOutOfRange {
@@ -763,6 +769,132 @@ fn fit_sustained_clock(
         min_signed_error: errors.iter().copied().fold(f64::INFINITY, f64::min),
         max_signed_error: errors.iter().copied().fold(f64::NEG_INFINITY, f64::max),
     }))
+}
+
+/// The rate of one vector primitive's kernels in the profiled block passes relative to the
+/// model's single-kernel pricing ([`VectorRateFit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PrimitiveRate {
+    pub op: VectorOp,
+    pub pass: Pass,
+    pub rate: f64,
+    /// Profiled block passes with kernels of the primitive's class.
+    pub block_passes: usize,
+    /// The most negative and most positive (predicted − measured) / measured of a pass's
+    /// kernels of the class at that rate.
+    pub min_signed_error: f64,
+    pub max_signed_error: f64,
+}
+
+/// The rates vector kernels hold in training (`efficiency.vector_sustained_rate` and the
+/// per-primitive tables): for each primitive alone in its kernel class in a profiled block
+/// pass, the model's time of that class at the single-kernel fit over the profiled kernels'
+/// time, summed over the passes (so they weigh by their length, as in an iteration); `rate`,
+/// the same over all of them, prices the primitives that no block pass runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VectorRateFit {
+    pub rate: f64,
+    pub primitives: Vec<PrimitiveRate>,
+}
+
+/// See [`VectorRateFit`]: `arch` carries the fitted single-kernel efficiency.
+fn fit_vector_rates(
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    measurements: &[Measurement],
+) -> Result<Option<VectorRateFit>, CalibrateError> {
+    let mut arch = arch.clone();
+    VectorRateFit {
+        rate: 1.0,
+        primitives: Vec::new(),
+    }
+    .apply(&mut arch.efficiency);
+    let arch = &arch;
+    // Per primitive and pass: each block pass's (model, profiled) time of its class.
+    let mut by_primitive: BTreeMap<(VectorOp, Pass), Vec<(f64, f64)>> = BTreeMap::new();
+    for m in measurements {
+        let (Target::Block { backward, shape }, Some(profile)) = (m.target, &m.profile) else {
+            continue;
+        };
+        let block_error = |reason: String| CalibrateError::Block {
+            row: m.source.clone(),
+            reason,
+        };
+        let (_, graphs) = gpt_block_graphs(shape, measured_precision(m.elem_bytes))
+            .map_err(|e| block_error(e.to_string()))?;
+        let model_s = measured_class_s(arch, cache, m)
+            .ok_or_else(|| block_error("the model cannot schedule it".into()))?;
+        let mut primitives: BTreeMap<&str, BTreeSet<(VectorOp, Pass)>> = BTreeMap::new();
+        for op in &graphs[usize::from(backward)].ops {
+            if let OpKind::Vector {
+                op: primitive,
+                pass,
+                ..
+            } = op.kind
+            {
+                primitives
+                    .entry(model_kernel_class(&op.kind))
+                    .or_default()
+                    .insert((primitive, pass));
+            }
+        }
+        for (class, ops) in primitives {
+            let (Some(&primitive), 1) = (ops.first(), ops.len()) else {
+                continue;
+            };
+            let (Some(&profiled_s), Some(&modelled_s)) =
+                (profile.class_s.get(class), model_s.get(class))
+            else {
+                continue;
+            };
+            if profiled_s > 0.0 && modelled_s > 0.0 {
+                by_primitive
+                    .entry(primitive)
+                    .or_default()
+                    .push((modelled_s, profiled_s));
+            }
+        }
+    }
+    if by_primitive.is_empty() {
+        return Ok(None);
+    }
+    let ratio = |pairs: &mut dyn Iterator<Item = &(f64, f64)>| {
+        let (model_s, profiled_s) = pairs.fold((0.0, 0.0), |(a, b), (m, p)| (a + m, b + p));
+        model_s / profiled_s
+    };
+    let rate = ratio(&mut by_primitive.values().flatten());
+    let primitives = by_primitive
+        .iter()
+        .map(|(&(op, pass), pairs)| {
+            let rate = ratio(&mut pairs.iter());
+            let errors = pairs.iter().map(|(m, p)| (m / rate - p) / p);
+            PrimitiveRate {
+                op,
+                pass,
+                rate,
+                block_passes: pairs.len(),
+                min_signed_error: errors.clone().fold(f64::INFINITY, f64::min),
+                max_signed_error: errors.fold(f64::NEG_INFINITY, f64::max),
+            }
+        })
+        .collect();
+    Ok(Some(VectorRateFit { rate, primitives }))
+}
+
+impl VectorRateFit {
+    /// Sets `efficiency`'s training rates to these (and no others).
+    pub fn apply(&self, efficiency: &mut Efficiency) {
+        efficiency.vector_sustained_rate = self.rate;
+        efficiency.vector_op_sustained_rate = PerVectorOp::default();
+        efficiency.vector_op_backward_sustained_rate = PerVectorOp::default();
+        for p in &self.primitives {
+            let table = match p.pass {
+                Pass::Forward => &mut efficiency.vector_op_sustained_rate,
+                Pass::Backward => &mut efficiency.vector_op_backward_sustained_rate,
+            };
+            table.set(p.op, Some(p.rate));
+        }
+    }
 }
 
 /// Why calibration cannot run.
@@ -806,6 +938,8 @@ pub struct Calibration {
     pub launch: Option<LaunchFit>,
     /// The GEMMs' clock in the profiled block passes; `None` keeps the chip's.
     pub clock: Option<ClockFit>,
+    /// The vector kernels' rates in the profiled block passes; `None` keeps the chip's.
+    pub vector_rates: Option<VectorRateFit>,
 }
 
 /// Fits `arch`'s efficiency parameters to `measurements` and cross-validates the fit.
@@ -845,6 +979,9 @@ pub fn calibrate(
         at.efficiency = fit_efficiency(&isolated, &of(false));
         Efficiency {
             sustained_clock: arch.efficiency.sustained_clock,
+            vector_sustained_rate: arch.efficiency.vector_sustained_rate,
+            vector_op_sustained_rate: arch.efficiency.vector_op_sustained_rate,
+            vector_op_backward_sustained_rate: arch.efficiency.vector_op_backward_sustained_rate,
             comm_overlap: overlap.map_or(arch.efficiency.comm_overlap, |(f, _)| f),
             launch_gap_s: launch.map_or(arch.efficiency.launch_gap_s, |l| l.launch_gap_s),
             host_dispatch_s: launch.map_or(arch.efficiency.host_dispatch_s, |l| l.host_dispatch_s),
@@ -870,9 +1007,14 @@ pub fn calibrate(
     let held_out = held_out.into_iter().flatten().collect();
     let mut fitted = arch.clone();
     fitted.efficiency = fit(&usable.iter().collect::<Vec<_>>());
-    let clock = fit_sustained_clock(&fitted, measurements)?;
+    let cache = ScheduleCache::new(SolverOptions::default())?;
+    let clock = fit_sustained_clock(&fitted, &cache, measurements)?;
     if let Some(c) = clock {
         fitted.efficiency.sustained_clock = c.sustained_clock;
+    }
+    let vector_rates = fit_vector_rates(&fitted, &cache, measurements)?;
+    if let Some(r) = &vector_rates {
+        r.apply(&mut fitted.efficiency);
     }
     let used: Vec<Measurement> = usable.iter().map(|(m, _)| (*m).clone()).collect();
     let in_sample = kernel_errors(&fitted, &used, |_| None);
@@ -883,6 +1025,7 @@ pub fn calibrate(
         overlaps: overlap.map_or(0, |(_, n)| n),
         launch,
         clock,
+        vector_rates,
         collectives: usable
             .iter()
             .filter(|(_, s)| KernelClass::of(&s.kind) == KernelClass::Collective)

@@ -77,10 +77,17 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             100.0 * c.max_signed_error
         )
     });
+    let rates_line = fit.vector_rates.as_ref().map_or(String::new(), |r| {
+        format!(
+            "# vector_sustained_rate and the vector_op_…sustained_rate tables: fitted to the \
+             vector kernels of the profiled block passes ({} primitives).\n",
+            r.primitives.len()
+        )
+    });
     let header = format!(
         "# Calibrated by `tandem calibrate --arch {} --measurements {}` from {} measurements.\n\
          # Held-out mean |error| (two-fold cross-validation): {class_list}.\n\
-         {clock_line}\
+         {clock_line}{rates_line}\
          # Facts and citations: see {}.\n",
         args.arch.display(),
         args.measurements.display(),
@@ -101,6 +108,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "collectives": fit.collectives,
             "launch": fit.launch,
             "clock": fit.clock,
+            "vector_rates": fit.vector_rates,
             "held_out": held_out,
             "in_sample": in_sample,
         });
@@ -238,6 +246,30 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!("{:.3}", before.sustained_clock),
             format!("{:.3}", e.sustained_clock),
         ]);
+    }
+    if let Some(r) = &fit.vector_rates {
+        rows.push(vec![
+            "vector_sustained_rate (all the profiled block passes' vector kernels)".into(),
+            format!("{:.3}", before.vector_sustained_rate),
+            format!("{:.3}", r.rate),
+        ]);
+        for p in &r.primitives {
+            let pass = match p.pass {
+                Pass::Forward => "",
+                Pass::Backward => " backward",
+            };
+            rows.push(vec![
+                format!(
+                    "sustained_rate[{}{pass}] ({} block passes, then {:+.1} to {:+.1} %)",
+                    p.op.name(),
+                    p.block_passes,
+                    100.0 * p.min_signed_error,
+                    100.0 * p.max_signed_error
+                ),
+                format!("{:.3}", before.vector_rate_for(p.op, p.pass)),
+                format!("{:.3}", p.rate),
+            ]);
+        }
     }
     println!("{}", table(&["parameter", "before", "fitted"], rows));
     println!("held-out error (fit on one half of each class's shapes, scored on the other):");

@@ -9,7 +9,8 @@
 //! numerically safe form needs the row maximum before any exponential, and softmax kernels
 //! stream the statistics pass rather than stage rows (the A100 measurements show ≈ 6 B per
 //! fp16 element even for short rows). Latency = max(compute, traffic / bandwidth per level)
-//! plus the fixed kernel overhead.
+//! plus the fixed kernel overhead, divided by the primitive's rate in training
+//! (`Efficiency::vector_rate_for`; 1 for the single kernels calibration fits).
 
 use super::{dominant_bound, Bound, MemoryLevel};
 use crate::arch::{ArchConfig, VectorCycles};
@@ -180,7 +181,7 @@ pub fn vector_cost(
         + glb_bytes * e.glb_byte_j
         + local_bytes * e.local_byte_j;
     VectorCost {
-        latency_s: compute_s.max(glb_s).max(hbm_s) + overhead_s,
+        latency_s: (compute_s.max(glb_s).max(hbm_s) + overhead_s) / eff.vector_rate_for(op, pass),
         energy_j,
         bound,
         cycles_per_element,
