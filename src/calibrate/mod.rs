@@ -601,6 +601,49 @@ pub fn with_in_block_kernels(
     Ok(all)
 }
 
+/// Vector operators by kernel class ([`model_kernel_class`]): each one's primitive, pass and
+/// elements.
+type VectorOpsByClass = BTreeMap<&'static str, Vec<(VectorOp, Pass, u64)>>;
+
+/// The model's vector operators of the measured block pass `m` (of `shape`, its backward if
+/// `backward`).
+fn block_vector_ops(
+    m: &Measurement,
+    shape: BlockShape,
+    backward: bool,
+) -> Result<VectorOpsByClass, CalibrateError> {
+    let (_, graphs) = gpt_block_graphs(shape, measured_precision(m.elem_bytes)).map_err(|e| {
+        CalibrateError::Block {
+            row: m.source.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    let mut by_class = VectorOpsByClass::new();
+    for op in &graphs[usize::from(backward)].ops {
+        if let OpKind::Vector {
+            op: primitive,
+            pass,
+            elements,
+            ..
+        } = op.kind
+        {
+            by_class
+                .entry(model_kernel_class(&op.kind))
+                .or_default()
+                .push((primitive, pass, elements));
+        }
+    }
+    Ok(by_class)
+}
+
+/// The primitive and pass of a class's operators when they all share one.
+fn sole_primitive(ops: &[(VectorOp, Pass, u64)]) -> Option<(VectorOp, Pass)> {
+    let &(primitive, pass, _) = ops.first()?;
+    ops.iter()
+        .all(|&(o, p, _)| (o, p) == (primitive, pass))
+        .then_some((primitive, pass))
+}
+
 /// The mean kernels ([`Target::InBlock`]) of the vector primitives that no warm single-kernel row
 /// times in their pass, in every profiled block pass: one per pass and kernel class whose
 /// model operators are all of one primitive and whose profiled kernels number as many as
@@ -621,38 +664,15 @@ fn in_block_measurements(measurements: &[Measurement]) -> Result<Vec<Measurement
         let (Target::Block { backward, shape }, Some(profile)) = (m.target, &m.profile) else {
             continue;
         };
-        let (_, graphs) =
-            gpt_block_graphs(shape, measured_precision(m.elem_bytes)).map_err(|e| {
-                CalibrateError::Block {
-                    row: m.source.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-        let mut by_class: BTreeMap<&str, Vec<(VectorOp, Pass, u64)>> = BTreeMap::new();
-        for op in &graphs[usize::from(backward)].ops {
-            if let OpKind::Vector {
-                op: primitive,
-                pass,
-                elements,
-                ..
-            } = op.kind
-            {
-                let class = model_kernel_class(&op.kind);
-                by_class
-                    .entry(class)
-                    .or_default()
-                    .push((primitive, pass, elements));
-            }
-        }
-        for (class, ops) in by_class {
-            let (primitive, pass, _) = ops[0];
-            let one_primitive = ops.iter().all(|&(o, p, _)| (o, p) == (primitive, pass));
-            let (Some(&total_s), Some(&calls)) =
-                (profile.class_s.get(class), profile.class_calls.get(class))
-            else {
+        for (class, ops) in block_vector_ops(m, shape, backward)? {
+            let (Some((primitive, pass)), Some(&total_s), Some(&calls)) = (
+                sole_primitive(&ops),
+                profile.class_s.get(class),
+                profile.class_calls.get(class),
+            ) else {
                 continue;
             };
-            if !one_primitive || timed.contains(&(primitive, pass)) || calls != ops.len() as u64 {
+            if timed.contains(&(primitive, pass)) || calls != ops.len() as u64 {
                 continue;
             }
             let elements: u64 = ops.iter().map(|&(_, _, n)| n).sum();
@@ -816,35 +836,17 @@ fn fit_vector_rates(
         let (Target::Block { backward, shape }, Some(profile)) = (m.target, &m.profile) else {
             continue;
         };
-        let block_error = |reason: String| CalibrateError::Block {
+        let by_class = block_vector_ops(m, shape, backward)?;
+        let model_s = measured_class_s(arch, cache, m).ok_or_else(|| CalibrateError::Block {
             row: m.source.clone(),
-            reason,
-        };
-        let (_, graphs) = gpt_block_graphs(shape, measured_precision(m.elem_bytes))
-            .map_err(|e| block_error(e.to_string()))?;
-        let model_s = measured_class_s(arch, cache, m)
-            .ok_or_else(|| block_error("the model cannot schedule it".into()))?;
-        let mut primitives: BTreeMap<&str, BTreeSet<(VectorOp, Pass)>> = BTreeMap::new();
-        for op in &graphs[usize::from(backward)].ops {
-            if let OpKind::Vector {
-                op: primitive,
-                pass,
-                ..
-            } = op.kind
-            {
-                primitives
-                    .entry(model_kernel_class(&op.kind))
-                    .or_default()
-                    .insert((primitive, pass));
-            }
-        }
-        for (class, ops) in primitives {
-            let (Some(&primitive), 1) = (ops.first(), ops.len()) else {
-                continue;
-            };
-            let (Some(&profiled_s), Some(&modelled_s)) =
-                (profile.class_s.get(class), model_s.get(class))
-            else {
+            reason: "the model cannot schedule it".into(),
+        })?;
+        for (class, ops) in by_class {
+            let (Some(primitive), Some(&profiled_s), Some(&modelled_s)) = (
+                sole_primitive(&ops),
+                profile.class_s.get(class),
+                model_s.get(class),
+            ) else {
                 continue;
             };
             if profiled_s > 0.0 && modelled_s > 0.0 {
