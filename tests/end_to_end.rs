@@ -13,7 +13,7 @@ use tandem::calibrate::{
     kernel_errors, load_measurements, measured_class_s, measured_gemm_s, model_kernel_class,
     profiled_kernel_class, summarise, summarise_by_working_set, validate_runs,
     with_in_block_kernels, BlockShape, ClassTotal, Measurement, OverlapPart, OverlapShape,
-    PassProfile, RunPlans, StepShape, Target, AFTER_GEMM, COLD, GEMM_CLASS, IN_BLOCKS,
+    PassProfile, Prelude, RunPlans, StepShape, Target, AFTER_GEMM, COLD, GEMM_CLASS, IN_BLOCKS,
 };
 use tandem::cost::{collective_cost, predicted_latency_s, vector_cost, CostModel, KernelSample};
 use tandem::model::{evaluate, layer_costs, PlanOptions};
@@ -820,9 +820,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let label = match m.target {
             Target::Block { shape, .. } => shape.label(),
             Target::Step(step) => step.label(),
-            Target::Op(_) | Target::Eager(_) | Target::InBlock(_) | Target::Overlap { .. } => {
-                continue
-            }
+            _ => continue,
         };
         let predicted_s = composite_latency(&fitted, &cache, m).expect("schedules");
         let error = (predicted_s - m.measured_s) / m.measured_s;
@@ -839,7 +837,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
                 block_errors.push(error);
             }
             Target::Step(_) => steps.push((format!("{} {label}", m.class), m.clone(), predicted_s)),
-            Target::Op(_) | Target::Eager(_) | Target::InBlock(_) | Target::Overlap { .. } => {}
+            _ => unreachable!("blocks and steps only"),
         }
     }
     // Whole iterations run eagerly: the wall time is the GPU's kernels, the launch gap after
@@ -2171,7 +2169,8 @@ fn overlap_rows_calibrate_comm_overlap() {
 /// the median excess of the pairs replayed in at least twice that (2, 2.5 and 1.5 µs: 2 µs);
 /// an eager row without a twin sets nothing. Validation prices an eager row as one kernel of
 /// an eager pass, max(kernel + gap, dispatch), in a class of its own; a cold replay and one
-/// after a GEMM load as replays in classes of their own; an unknown timing is refused naming
+/// after a GEMM load as replays after their prelude, in classes of their own; an unknown
+/// timing, or a prelude before anything but a single GEMM or vector kernel, is refused naming
 /// the field.
 #[test]
 fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
@@ -2234,13 +2233,19 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
         .launch
         .is_none());
     // A cold replay (the L2 read away before each call) and one after a long GEMM are replays
-    // in classes of their own.
+    // after their prelude, in classes of their own.
     let timed = rows[1].clone();
-    for timing in ["cold", "after_gemm"] {
+    for (timing, prelude) in [("cold", Prelude::L2Flush), ("after_gemm", Prelude::Gemm)] {
         rows[1] = timed.replace(",graph", &format!(",{timing}"));
         std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
         let replay = load_measurements(dir).expect("loads");
-        assert_eq!(replay[0].target, Target::Op(mul(65536)));
+        assert_eq!(
+            replay[0].target,
+            Target::AfterPrelude {
+                kind: mul(65536),
+                prelude
+            }
+        );
         assert_eq!(replay[0].class, format!("mul_{timing}"));
         assert!(replay[0].after_prelude());
     }
@@ -2251,6 +2256,19 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
         .to_string();
     assert!(
         err.contains("kernels.csv") && err.contains("row 1, timing") && err.contains("warm"),
+        "{err}"
+    );
+    // Only single GEMM and vector kernels are replayed after a prelude.
+    rows[1] = format!(
+        "{},cold",
+        h100_row("all_reduce", "0,0,0,0,1048576,0", 8, 1e-3)
+    );
+    std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
+    let err = load_measurements(dir)
+        .expect_err("a cold collective")
+        .to_string();
+    assert!(
+        err.contains("row 1, timing") && err.contains("cold") && err.contains("all_reduce"),
         "{err}"
     );
 }

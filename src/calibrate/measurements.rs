@@ -12,7 +12,7 @@ use super::in_row;
 use crate::error::InputError;
 use crate::placement::RecomputeMode;
 use crate::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -39,6 +39,10 @@ pub enum Target {
     /// primitive streams, so its time is linear in its elements). It prices the primitive as
     /// a training pass runs it, amid other kernels and with their cache state.
     InBlock(OpKind),
+    /// One GEMM or vector operator replayed after a prelude before every call, less the
+    /// prelude's own time (collect.py `--cold`, `--after-gemm`): validation scores it, the fit
+    /// never takes it.
+    AfterPrelude { kind: OpKind, prelude: Prelude },
     /// A stream of GEMMs and a gradient all-reduce across `group` devices (collect.py, two or
     /// more GPUs): the GEMMs alone, the all-reduce alone, or both at once (the all-reduce on
     /// a side stream, as PyTorch DDP launches it during the backward).
@@ -46,6 +50,17 @@ pub enum Target {
         part: OverlapPart,
         shape: OverlapShape,
     },
+}
+
+/// What ran before each call of a replay that validation scores and the fit does not take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Prelude {
+    /// A read of twice the L2 (`timing` = `cold`): the kernel starts from a clean, empty L2,
+    /// which no kernel of a training iteration sees. Priced as the single kernel.
+    L2Flush,
+    /// A long GEMM at the power limit (`timing` = `after_gemm`): the kernel runs at the clock
+    /// a training step's GEMMs leave. Priced at the chip's training rates.
+    Gemm,
 }
 
 /// Which timing of an overlap measurement a row holds.
@@ -239,10 +254,10 @@ pub const COLD: &str = "_cold";
 pub const AFTER_GEMM: &str = "_after_gemm";
 
 impl Measurement {
-    /// Whether it is a replay after a prelude (an L2 flush or a GEMM, [`COLD`] and
+    /// Whether it is a replay after a prelude ([`Target::AfterPrelude`]: classes [`COLD`] and
     /// [`AFTER_GEMM`]), which validation scores and the fit does not take.
     pub fn after_prelude(&self) -> bool {
-        self.class.ends_with(COLD) || self.class.ends_with(AFTER_GEMM)
+        matches!(self.target, Target::AfterPrelude { .. })
     }
 }
 
@@ -625,7 +640,7 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Target::Op(OpKind::Vector { elements, .. }) => elements == 0,
             // Eager rows are made below, from checked operators; in-block kernels by
             // calibration, from checked blocks.
-            Target::Eager(_) | Target::InBlock(_) => false,
+            Target::Eager(_) | Target::InBlock(_) | Target::AfterPrelude { .. } => false,
             Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
             Target::Block { shape: b, .. } => {
                 [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
@@ -681,13 +696,12 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Workload::gpt(&r.kernel, file, step.sizes, Precision::Fp16)
                 .map_err(|e| in_row(row, e))?;
         }
-        // (eager, the class suffix of a replay after a prelude); a replay after an L2 flush or
-        // a GEMM is priced as a replay and reported in a class of its own.
+        // (eager, a replay's prelude and the suffix of its class).
         let (eager, prelude) = match r.timing.as_deref() {
             None | Some("" | "graph") => (false, None),
             Some("eager") => (true, None),
-            Some("cold") => (false, Some(COLD)),
-            Some("after_gemm") => (false, Some(AFTER_GEMM)),
+            Some("cold") => (false, Some((Prelude::L2Flush, COLD))),
+            Some("after_gemm") => (false, Some((Prelude::Gemm, AFTER_GEMM))),
             Some(other) => {
                 return Err(bad(
                     "timing",
@@ -699,7 +713,23 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             (Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })), _) if eager => {
                 (Target::Eager(kind), format!("{}_eager", r.kernel))
             }
-            (other, Some(suffix)) => (other, format!("{}{suffix}", r.kernel)),
+            (
+                Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })),
+                Some((prelude, suffix)),
+            ) => (
+                Target::AfterPrelude { kind, prelude },
+                format!("{}{suffix}", r.kernel),
+            ),
+            (_, Some(_)) => {
+                return Err(bad(
+                    "timing",
+                    format!(
+                        "`{}` replays single GEMM and vector kernels only, not `{}`",
+                        r.timing.as_deref().unwrap_or_default(),
+                        r.kernel
+                    ),
+                ))
+            }
             (other, None) => (other, r.kernel.clone()),
         };
         let profile = match target {

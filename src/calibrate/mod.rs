@@ -19,8 +19,8 @@ mod runs;
 
 pub use measurements::{
     load_collected, load_measurements, profiled_kernel_class, BlockShape, CollectedRow,
-    Measurement, OverlapPart, OverlapShape, PassProfile, StepShape, Target, AFTER_GEMM, COLD,
-    GEMM_CLASS, OTHER_CLASS,
+    Measurement, OverlapPart, OverlapShape, PassProfile, Prelude, StepShape, Target, AFTER_GEMM,
+    COLD, GEMM_CLASS, OTHER_CLASS,
 };
 use runs::measured_precision;
 pub use runs::{
@@ -370,16 +370,21 @@ pub fn kernel_errors(
         .iter()
         .filter_map(|m| {
             let (predicted_s, shape, working_set_bytes) = match m.target {
-                Target::Op(kind) | Target::Eager(kind) | Target::InBlock(kind) => {
+                Target::Op(kind)
+                | Target::Eager(kind)
+                | Target::InBlock(kind)
+                | Target::AfterPrelude { kind, .. } => {
                     let sample = KernelSample {
                         kind,
                         elem_bytes: m.elem_bytes,
                         measured_s: m.measured_s,
                     };
-                    let timed_as = if m.class.ends_with(AFTER_GEMM) {
-                        arch
-                    } else {
-                        &isolated
+                    let timed_as = match m.target {
+                        Target::AfterPrelude {
+                            prelude: Prelude::Gemm,
+                            ..
+                        } => arch,
+                        _ => &isolated,
                     };
                     let gpu_s = predicted_latency_s(timed_as, &sample);
                     let op = kernel_op(kind, m.elem_bytes);
@@ -524,7 +529,7 @@ fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
     // Looked up only, never iterated: the fit does not depend on the map's order. Eager
     // calls run as a warm replay does, so a replay after a prelude is no twin.
     let mut replayed: HashMap<(OpKind, u32), f64> = HashMap::new();
-    for m in measurements.iter().filter(|m| !m.after_prelude()) {
+    for m in measurements {
         if let Target::Op(kind) = m.target {
             replayed.entry((kind, m.elem_bytes)).or_insert(m.measured_s);
         }
@@ -562,16 +567,15 @@ fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
 
 /// The measurements the efficiency fit uses: single operators (GEMMs, vector kernels,
 /// collectives) and vector primitives' mean kernels in profiled block passes. Replays after a
-/// prelude are validated, not fitted ([`Measurement::after_prelude`]): a cold one's L2 was read
-/// away and is clean, while a kernel in a training iteration, like a warm replay of one larger
-/// than the L2, writes back the dirty results of the kernels before it; one after a GEMM
-/// ([`AFTER_GEMM`]) measures a clock, not the kernel.
+/// prelude ([`Target::AfterPrelude`]) are validated, not fitted: a cold one's L2 was read away
+/// and is clean, while a kernel in a training iteration, like a warm replay of one larger than
+/// the L2, writes back the dirty results of the kernels before it; one after a GEMM measures a
+/// clock, not the kernel.
 fn fittable<'a>(
     measurements: impl IntoIterator<Item = &'a Measurement>,
 ) -> Vec<(&'a Measurement, KernelSample)> {
     measurements
         .into_iter()
-        .filter(|m| !m.after_prelude())
         .filter_map(|m| match m.target {
             Target::Op(kind) | Target::InBlock(kind) => Some((
                 m,
@@ -653,7 +657,6 @@ fn sole_primitive(ops: &[(VectorOp, Pass, u64)]) -> Option<(VectorOp, Pass)> {
 fn in_block_measurements(measurements: &[Measurement]) -> Result<Vec<Measurement>, CalibrateError> {
     let timed: BTreeSet<(VectorOp, Pass)> = measurements
         .iter()
-        .filter(|m| !m.after_prelude())
         .filter_map(|m| match m.target {
             Target::Op(OpKind::Vector { op, pass, .. }) => Some((op, pass)),
             _ => None,

@@ -636,7 +636,11 @@ pub fn measured_class_s(
 pub fn composite_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement) -> Option<f64> {
     let precision = measured_precision(m.elem_bytes);
     match m.target {
-        Target::Op(_) | Target::Eager(_) | Target::InBlock(_) | Target::Overlap { .. } => None,
+        Target::Op(_)
+        | Target::Eager(_)
+        | Target::InBlock(_)
+        | Target::AfterPrelude { .. }
+        | Target::Overlap { .. } => None,
         Target::Block { backward, shape } => {
             let (fwd_s, bwd_s) = gpt_block_latency(arch, cache, shape, precision).ok()?;
             Some(if backward { bwd_s } else { fwd_s })
