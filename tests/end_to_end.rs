@@ -751,7 +751,7 @@ fn bad_published_runs_name_file_row_and_field() {
 
 /// The H100 measurements of calibration/data/h100/ (collect.py on one H100 SXM, kernels and
 /// blocks replayed from CUDA graphs, so timed by the GPU alone as in a busy training step): the
-/// fit cross-validates, and whole GPT blocks are predicted from the fitted kernels with the
+/// fit cross-validates and is the committed `h100.calibrated.toml`, and whole GPT blocks are predicted from the fitted kernels with the
 /// serial-kernel model (their profiled GEMMs set the training clock, their vector kernels each
 /// primitive's training rate, both summed over all 28 passes, and their kernels of the
 /// primitives no row times price those primitives; no pass's time is fitted alone):
@@ -810,6 +810,13 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
             .into(),
         "the bias and norm-weight gradients, the residual adds both ways, the attention \
          scale's backward and the QKV-gradient stack"
+    );
+    // The committed fit is this one (regenerate it with the calibrate command in
+    // BENCHMARKS.md when the data or the fit change).
+    assert_eq!(
+        calibration.efficiency,
+        chip(&format!("{gpu}.calibrated")).efficiency,
+        "arch_specs/{gpu}.calibrated.toml is not `tandem calibrate`'s fit of calibration/data/{gpu}/"
     );
     let mut fitted = arch.clone();
     fitted.efficiency = calibration.efficiency;
