@@ -945,6 +945,75 @@ pub struct Calibration {
     pub clock: Option<ClockFit>,
     /// The vector kernels' rates in the profiled block passes; `None` keeps the chip's.
     pub vector_rates: Option<VectorRateFit>,
+    /// Each profiled block pass predicted with the training clock and rates fitted to the
+    /// passes of the other half of the block shapes (the single kernels' fit as in
+    /// `efficiency`); empty without profiled blocks.
+    pub held_out_blocks: Vec<KernelError>,
+}
+
+/// Sets `arch`'s training clock and vector rates from the profiled block passes among
+/// `measurements` (`arch` carries the single kernels' fit); each `None` keeps the chip's.
+fn fit_training(
+    arch: &mut ArchConfig,
+    cache: &ScheduleCache,
+    measurements: &[Measurement],
+) -> Result<(Option<ClockFit>, Option<VectorRateFit>), CalibrateError> {
+    let clock = fit_sustained_clock(arch, cache, measurements)?;
+    if let Some(c) = clock {
+        arch.efficiency.sustained_clock = c.sustained_clock;
+    }
+    let vector_rates = fit_vector_rates(arch, cache, measurements)?;
+    if let Some(r) = &vector_rates {
+        r.apply(&mut arch.efficiency);
+    }
+    Ok((clock, vector_rates))
+}
+
+/// See [`Calibration::held_out_blocks`]: block shapes alternate between the two halves in the
+/// order they were measured, a shape's forward and backward together.
+fn held_out_blocks(
+    single_fit: &ArchConfig,
+    cache: &ScheduleCache,
+    measurements: &[Measurement],
+) -> Result<Vec<KernelError>, CalibrateError> {
+    let mut shapes: Vec<BlockShape> = Vec::new();
+    let mut fold_of = Vec::new();
+    for m in measurements {
+        fold_of.push(match (m.target, &m.profile) {
+            (Target::Block { shape, .. }, Some(_)) => {
+                let index = shapes.iter().position(|s| *s == shape).unwrap_or_else(|| {
+                    shapes.push(shape);
+                    shapes.len() - 1
+                });
+                Some(index % 2)
+            }
+            _ => None,
+        });
+    }
+    // Each half's passes are predicted by the fit to the other half's.
+    let mut archs = Vec::new();
+    for fold in 0..2 {
+        let train: Vec<Measurement> = measurements
+            .iter()
+            .zip(&fold_of)
+            .filter(|(_, f)| **f == Some(1 - fold))
+            .map(|(m, _)| m.clone())
+            .collect();
+        let mut arch = single_fit.clone();
+        fit_training(&mut arch, cache, &train)?;
+        archs.push(arch);
+    }
+    Ok(measurements
+        .iter()
+        .zip(&fold_of)
+        .filter_map(|(m, fold)| {
+            let arch = &archs[(*fold)?];
+            kernel_errors(arch, std::slice::from_ref(m), |m| {
+                composite_latency(arch, cache, m)
+            })
+            .pop()
+        })
+        .collect())
 }
 
 /// Fits `arch`'s efficiency parameters to `measurements` and cross-validates the fit.
@@ -1013,14 +1082,9 @@ pub fn calibrate(
     let mut fitted = arch.clone();
     fitted.efficiency = fit(&usable.iter().collect::<Vec<_>>());
     let cache = ScheduleCache::new(SolverOptions::default())?;
-    let clock = fit_sustained_clock(&fitted, &cache, measurements)?;
-    if let Some(c) = clock {
-        fitted.efficiency.sustained_clock = c.sustained_clock;
-    }
-    let vector_rates = fit_vector_rates(&fitted, &cache, measurements)?;
-    if let Some(r) = &vector_rates {
-        r.apply(&mut fitted.efficiency);
-    }
+    let single_fit = fitted.clone();
+    let (clock, vector_rates) = fit_training(&mut fitted, &cache, measurements)?;
+    let held_out_blocks = held_out_blocks(&single_fit, &cache, measurements)?;
     let used: Vec<Measurement> = usable.iter().map(|(m, _)| (*m).clone()).collect();
     let in_sample = kernel_errors(&fitted, &used, |_| None);
     Ok(Calibration {
@@ -1031,6 +1095,7 @@ pub fn calibrate(
         launch,
         clock,
         vector_rates,
+        held_out_blocks,
         collectives: usable
             .iter()
             .filter(|(_, s)| KernelClass::of(&s.kind) == KernelClass::Collective)

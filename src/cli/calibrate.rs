@@ -57,6 +57,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let measurements = load_measurements(&args.measurements)?;
     let fit = calibrate(&arch, &measurements)?;
     let held_out = summarise(&fit.held_out);
+    let held_out_blocks = summarise(&fit.held_out_blocks);
     let in_sample = summarise(&fit.in_sample);
     let before = arch.efficiency.clone();
     arch.efficiency = fit.efficiency.clone();
@@ -110,6 +111,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "clock": fit.clock,
             "vector_rates": fit.vector_rates,
             "held_out": held_out,
+            "held_out_blocks": held_out_blocks,
             "in_sample": in_sample,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -274,6 +276,13 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     println!("{}", table(&["parameter", "before", "fitted"], rows));
     println!("held-out error (fit on one half of each class's shapes, scored on the other):");
     println!("{}", table(&SUMMARY_HEADER, summary_rows(&held_out)));
+    if !fit.held_out_blocks.is_empty() {
+        println!(
+            "held-out block passes (training clock and vector rates fitted to the other half of \
+             the block shapes):"
+        );
+        println!("{}", table(&SUMMARY_HEADER, summary_rows(&held_out_blocks)));
+    }
     println!("in-sample error of the final fit (all shapes):");
     println!("{}", table(&SUMMARY_HEADER, summary_rows(&in_sample)));
     println!("wrote {}", args.out.display());
