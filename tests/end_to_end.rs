@@ -7,7 +7,7 @@ use common::{scratch, tandem};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use tandem::arch::load_chip;
+use tandem::arch::{load_chip, ArchConfig};
 use tandem::calibrate::{
     calibrate, class_splits, class_totals, composite_latency, gpt_block_graphs, gpt_block_latency,
     kernel_errors, load_measurements, measured_class_s, measured_gemm_s, model_kernel_class,
@@ -938,50 +938,37 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     assert!(mean < 0.025, "mean block error {:.1} %", 100.0 * mean);
 }
 
-/// `calibrate` sets `efficiency.sustained_clock` from the GEMM kernels of profiled block passes:
-/// synthetic data, single GEMMs priced by the calibrated H100 as timed in isolation and four
-/// block passes whose profiled GEMMs ran at 1.1 times that clock, give back 1.1 (the single
-/// kernels' fit recovers the GEMM parameters to within their descent's step), and the fitted
-/// chip's GEMM time of the four passes sums to their profiled GEMMs'. Profiles no clock up to
-/// the chip's peak can match (GEMMs at a nanosecond) are refused, naming the first block's row.
-#[test]
-fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
-    let truth = chip("h100.calibrated").timed_in_isolation();
-    let mut single = Vec::new();
-    for (i, (m, n, k)) in [
-        (2048, 2304, 2304),
-        (2048, 6912, 2304),
-        (8192, 4096, 4096),
-        (8192, 16384, 4096),
-        (4096, 4096, 16384),
-        (16384, 12288, 12288),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let kind = OpKind::Gemm { batch: 1, m, n, k };
-        let measured_s = predicted_latency_s(
-            &truth,
-            &KernelSample {
-                kind,
-                elem_bytes: 2,
-                measured_s: 0.0,
-            },
-        );
-        single.push(Measurement {
-            source: format!("synthetic:{}", i + 1),
-            class: "gemm".into(),
-            target: Target::Op(kind),
+/// A GEMM row of m × n × k timed as `arch` prices it in isolation, named `synthetic:<row>`.
+fn synthetic_gemm(arch: &ArchConfig, row: usize, (m, n, k): (u64, u64, u64)) -> Measurement {
+    let kind = OpKind::Gemm { batch: 1, m, n, k };
+    let measured_s = predicted_latency_s(
+        arch,
+        &KernelSample {
+            kind,
             elem_bytes: 2,
-            measured_s,
-            board_power_w: None,
-            timed_s: measured_s,
-            profile: None,
-        });
+            measured_s: 0.0,
+        },
+    );
+    Measurement {
+        source: format!("synthetic:{row}"),
+        class: "gemm".into(),
+        target: Target::Op(kind),
+        elem_bytes: 2,
+        measured_s,
+        board_power_w: None,
+        timed_s: measured_s,
+        profile: None,
     }
-    let mut training = truth.clone();
-    training.efficiency.sustained_clock = 1.1;
-    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+}
+
+/// Four block passes (GPT-1.7B's block at micro-batch 1 and an 8-layer 4096-wide one at 4,
+/// forward and backward) timed as `training` runs them, each with `profile(pass)`, named
+/// `synthetic-block:<n>`.
+fn synthetic_blocks(
+    training: &ArchConfig,
+    cache: &ScheduleCache,
+    profile: impl Fn(&Measurement) -> PassProfile,
+) -> Vec<Measurement> {
     let mut blocks = Vec::new();
     for (micro_batch, hidden, heads) in [(1, 2304, 24), (4, 4096, 32)] {
         for backward in [false, true] {
@@ -1002,17 +989,45 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
                 timed_s: 0.0,
                 profile: None,
             };
-            m.measured_s = composite_latency(&training, &cache, &m).expect("block schedules");
-            m.profile = Some(PassProfile {
-                class_s: BTreeMap::from([(
-                    GEMM_CLASS,
-                    measured_gemm_s(&training, &cache, &m).expect("block GEMMs"),
-                )]),
-                class_calls: BTreeMap::from([(GEMM_CLASS, 20)]),
-            });
+            m.measured_s = composite_latency(training, cache, &m).expect("block schedules");
+            m.profile = Some(profile(&m));
             blocks.push(m);
         }
     }
+    blocks
+}
+
+/// `calibrate` sets `efficiency.sustained_clock` from the GEMM kernels of profiled block passes:
+/// synthetic data, single GEMMs priced by the calibrated H100 as timed in isolation and four
+/// block passes whose profiled GEMMs ran at 1.1 times that clock, give back 1.1 (the single
+/// kernels' fit recovers the GEMM parameters to within their descent's step), and the fitted
+/// chip's GEMM time of the four passes sums to their profiled GEMMs'. Profiles no clock up to
+/// the chip's peak can match (GEMMs at a nanosecond) are refused, naming the first block's row.
+#[test]
+fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
+    let truth = chip("h100.calibrated").timed_in_isolation();
+    let single: Vec<Measurement> = [
+        (2048, 2304, 2304),
+        (2048, 6912, 2304),
+        (8192, 4096, 4096),
+        (8192, 16384, 4096),
+        (4096, 4096, 16384),
+        (16384, 12288, 12288),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, mnk)| synthetic_gemm(&truth, i + 1, mnk))
+    .collect();
+    let mut training = truth.clone();
+    training.efficiency.sustained_clock = 1.1;
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let blocks = synthetic_blocks(&training, &cache, |m| PassProfile {
+        class_s: BTreeMap::from([(
+            GEMM_CLASS,
+            measured_gemm_s(&training, &cache, m).expect("block GEMMs"),
+        )]),
+        class_calls: BTreeMap::from([(GEMM_CLASS, 20)]),
+    });
     let measurements: Vec<Measurement> = single.iter().chain(&blocks).cloned().collect();
     let fit = calibrate(&chip("h100"), &measurements).expect("fit");
     let clock = fit.clock.expect("profiled blocks set the clock");
@@ -1084,30 +1099,7 @@ fn calibrate_fits_the_training_clock_to_profiled_block_gemms() {
 fn calibrate_fits_vector_rates_to_profiled_block_kernels() {
     let base = chip("h100.calibrated");
     let mut truth = base.timed_in_isolation();
-    let kind = OpKind::Gemm {
-        batch: 1,
-        m: 4096,
-        n: 4096,
-        k: 4096,
-    };
-    let gemm_s = predicted_latency_s(
-        &truth,
-        &KernelSample {
-            kind,
-            elem_bytes: 2,
-            measured_s: 0.0,
-        },
-    );
-    let single = Measurement {
-        source: "synthetic:1".into(),
-        class: "gemm".into(),
-        target: Target::Op(kind),
-        elem_bytes: 2,
-        measured_s: gemm_s,
-        board_power_w: None,
-        timed_s: gemm_s,
-        profile: None,
-    };
+    let single = synthetic_gemm(&truth, 1, (4096, 4096, 4096));
     // The single kernels' fit alone (it rebuilds the row-length tables from rows it has).
     truth.efficiency = calibrate(&base, std::slice::from_ref(&single))
         .expect("fit")
@@ -1123,35 +1115,11 @@ fn calibrate_fits_vector_rates_to_profiled_block_kernels() {
         .vector_op_backward_sustained_rate
         .set(VectorOp::LayerNorm, Some(1.1));
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let mut blocks = Vec::new();
-    for (micro_batch, hidden, heads) in [(1, 2304, 24), (4, 4096, 32)] {
-        for backward in [false, true] {
-            let shape = BlockShape {
-                micro_batch,
-                seq_len: 2048,
-                hidden,
-                heads,
-                tensor_parallel: 1,
-            };
-            let mut m = Measurement {
-                source: format!("synthetic-block:{}", blocks.len() + 1),
-                class: if backward { "block_bwd" } else { "block_fwd" }.into(),
-                target: Target::Block { backward, shape },
-                elem_bytes: 2,
-                measured_s: 0.0,
-                board_power_w: None,
-                timed_s: 0.0,
-                profile: None,
-            };
-            m.measured_s = composite_latency(&training, &cache, &m).expect("block schedules");
-            // No kernel counts: no primitive is priced from its mean kernel in the blocks.
-            m.profile = Some(PassProfile {
-                class_s: measured_class_s(&training, &cache, &m).expect("block classes"),
-                class_calls: BTreeMap::new(),
-            });
-            blocks.push(m);
-        }
-    }
+    // No kernel counts: no primitive is priced from its mean kernel in the blocks.
+    let blocks = synthetic_blocks(&training, &cache, |m| PassProfile {
+        class_s: measured_class_s(&training, &cache, m).expect("block classes"),
+        class_calls: BTreeMap::new(),
+    });
     let measurements: Vec<Measurement> = std::iter::once(single.clone())
         .chain(blocks.iter().cloned())
         .collect();

@@ -12,7 +12,7 @@ use super::in_row;
 use crate::error::InputError;
 use crate::placement::RecomputeMode;
 use crate::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -53,7 +53,7 @@ pub enum Target {
 }
 
 /// What ran before each call of a replay that validation scores and the fit does not take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prelude {
     /// A read of twice the L2 (`timing` = `cold`): the kernel starts from a clean, empty L2,
     /// which no kernel of a training iteration sees. Priced as the single kernel.

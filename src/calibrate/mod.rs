@@ -826,6 +826,8 @@ fn fit_vector_rates(
     cache: &ScheduleCache,
     measurements: &[Measurement],
 ) -> Result<Option<VectorRateFit>, CalibrateError> {
+    // Rates 1, the rest as fitted (not `timed_in_isolation`: the GEMM clock moves no vector
+    // operator, but it moves their spans' start and end times, and so their last digits).
     let mut arch = arch.clone();
     VectorRateFit {
         rate: 1.0,
