@@ -682,12 +682,12 @@ fn bad_chip_files_name_file_field_and_reason() {
     let m = chip_error(
         "h200.toml",
         "launch_gap.toml",
-        "launch_gap_s = 2.05e-6",
-        "launch_gap_s = -2.05e-6",
+        "launch_gap_s = 1.78e-6",
+        "launch_gap_s = -1.78e-6",
     );
     assert_mentions(
         &m,
-        &["efficiency.launch_gap_s", "non-negative", "-0.00000205"],
+        &["efficiency.launch_gap_s", "non-negative", "-0.00000178"],
     );
 
     let m = chip_error(

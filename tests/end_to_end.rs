@@ -859,13 +859,12 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
     // each (fitted to single kernels timed eagerly and from a CUDA graph) and any further
     // waits for the host, which the model does not price. collect.py profiled each
     // (`profile.csv`: kernel time and count), so each is checked against its kernels and their
-    // gaps: every row within 3 % and the mean within 1.25 % (H100 2.1 % and 1.1 %, H200 2.9 %
-    // and 1.0 %; the largest the two-layer 8192-wide slice, −2.1 % and −2.9 %). Where the GPU
+    // gaps: every row within 3 % and the mean within 1.25 % (H100 2.1 % and 1.1 %, H200 2.8 %
+    // and 1.2 %; the largest the two-layer 8192-wide slice, −2.1 % and −2.8 %). Where the GPU
     // waited for the host beyond the gaps under 2 % of the iteration, the wall time is within
-    // 3.5 % (H100 2.0 %; H200 3.2 %, 1.8 % on average: its own launch gap, 2.95 µs from its
-    // eager rows, is more than its iterations leave, whose kernels and gaps exceed their wall
-    // time by up to 5 %); GPT-1.7B at micro-batch 1 under full recompute waited 12 % on the
-    // H100 (149.2 ms wall, 126.5 ms of kernels; 3.6 % in all in the repeat).
+    // 2.5 % (H100 2.0 %, H200 2.4 %, 1.0 % on average); GPT-1.7B at micro-batch 1 under full
+    // recompute waited 12 % on the H100 (149.2 ms wall, 126.5 ms of kernels; 3.6 % in all in
+    // the repeat).
     // Split: the iterations' GEMMs, whose clock was fitted to the block passes' GEMMs and not
     // to theirs, are each within 7.5 % of their GEMM kernels and 4 % on average (H100 −0.7 to
     // +6.3 %, H200 −1.0 to +7.2 %); the rest, other kernels and launch gaps, each within 8 %
@@ -903,7 +902,7 @@ fn calibration_predicts_measured_blocks_and_steps(gpu: &str) {
         let wall_error = (predicted_s - m.measured_s) / m.measured_s;
         if waited < 0.02 {
             assert!(
-                wall_error.abs() < 0.035,
+                wall_error.abs() < 0.025,
                 "{gpu} {label}: {:+.1} % of the wall time",
                 100.0 * wall_error
             );
@@ -1521,7 +1520,7 @@ fn profiled_passes_split_by_kernel_class() {
             assert!(rows.iter().all(|r| r.kernel_class != "cast"));
             passes += 1;
         } else {
-            // The launch gaps come on top: 2.05 µs after each of some 200-3000 kernels.
+            // The launch gaps come on top: 1.78 µs after each of some 200-3000 kernels.
             let gaps_s = latency_s - predicted_s;
             assert!(
                 gaps_s > 150.0 * gap_s && gaps_s < 3000.0 * gap_s,
@@ -2154,9 +2153,12 @@ fn overlap_rows_calibrate_comm_overlap() {
 
 /// Kernels timed eagerly (collect.py rows with `timing` = `eager`) beside their graph-replayed
 /// twins set the eager launch costs: the host's dispatch interval is the median eager time of
-/// the pairs that took over twice their replayed time (9, 10 and 11 µs: 10 µs), the launch gap
-/// the median excess of the pairs replayed in at least twice that (2, 2.5 and 1.5 µs: 2 µs);
-/// an eager row without a twin sets nothing. Validation prices an eager row as one kernel of
+/// the pairs that took over twice their replayed time (9, 10 and 11 µs: 10 µs); the pairs
+/// replayed in at least twice that exceed their replays by 2 µs and 1 % of their time, but
+/// for a stray one (40, 50, 60 and 70 µs: 2.4 to 2.7 µs; 80 µs: 10 µs), and the Theil–Sen
+/// line through the excess gives the launch gap, 2 µs, and the eager run's drift, 1 %,
+/// where the median excess (2.6 µs) would count the drift as launches; an eager row without
+/// a twin sets nothing. Validation prices an eager row as one kernel of
 /// an eager pass, max(kernel + gap, dispatch), in a class of its own; a cold replay and one
 /// after a GEMM load as replays after their prelude, in classes of their own; an unknown
 /// timing, or a prelude before anything but a single GEMM or vector kernel, is refused naming
@@ -2169,9 +2171,11 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
         (65536, 1e-6, 9e-6),
         (262144, 2e-6, 11e-6),
         (1048576, 3e-6, 10e-6),
-        (16777216, 40e-6, 42e-6),
-        (67108864, 50e-6, 52.5e-6),
-        (268435456, 60e-6, 61.5e-6),
+        (16777216, 40e-6, 42.4e-6),
+        (33554432, 50e-6, 52.5e-6),
+        (67108864, 60e-6, 62.6e-6),
+        (134217728, 70e-6, 72.7e-6),
+        (268435456, 80e-6, 90e-6),
     ];
     let mut rows = vec![format!("{COLLECTED_HEADER},timing")];
     for (elements, graph_s, eager_s) in timed {
@@ -2200,9 +2204,10 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
     let h100 = chip("h100");
     let fit = calibrate(&h100, &loaded).expect("fit");
     let launch = fit.launch.expect("pairs of both kinds");
-    assert_eq!((launch.host_bound_pairs, launch.gpu_bound_pairs), (3, 3));
+    assert_eq!((launch.host_bound_pairs, launch.gpu_bound_pairs), (3, 5));
     assert!((launch.host_dispatch_s - 10e-6).abs() < 1e-15, "{launch:?}");
-    assert!((launch.launch_gap_s - 2e-6).abs() < 1e-15, "{launch:?}");
+    assert!((launch.launch_gap_s - 2e-6).abs() < 1e-12, "{launch:?}");
+    assert!((launch.eager_drift - 0.01).abs() < 1e-9, "{launch:?}");
     assert_eq!(fit.efficiency.launch_gap_s, launch.launch_gap_s);
     assert_eq!(fit.efficiency.host_dispatch_s, launch.host_dispatch_s);
     let mut fitted = h100.clone();
@@ -2212,9 +2217,9 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
     // prediction plus the gap.
     assert!(errors[0].predicted_s < 8e-6, "{}", errors[0].predicted_s);
     assert!((errors[1].predicted_s - 10e-6).abs() < 1e-15);
-    let (replayed, eager) = (&errors[10], &errors[11]);
+    let (replayed, eager) = (&errors[12], &errors[13]);
     assert_eq!(eager.class, "mul_eager");
-    assert!((eager.predicted_s - replayed.predicted_s - 2e-6).abs() < 1e-15);
+    assert!((eager.predicted_s - replayed.predicted_s - 2e-6).abs() < 1e-12);
     // Without eager rows the chip's values stay.
     let graph_only: Vec<_> = loaded.iter().step_by(2).cloned().collect();
     assert!(calibrate(&fitted, &graph_only)

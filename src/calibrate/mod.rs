@@ -499,13 +499,21 @@ fn fit_comm_overlap(measurements: &[Measurement]) -> Result<Option<(f64, usize)>
 
 /// The eager launch costs fitted from kernels timed both ways: the host's dispatch interval,
 /// the median time per call of the eager rows that took over twice their graph-replayed time
-/// (kernels the host launched slower than the GPU ran them), and the launch gap, the median
+/// (kernels the host launched slower than the GPU ran them), and the launch gap, from the
 /// excess of an eager row over its graph-replayed twin among kernels of at least twice that
-/// interval (which the host keeps fed). `None` without such pairs of both kinds.
+/// interval (which the host keeps fed). The eager rows come from a run of their own, whose
+/// clock differs from the replays' by a per cent or so: an excess that grows with the kernel's
+/// time is that difference, not a launch. So the excess is a line in the replayed time
+/// (Theil–Sen: the median slope over pairs of kernels, then the median intercept, robust to a
+/// stray row): the gap is its intercept, what every launch adds; `eager_drift` its slope.
+/// `None` without such pairs of both kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LaunchFit {
     pub launch_gap_s: f64,
     pub host_dispatch_s: f64,
+    /// How much slower, as a fraction of a kernel's time, the eager run ran its kernels than
+    /// the replays did (the slope left out of the gap).
+    pub eager_drift: f64,
     /// Pairs that set each value.
     pub gpu_bound_pairs: usize,
     pub host_bound_pairs: usize,
@@ -551,18 +559,38 @@ fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
         .collect();
     let host_bound_pairs = host_bound.len();
     let host_dispatch_s = median(host_bound)?;
-    let gaps: Vec<f64> = pairs
+    let excess: Vec<(f64, f64)> = pairs
         .iter()
         .filter(|(graph_s, _)| *graph_s >= 2.0 * host_dispatch_s)
-        .map(|(graph_s, eager_s)| eager_s - graph_s)
+        .map(|&(graph_s, eager_s)| (graph_s, eager_s - graph_s))
         .collect();
-    let gpu_bound_pairs = gaps.len();
+    let (gap_s, drift) = theil_sen(&excess)?;
     Some(LaunchFit {
-        launch_gap_s: median(gaps)?.max(0.0),
+        launch_gap_s: gap_s.max(0.0),
         host_dispatch_s,
-        gpu_bound_pairs,
+        eager_drift: drift,
+        gpu_bound_pairs: excess.len(),
         host_bound_pairs,
     })
+}
+
+/// The Theil–Sen line through `points` (x, y): the median slope over pairs of points of
+/// distinct x (0 when there are none), then the median of y less that slope times x;
+/// (intercept, slope). `None` without points.
+fn theil_sen(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let slopes: Vec<f64> = points
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &(x0, y0))| {
+            points[i + 1..]
+                .iter()
+                .filter(move |&&(x1, _)| x1 != x0)
+                .map(move |&(x1, y1)| (y1 - y0) / (x1 - x0))
+        })
+        .collect();
+    let slope = median(slopes).unwrap_or(0.0);
+    let intercept = median(points.iter().map(|&(x, y)| y - slope * x).collect())?;
+    Some((intercept, slope))
 }
 
 /// The measurements the efficiency fit uses: single operators (GEMMs, vector kernels,

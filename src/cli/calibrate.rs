@@ -222,12 +222,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             format!("{:.3}", e.comm_overlap),
         ]);
     }
-    let (gpu_bound, host_bound) = fit
-        .launch
-        .map_or((0, 0), |l| (l.gpu_bound_pairs, l.host_bound_pairs));
+    let (gpu_bound, host_bound, drift) = fit.launch.map_or((0, 0, 0.0), |l| {
+        (l.gpu_bound_pairs, l.host_bound_pairs, l.eager_drift)
+    });
     if fit.launch.is_some() || before.launch_gap_s != 0.0 || before.host_dispatch_s != 0.0 {
         rows.push(vec![
-            format!("launch_gap_s ({gpu_bound} kernels timed eagerly and replayed)"),
+            format!(
+                "launch_gap_s ({gpu_bound} kernels timed eagerly and replayed; their eager run \
+                 {:+.1} % per kernel's time besides)",
+                100.0 * drift
+            ),
             format!("{:.2e}", before.launch_gap_s),
             format!("{:.2e}", e.launch_gap_s),
         ]);
