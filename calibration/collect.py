@@ -33,7 +33,7 @@ except ImportError:  # `--help` works without PyTorch; a run says what is missin
 COLUMNS = [
     "gpu", "sm_clock_mhz", "mem_clock_mhz", "driver", "cuda", "torch", "dtype", "kernel",
     "batch", "m", "n", "k", "elements", "row_len", "group", "median_s", "min_s", "max_s",
-    "repeats", "burst", "timing", "sm_clock_run_mhz", "power_run_w",
+    "repeats", "burst", "timing", "sm_clock_run_mhz", "power_run_w", "launches",
 ]
 DTYPE_NAMES = ("bf16", "fp16", "fp32")
 # The base class of the model blocks; without PyTorch the module still loads for `--help`.
@@ -214,13 +214,22 @@ class Writer:
                       "no row", file=sys.stderr)
                 return
         clock, power = self.clocks.during(start, time.monotonic()) if self.clocks else ("", "")
+        # Eager kernel rows: the kernels one call launches (the baseline's left out), which
+        # `tandem calibrate` divides the launch costs by.
+        launches = ""
+        if not graph and timing is None and group == 1:
+            def launched(call):
+                return sum(calls for _, calls, _ in device_kernels(call))
+            count = launched(fn) - (launched(baseline) if baseline else 0)
+            launches = count if count >= 1 else ""
         row = dict(self.env)
         if dtype:
             row["dtype"] = dtype
         row.update(kernel=kernel, batch=batch, m=m, n=n, k=k, elements=elements,
                    row_len=row_len, group=group, median_s=f"{median_s:.9e}",
                    min_s=f"{min_s:.9e}", max_s=f"{max_s:.9e}", repeats=repeats,
-                   burst=burst, timing=method, sm_clock_run_mhz=clock, power_run_w=power)
+                   burst=burst, timing=method, sm_clock_run_mhz=clock, power_run_w=power,
+                   launches=launches)
         self.csv.writerow(row)
         self.file.flush()
         print(f"{kernel:>12} b={batch} m={m} n={n} k={k} elems={elements} row={row_len}: "
@@ -719,6 +728,24 @@ def run_step_shapes(w, dtype, quick, profile):
     time_steps(w, dtype, profile, cases)
 
 
+def device_kernels(fn):
+    """The GPU operations (kernels, memsets, copies) of one call of `fn` by name, as
+    torch.profiler records them: (name, launches, seconds in all)."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = []
+    for event in prof.key_averages():
+        total_us = getattr(event, "self_device_time_total", None)
+        if total_us is None:
+            total_us = event.self_cuda_time_total
+        if total_us > 0:
+            kernels.append((event.key, event.count, total_us * 1e-6))
+    return kernels
+
+
 class Profile:
     """Per-kernel CUDA time of one run of a block or training step (torch.profiler), for finding
     which kernels a prediction misses. Columns: the shape columns of kernels.csv, `pass` (the
@@ -735,22 +762,12 @@ class Profile:
         self.warmup = warmup
 
     def record(self, kernel, fn, shape, warmup=None):
-        from torch.profiler import ProfilerActivity, profile
         for _ in range(self.warmup if warmup is None else warmup):
             fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        for event in prof.key_averages():
-            total_us = getattr(event, "self_device_time_total", None)
-            if total_us is None:
-                total_us = event.self_cuda_time_total
-            if total_us <= 0:
-                continue
+        for name, calls, total_s in device_kernels(fn):
             row = {"gpu": self.env["gpu"], "dtype": self.env["dtype"], "pass": kernel}
-            row.update({c: shape[c] for c in self.COLUMNS if c in shape}, name=event.key,
-                       calls=event.count, total_s=f"{total_us * 1e-6:.9e}")
+            row.update({c: shape[c] for c in self.COLUMNS if c in shape}, name=name,
+                       calls=calls, total_s=f"{total_s:.9e}")
             self.csv.writerow(row)
         self.file.flush()
 

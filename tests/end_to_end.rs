@@ -2196,7 +2196,13 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
         pass: Pass::Forward,
     };
     assert_eq!(loaded[0].target, Target::Op(mul(65536)));
-    assert_eq!(loaded[1].target, Target::Eager(mul(65536)));
+    assert_eq!(
+        loaded[1].target,
+        Target::Eager {
+            kind: mul(65536),
+            launches: 1
+        }
+    );
     assert_eq!(
         (loaded[0].class.as_str(), loaded[1].class.as_str()),
         ("mul", "mul_eager")
@@ -2263,6 +2269,66 @@ fn eager_rows_beside_replayed_rows_set_the_launch_gap_and_the_host_dispatch() {
         .to_string();
     assert!(
         err.contains("row 1, timing") && err.contains("cold") && err.contains("all_reduce"),
+        "{err}"
+    );
+}
+
+/// An eager row that launches several kernels per call (collect.py's `launches`: a backward
+/// row timed as forward and backward less the forward) counts as that many launches of its
+/// mean kernel: softmax's backward at 2 launches, 100 µs replayed and 105 µs eagerly, is two
+/// 50 µs kernels each 2 µs and 1 % late, on the line of the single-kernel rows (a gap of 2 µs
+/// and a 1 % drift), where as one launch it would sit 2 µs above it. Validation prices it as
+/// an eager pass of two kernels. A `launches` of 0 is refused naming the field.
+#[test]
+fn an_eager_row_of_several_kernels_counts_each_launch() {
+    let tmp = scratch("eager-launches");
+    let dir = tmp.path();
+    let header = format!("{COLLECTED_HEADER},timing,launches");
+    let mut rows = vec![header];
+    let mut pair = |kernel: &str, elements: u64, graph_s: f64, eager_s: f64, launches: u32| {
+        let shape = format!("1,0,0,0,{elements},2048");
+        rows.push(format!("{},graph,", h100_row(kernel, &shape, 1, graph_s)));
+        rows.push(format!(
+            "{},eager,{launches}",
+            h100_row(kernel, &shape, 1, eager_s)
+        ));
+    };
+    // Host-bound: 10 µs a launch.
+    pair("softmax", 4096, 1e-6, 10e-6, 1);
+    pair("softmax", 8192, 2e-6, 10e-6, 1);
+    pair("softmax", 16384, 3e-6, 10e-6, 1);
+    // GPU-bound: 2 µs + 1 % a launch.
+    pair("softmax", 16777216, 40e-6, 42.4e-6, 1);
+    pair("softmax", 33554432, 60e-6, 62.6e-6, 1);
+    pair("softmax_bwd", 16777216, 100e-6, 105e-6, 2);
+    std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
+    let loaded = load_measurements(dir).expect("loads");
+    assert!(matches!(
+        loaded[11].target,
+        Target::Eager { launches: 2, .. }
+    ));
+    let h100 = chip("h100");
+    let launch = calibrate(&h100, &loaded)
+        .expect("fit")
+        .launch
+        .expect("pairs of both kinds");
+    assert_eq!((launch.host_bound_pairs, launch.gpu_bound_pairs), (3, 3));
+    assert!((launch.launch_gap_s - 2e-6).abs() < 1e-12, "{launch:?}");
+    assert!((launch.eager_drift - 0.01).abs() < 1e-9, "{launch:?}");
+    let mut fitted = h100.clone();
+    fitted.efficiency.launch_gap_s = launch.launch_gap_s;
+    fitted.efficiency.host_dispatch_s = launch.host_dispatch_s;
+    let errors = tandem::calibrate::kernel_errors(&fitted, &loaded, |_| None);
+    let (replayed, eager) = (&errors[10], &errors[11]);
+    assert_eq!(eager.class, "softmax_bwd_eager");
+    assert!((eager.predicted_s - replayed.predicted_s - 4e-6).abs() < 1e-12);
+
+    let last = rows.len() - 1;
+    rows[last] = rows[last].replace(",eager,2", ",eager,0");
+    std::fs::write(dir.join("kernels.csv"), rows.join("\n")).expect("write");
+    let err = load_measurements(dir).expect_err("no kernels").to_string();
+    assert!(
+        err.contains("kernels.csv") && err.contains("launches") && err.contains("at least 1"),
         "{err}"
     );
 }

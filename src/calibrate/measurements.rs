@@ -22,11 +22,11 @@ pub enum Target {
     /// One operator on the whole device (collectives: across `group` devices).
     Op(OpKind),
     /// One GEMM or vector operator launched eagerly from the host, call after call (collect.py
-    /// rows with `timing` = `eager`): its GPU time plus the gap between eagerly launched
-    /// kernels, or the host's dispatch interval where the kernel is shorter. Beside a
-    /// graph-replayed row of the same operator it measures both (`efficiency.launch_gap_s`,
+    /// rows with `timing` = `eager`): its GPU time plus the gap after each of the `launches`
+    /// kernels a call launches, or the host's dispatch of them where they are shorter. Beside
+    /// a graph-replayed row of the same operator it measures both (`efficiency.launch_gap_s`,
     /// `efficiency.host_dispatch_s`).
-    Eager(OpKind),
+    Eager { kind: OpKind, launches: u32 },
     /// One GPT transformer block (LayerNorm, attention, GeLU MLP), forward or backward; with
     /// `tensor_parallel` > 1, one device's slice of a Megatron-LM tensor-parallel block
     /// without its collectives (one GPU cannot time them).
@@ -286,6 +286,10 @@ pub struct CollectedRow {
     /// Median board power while the row was timed; empty when no sample fell in it.
     #[serde(default, deserialize_with = "csv::invalid_option")]
     pub power_run_w: Option<f64>,
+    /// Kernels one call launches (`eager` rows: counted by the profiler, a backward row's less
+    /// its forward's); absent in files that predate the column.
+    #[serde(default)]
+    pub launches: Option<u32>,
     /// How the row was timed: `graph` (replays of a CUDA graph: the GPU's time alone), `cold`
     /// (the same with the L2 read away before every call, whose own time is subtracted: the
     /// operands come from HBM) or `eager` (launched from the host call after call); absent in
@@ -640,7 +644,7 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             Target::Op(OpKind::Vector { elements, .. }) => elements == 0,
             // Eager rows are made below, from checked operators; in-block kernels by
             // calibration, from checked blocks.
-            Target::Eager(_) | Target::InBlock(_) | Target::AfterPrelude { .. } => false,
+            Target::Eager { .. } | Target::InBlock(_) | Target::AfterPrelude { .. } => false,
             Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
             Target::Block { shape: b, .. } => {
                 [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
@@ -710,9 +714,19 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             }
         };
         let (target, class) = match (target, prelude) {
-            (Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })), _) if eager => {
-                (Target::Eager(kind), format!("{}_eager", r.kernel))
-            }
+            (Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })), _) if eager => (
+                Target::Eager {
+                    kind,
+                    launches: match r.launches {
+                        // Files that predate the column: one kernel per call, as every
+                        // forward row launches.
+                        None => 1,
+                        Some(0) => return Err(bad("launches", "must be at least 1".into())),
+                        Some(n) => n,
+                    },
+                },
+                format!("{}_eager", r.kernel),
+            ),
             (
                 Target::Op(kind @ (OpKind::Gemm { .. } | OpKind::Vector { .. })),
                 Some((prelude, suffix)),

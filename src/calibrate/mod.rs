@@ -371,7 +371,7 @@ pub fn kernel_errors(
         .filter_map(|m| {
             let (predicted_s, shape, working_set_bytes) = match m.target {
                 Target::Op(kind)
-                | Target::Eager(kind)
+                | Target::Eager { kind, .. }
                 | Target::InBlock(kind)
                 | Target::AfterPrelude { kind, .. } => {
                     let sample = KernelSample {
@@ -390,9 +390,9 @@ pub fn kernel_errors(
                     let op = kernel_op(kind, m.elem_bytes);
                     let working_set = op.bytes_read.saturating_add(op.bytes_written);
                     match m.target {
-                        // A burst of eager calls is an eager pass of one kernel per call.
-                        Target::Eager(_) => (
-                            isolated.efficiency.eager_pass_s(gpu_s, 1),
+                        // A burst of eager calls is an eager pass of the call's kernels.
+                        Target::Eager { launches, .. } => (
+                            isolated.efficiency.eager_pass_s(gpu_s, launches as usize),
                             shape(&kind),
                             Some(working_set),
                         ),
@@ -497,8 +497,9 @@ fn fit_comm_overlap(measurements: &[Measurement]) -> Result<Option<(f64, usize)>
     Ok(median(fractions).map(|m| (m, count)))
 }
 
-/// The eager launch costs fitted from kernels timed both ways: the host's dispatch interval,
-/// the median time per call of the eager rows that took over twice their graph-replayed time
+/// The eager launch costs fitted from kernels timed both ways, each row per kernel it launches
+/// (collect.py's `launches`; one where the file predates it): the host's dispatch interval,
+/// the median time per launch of the eager rows that took over twice their graph-replayed time
 /// (kernels the host launched slower than the GPU ran them), and the launch gap, from the
 /// excess of an eager row over its graph-replayed twin among kernels of at least twice that
 /// interval (which the host keeps fed). The eager rows come from a run of their own, whose
@@ -542,13 +543,17 @@ fn fit_launch(measurements: &[Measurement]) -> Option<LaunchFit> {
             replayed.entry((kind, m.elem_bytes)).or_insert(m.measured_s);
         }
     }
-    // (graph-replayed, eager) seconds per call of each operator timed both ways.
+    // (graph-replayed, eager) seconds per kernel launched of each operator timed both ways:
+    // a call that launches n kernels is n launches of its mean kernel.
     let pairs: Vec<(f64, f64)> = measurements
         .iter()
         .filter_map(|m| match m.target {
-            Target::Eager(kind) => replayed
-                .get(&(kind, m.elem_bytes))
-                .map(|&graph_s| (graph_s, m.measured_s)),
+            Target::Eager { kind, launches } => {
+                let n = f64::from(launches);
+                replayed
+                    .get(&(kind, m.elem_bytes))
+                    .map(|&graph_s| (graph_s / n, m.measured_s / n))
+            }
             _ => None,
         })
         .collect();

@@ -637,7 +637,7 @@ pub fn composite_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measureme
     let precision = measured_precision(m.elem_bytes);
     match m.target {
         Target::Op(_)
-        | Target::Eager(_)
+        | Target::Eager { .. }
         | Target::InBlock(_)
         | Target::AfterPrelude { .. }
         | Target::Overlap { .. } => None,
