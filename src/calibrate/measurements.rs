@@ -194,7 +194,11 @@ pub const GEMM_CLASS: &str = "gemm";
 /// product counts as softmax, as collect.py's `softmax_bwd` rows time both kernels. A copy
 /// between dtypes (`direct_copy_kernel_cuda` outside its same-dtype `nocast` form, and
 /// `bfloat16_copy_kernel_cuda`) is a cast; the embedding's gather and its backward (one kernel
-/// over the features, or a sort, scan and scatter) count as the embedding.
+/// over the features, or a sort, scan and scatter) count as the embedding. In a backward, an
+/// fp32 fill is the loss's: PyTorch's NLL backward zero-fills its fp32 input gradient, tokens ×
+/// vocabulary, before it scatters into it, and collect.py's `cross_entropy_bwd` rows time that
+/// fill with the rest (the embedding table's bf16 zero-fill, which its rows leave out, stays
+/// `other`).
 pub fn profiled_kernel_class(name: &str, backward: bool) -> &'static str {
     let name = name.to_ascii_lowercase();
     let has = |part: &str| name.contains(part);
@@ -214,7 +218,7 @@ pub fn profiled_kernel_class(name: &str, backward: bool) -> &'static str {
         GEMM_CLASS
     } else if has("gammabetabackward") || (has("reduce_kernel") && has("sum_functor")) {
         VectorOp::ColumnSum.name()
-    } else if has("logsoftmax") || has("nll_loss") {
+    } else if has("logsoftmax") || has("nll_loss") || (backward && has("fillfunctor<float>")) {
         VectorOp::CrossEntropy.name()
     } else if has("fusedadam") {
         VectorOp::Update.name()
