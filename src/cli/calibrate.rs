@@ -228,8 +228,8 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     if fit.launch.is_some() || before.launch_gap_s != 0.0 || before.host_dispatch_s != 0.0 {
         rows.push(vec![
             format!(
-                "launch_gap_s ({gpu_bound} kernels timed eagerly and replayed; their eager run \
-                 {:+.1} % per kernel's time besides)",
+                "launch_gap_s ({gpu_bound} kernels timed eagerly and replayed; their eager run's \
+                 clock, {:+.1} % of a kernel's time, left out)",
                 100.0 * drift
             ),
             format!("{:.2e}", before.launch_gap_s),
