@@ -948,16 +948,13 @@ fn synthetic_gemm(arch: &ArchConfig, row: usize, (m, n, k): (u64, u64, u64)) -> 
             measured_s: 0.0,
         },
     );
-    Measurement {
-        source: format!("synthetic:{row}"),
-        class: "gemm".into(),
-        target: Target::Op(kind),
-        elem_bytes: 2,
+    Measurement::new(
+        format!("synthetic:{row}"),
+        "gemm".into(),
+        Target::Op(kind),
+        2,
         measured_s,
-        board_power_w: None,
-        timed_s: measured_s,
-        profile: None,
-    }
+    )
 }
 
 /// Four block passes (GPT-1.7B's block at micro-batch 1 and an 8-layer 4096-wide one at 4,
@@ -978,16 +975,13 @@ fn synthetic_blocks(
                 heads,
                 tensor_parallel: 1,
             };
-            let mut m = Measurement {
-                source: format!("synthetic-block:{}", blocks.len() + 1),
-                class: if backward { "block_bwd" } else { "block_fwd" }.into(),
-                target: Target::Block { backward, shape },
-                elem_bytes: 2,
-                measured_s: 0.0,
-                board_power_w: None,
-                timed_s: 0.0,
-                profile: None,
-            };
+            let mut m = Measurement::new(
+                format!("synthetic-block:{}", blocks.len() + 1),
+                if backward { "block_bwd" } else { "block_fwd" }.into(),
+                Target::Block { backward, shape },
+                2,
+                0.0,
+            );
             m.measured_s = composite_latency(training, cache, &m).expect("block schedules");
             m.profile = Some(profile(&m));
             blocks.push(m);
@@ -1320,16 +1314,13 @@ fn calibrate_prices_primitives_without_rows_from_their_kernels_in_profiled_block
         row_len: 1,
         pass: Pass::Backward,
     };
-    let mut measurements = vec![Measurement {
-        source: "synthetic:1".into(),
-        class: "add_bwd".into(),
-        target: Target::Op(add),
-        elem_bytes: 2,
-        measured_s: price(add),
-        board_power_w: None,
-        timed_s: 1.0,
-        profile: None,
-    }];
+    let mut measurements = vec![Measurement::new(
+        "synthetic:1".into(),
+        "add_bwd".into(),
+        Target::Op(add),
+        2,
+        price(add),
+    )];
     let shapes = [(1, 2304, 24), (4, 2304, 24), (1, 4096, 32), (4, 4096, 32)];
     for (i, (micro_batch, hidden, heads)) in shapes.into_iter().enumerate() {
         let shape = BlockShape {
@@ -1366,20 +1357,20 @@ fn calibrate_prices_primitives_without_rows_from_their_kernels_in_profiled_block
             class_calls.insert("stack", 2);
         }
         measurements.push(Measurement {
-            source: format!("synthetic-block:{}", i + 1),
-            class: "block_bwd".into(),
-            target: Target::Block {
-                backward: true,
-                shape,
-            },
-            elem_bytes: 2,
-            measured_s: 1.0,
-            board_power_w: None,
-            timed_s: 1.0,
             profile: Some(PassProfile {
                 class_s,
                 class_calls,
             }),
+            ..Measurement::new(
+                format!("synthetic-block:{}", i + 1),
+                "block_bwd".into(),
+                Target::Block {
+                    backward: true,
+                    shape,
+                },
+                2,
+                1.0,
+            )
         });
     }
     let fit = calibrate(&chip("h100.calibrated"), &measurements).expect("fit");
@@ -1414,26 +1405,26 @@ fn calibrate_prices_primitives_without_rows_from_their_kernels_in_profiled_block
 #[test]
 fn calibrate_names_a_profiled_block_the_model_cannot_build() {
     let block = Measurement {
-        source: "profile-test.csv:7".into(),
-        class: "block_bwd".into(),
-        target: Target::Block {
-            backward: true,
-            shape: BlockShape {
-                micro_batch: 1,
-                seq_len: 2048,
-                hidden: 1000,
-                heads: 3,
-                tensor_parallel: 1,
-            },
-        },
-        elem_bytes: 2,
-        measured_s: 1e-3,
-        board_power_w: None,
-        timed_s: 1.0,
         profile: Some(PassProfile {
             class_s: BTreeMap::from([("add", 1e-5)]),
             class_calls: BTreeMap::from([("add", 2)]),
         }),
+        ..Measurement::new(
+            "profile-test.csv:7".into(),
+            "block_bwd".into(),
+            Target::Block {
+                backward: true,
+                shape: BlockShape {
+                    micro_batch: 1,
+                    seq_len: 2048,
+                    hidden: 1000,
+                    heads: 3,
+                    tensor_parallel: 1,
+                },
+            },
+            2,
+            1e-3,
+        )
     };
     let err = calibrate(&chip("h100"), &[block])
         .expect_err("no GPT block of 1000 over 3 heads")

@@ -258,6 +258,27 @@ pub const COLD: &str = "_cold";
 pub const AFTER_GEMM: &str = "_after_gemm";
 
 impl Measurement {
+    /// A measurement of `measured_s` without a power sample or a profile, timed for that one
+    /// call (reference data, kernels found inside profiled passes, synthetic rows).
+    pub fn new(
+        source: String,
+        class: String,
+        target: Target,
+        elem_bytes: u32,
+        measured_s: f64,
+    ) -> Self {
+        Measurement {
+            source,
+            class,
+            target,
+            elem_bytes,
+            measured_s,
+            board_power_w: None,
+            timed_s: measured_s,
+            profile: None,
+        }
+    }
+
     /// Whether it is a replay after a prelude ([`Target::AfterPrelude`]: classes [`COLD`] and
     /// [`AFTER_GEMM`]), which validation scores and the fit does not take.
     pub fn after_prelude(&self) -> bool {
@@ -472,16 +493,13 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
                 ("gelu", kind, elements as f64 / (gelems * 1e9))
             }
         };
-        out.push(Measurement {
+        out.push(Measurement::new(
             source,
-            class: class.to_string(),
-            target: Target::Op(kind),
-            elem_bytes: 2,
+            class.to_string(),
+            Target::Op(kind),
+            2,
             measured_s,
-            board_power_w: None,
-            timed_s: measured_s,
-            profile: None,
-        });
+        ));
     }
     Ok(out)
 }

@@ -713,21 +713,18 @@ fn in_block_measurements(measurements: &[Measurement]) -> Result<Vec<Measurement
             }
             let elements: u64 = ops.iter().map(|&(_, _, n)| n).sum();
             let suffix = if pass == Pass::Backward { "_bwd" } else { "" };
-            found.push(Measurement {
-                source: format!("{} ({class} kernels)", m.source),
-                class: format!("{}{suffix}{IN_BLOCKS}", primitive.name()),
-                target: Target::InBlock(OpKind::Vector {
+            found.push(Measurement::new(
+                format!("{} ({class} kernels)", m.source),
+                format!("{}{suffix}{IN_BLOCKS}", primitive.name()),
+                Target::InBlock(OpKind::Vector {
                     op: primitive,
                     elements: elements / calls,
                     row_len: 1,
                     pass,
                 }),
-                elem_bytes: m.elem_bytes,
-                measured_s: total_s / calls as f64,
-                board_power_w: None,
-                timed_s: 0.0,
-                profile: None,
-            });
+                m.elem_bytes,
+                total_s / calls as f64,
+            ));
         }
     }
     Ok(found)
