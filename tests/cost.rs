@@ -14,7 +14,7 @@ use tandem::cost::{
     PowerSample,
 };
 use tandem::error::{parse_toml, read_input, InputError};
-use tandem::workload::{CollectiveKind, CoreType, Op, OpKind, Pass, VectorOp, Workload};
+use tandem::workload::{CollectiveKind, CoreType, Launches, Op, OpKind, Pass, VectorOp, Workload};
 
 const KERNELS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/reference/a100_kernels");
 
@@ -607,6 +607,7 @@ fn cost_model_memoises_and_matches_direct_models() {
         flops: 2.0 * 8192.0 * 4608.0 * 1536.0,
         bytes_read: 0,
         bytes_written: 0,
+        launches: Launches::default(),
     };
     let c = model.op_cost(&gemm);
     assert_eq!(c.core, CoreType::Tensor);
@@ -637,6 +638,7 @@ fn cost_model_memoises_and_matches_direct_models() {
             flops: 0.0,
             bytes_read: 0,
             bytes_written: 0,
+            launches: Launches::default(),
         })
         .collect();
     let fresh = CostModel::new(&a100);
@@ -663,6 +665,7 @@ fn cost_model_memoises_and_matches_direct_models() {
         flops: 0.0,
         bytes_read: 0,
         bytes_written: 0,
+        launches: Launches::default(),
     };
     let c = model.op_cost(&link);
     assert_eq!(c.core, CoreType::Link);

@@ -721,6 +721,61 @@ fn per_tensor_parameter_kernels_visit_each_tensor() {
     );
 }
 
+/// The optimizer step's update and gradient norm are multi-tensor kernels: a launch per 320
+/// chunks of 65 536 elements (PyTorch's `multi_tensor_apply`), so a layer of 320 × 65 536 × 3 / 2
+/// parameters holds one and a half launches of each; the casts stay a kernel per tensor (or
+/// per layer), the weights' copy back of Megatron-LM 2021 (`per_tensor_grads`) is
+/// multi-tensor too. PyTorch's softmax backward is two kernels, its cross-entropy two forward
+/// and four backward.
+#[test]
+fn launches_count_multi_tensor_chunks_and_multi_kernel_operators() {
+    let mut w = load("workloads/gpt-1.7b.toml");
+    let chunks = 320 * 65_536u64;
+    let tensors = [chunks, chunks / 2];
+    let launches = |w: &Workload| -> Vec<(String, f64)> {
+        w.optimizer_step_ops(&tensors)
+            .iter()
+            .map(|op| (op.name.clone(), op.launches()))
+            .collect()
+    };
+    let named = |list: &[(&str, f64)]| -> Vec<(String, f64)> {
+        list.iter().map(|&(n, l)| (n.to_string(), l)).collect()
+    };
+    assert_eq!(
+        launches(&w),
+        named(&[
+            ("grads_to_fp32", 1.0),
+            ("grad_norm", 1.5),
+            ("optimizer_step", 1.5),
+            ("weights_from_fp32", 1.0),
+        ])
+    );
+    w.param_kernels = ParamKernels::PerTensorGrads;
+    assert_eq!(
+        launches(&w),
+        named(&[
+            ("grads_to_fp32", 1.0),
+            ("grads_to_fp32", 1.0),
+            ("grad_norm", 1.5),
+            ("optimizer_step", 1.5),
+            ("weights_from_fp32", 1.5),
+        ])
+    );
+    let graph = w.layer_graph(1, 1, false).expect("graph");
+    let launches_of = |name: &str| -> Vec<f64> {
+        graph
+            .layers
+            .iter()
+            .flat_map(|l| l.fwd.ops.iter().chain(&l.bwd.ops))
+            .filter(|op| op.name.starts_with(name))
+            .map(|op| op.launches())
+            .collect()
+    };
+    assert_eq!(launches_of("softmax")[..2], [1.0, 2.0]);
+    assert_eq!(launches_of("cross_entropy"), [2.0, 4.0]);
+    assert_eq!(launches_of("qkv")[..3], [1.0, 1.0, 1.0]);
+}
+
 #[test]
 fn dag_workload_loads_scales_and_derives_backward() {
     let w = load("examples/dag-workload.json");

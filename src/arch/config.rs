@@ -408,13 +408,13 @@ impl PerVectorOp {
 }
 
 impl Efficiency {
-    /// The time of `kernels` kernels launched eagerly one after another whose GPU work, as a
+    /// The time of `launches` kernels launched eagerly one after another whose GPU work, as a
     /// graph replay times it, is `gpu_s` in all: each adds `launch_gap_s`, and the pass takes
     /// no less than the host's dispatch of all of them. The host usually runs ahead of a busy
-    /// GPU, so this is the pass's time when it starts with the host no further ahead.
-    pub fn eager_pass_s(&self, gpu_s: f64, kernels: usize) -> f64 {
-        let n = kernels as f64;
-        (gpu_s + n * self.launch_gap_s).max(n * self.host_dispatch_s)
+    /// GPU, so this is the pass's time when it starts with the host no further ahead. A
+    /// layer's share of a multi-tensor kernel counts as a fraction of a launch.
+    pub fn eager_pass_s(&self, gpu_s: f64, launches: f64) -> f64 {
+        (gpu_s + launches * self.launch_gap_s).max(launches * self.host_dispatch_s)
     }
 
     /// Fixed overhead of one vector kernel of primitive `op` in `pass`.

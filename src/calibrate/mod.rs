@@ -25,7 +25,7 @@ pub use measurements::{
 use runs::measured_precision;
 pub use runs::{
     composite_latency, gpt_block_class_s, gpt_block_gemm_s, gpt_block_graphs, gpt_block_latency,
-    gpt_step_gemm_s, gpt_step_latency, measured_class_s, measured_gemm_s,
+    gpt_step_gemm_s, gpt_step_latency, measured_class_launches, measured_class_s, measured_gemm_s,
     megatron_flops_per_iteration, model_kernel_class, validate_runs, RunError, RunPlans,
 };
 
@@ -210,14 +210,21 @@ pub struct ClassSplit {
     pub predicted_s: f64,
     /// (predicted − measured) / measured; none where nothing of the class was profiled.
     pub signed_error: Option<f64>,
+    /// The profiled kernels of the class.
+    pub gpu_kernels: u64,
+    /// The model's launches of the class (`predict_launches`; a multi-tensor kernel's share
+    /// of a launch per layer makes it fractional).
+    pub predicted_kernels: f64,
 }
 
 /// Every profiled block pass and training iteration among `measurements`, class by class:
 /// its profiled kernels against the model's operators of the class (`predict_classes`, e.g.
-/// [`measured_class_s`]), in the measurements' order and then by class name.
+/// [`measured_class_s`], and `predict_launches`, e.g. [`measured_class_launches`]), in the
+/// measurements' order and then by class name.
 pub fn class_splits(
     measurements: &[Measurement],
     predict_classes: impl Fn(&Measurement) -> Option<BTreeMap<&'static str, f64>>,
+    predict_launches: impl Fn(&Measurement) -> Option<BTreeMap<&'static str, f64>>,
 ) -> Vec<ClassSplit> {
     let mut out = Vec::new();
     for m in measurements {
@@ -229,7 +236,7 @@ pub fn class_splits(
             Target::Step(step) => step.label(),
             _ => continue,
         };
-        let Some(predicted) = predict_classes(m) else {
+        let (Some(predicted), Some(launches)) = (predict_classes(m), predict_launches(m)) else {
             continue;
         };
         let classes: BTreeSet<&str> = profile
@@ -249,6 +256,8 @@ pub fn class_splits(
                 gpu_s,
                 predicted_s,
                 signed_error: (gpu_s > 0.0).then(|| (predicted_s - gpu_s) / gpu_s),
+                gpu_kernels: profile.class_calls.get(class).copied().unwrap_or(0),
+                predicted_kernels: launches.get(class).copied().unwrap_or(0.0),
             });
         }
     }
@@ -265,6 +274,8 @@ pub struct ClassTotal {
     pub passes: usize,
     pub gpu_s: f64,
     pub predicted_s: f64,
+    pub gpu_kernels: u64,
+    pub predicted_kernels: f64,
 }
 
 /// [`ClassTotal`]s of `splits`, by pass kind, then kernel class.
@@ -279,10 +290,14 @@ pub fn class_totals(splits: &[ClassSplit]) -> Vec<ClassTotal> {
                 passes: 0,
                 gpu_s: 0.0,
                 predicted_s: 0.0,
+                gpu_kernels: 0,
+                predicted_kernels: 0.0,
             });
         total.passes += 1;
         total.gpu_s += s.gpu_s;
         total.predicted_s += s.predicted_s;
+        total.gpu_kernels += s.gpu_kernels;
+        total.predicted_kernels += s.predicted_kernels;
     }
     totals.into_values().collect()
 }
@@ -392,7 +407,7 @@ pub fn kernel_errors(
                     match m.target {
                         // A burst of eager calls is an eager pass of the call's kernels.
                         Target::Eager { launches, .. } => (
-                            isolated.efficiency.eager_pass_s(gpu_s, launches as usize),
+                            isolated.efficiency.eager_pass_s(gpu_s, f64::from(launches)),
                             shape(&kind),
                             Some(working_set),
                         ),

@@ -11,7 +11,8 @@ use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
-    AttentionSoftmax, GptSizes, Model, OpGraph, OpKind, ParamKernels, Precision, VectorOp, Workload,
+    AttentionSoftmax, GptSizes, Model, Op, OpGraph, OpKind, ParamKernels, Precision, VectorOp,
+    Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -600,6 +601,49 @@ pub fn gpt_step_class_s(
         }
     }
     Ok(Some(class_s))
+}
+
+/// The model's kernel launches by class ([`model_kernel_class`]) of a measured block pass or
+/// training step, to set beside the kernels its profile counts: a block pass's operators
+/// ([`gpt_block_graphs`]); a step's every forward, the forwards full recompute reruns, every
+/// backward and the optimizer step's kernels ([`gpt_step_class_s`]'s operators), each
+/// [`Op::launches`](crate::workload::Op::launches) times. `None` for other measurements, a
+/// step under selective recompute, or a shape that cannot be built.
+pub fn measured_class_launches(m: &Measurement) -> Option<BTreeMap<&'static str, f64>> {
+    let precision = measured_precision(m.elem_bytes);
+    let mut launches: BTreeMap<&'static str, f64> = BTreeMap::new();
+    let mut add = |ops: &[Op], runs: f64| {
+        for op in ops {
+            *launches.entry(model_kernel_class(&op.kind)).or_default() += runs * op.launches();
+        }
+    };
+    match m.target {
+        Target::Block { backward, shape } => {
+            let (_, [fwd, bwd]) = gpt_block_graphs(shape, precision).ok()?;
+            add(if backward { &bwd.ops } else { &fwd.ops }, 1.0);
+        }
+        Target::Step(step) => {
+            let rerun = match step.recompute {
+                RecomputeMode::Selective => return None,
+                RecomputeMode::None => false,
+                RecomputeMode::Full => true,
+            };
+            let (workload, micro_batch) = measured_step_workload(step, precision).ok()?;
+            let graph = workload.layer_graph(1, micro_batch, false).ok()?;
+            for layer in &graph.layers {
+                let forwards = if rerun && layer.activation_bytes.recomputed_under_full() {
+                    2.0
+                } else {
+                    1.0
+                };
+                add(&layer.fwd.ops, forwards);
+                add(&layer.bwd.ops, 1.0);
+                add(&workload.optimizer_step_ops(&layer.param_tensors), 1.0);
+            }
+        }
+        _ => return None,
+    }
+    Some(launches)
 }
 
 /// The model's GEMM time of a measured block pass ([`gpt_block_gemm_s`]) or training step

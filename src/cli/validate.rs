@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
     class_splits, class_totals, composite_latency, gemm_splits, kernel_errors, load_measurements,
-    measured_class_s, step_errors, summarise, summarise_by_working_set, summarise_errors,
-    validate_runs, with_in_block_kernels, ClassSplit, ClassTotal, ErrorSummary, GemmSplit,
-    KernelError, Measurement, RunError, RunPlans, StepError, GEMM_CLASS,
+    measured_class_launches, measured_class_s, step_errors, summarise, summarise_by_working_set,
+    summarise_errors, validate_runs, with_in_block_kernels, ClassSplit, ClassTotal, ErrorSummary,
+    GemmSplit, KernelError, Measurement, RunError, RunPlans, StepError, GEMM_CLASS,
 };
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
@@ -156,7 +156,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 summaries.extend(s.into_iter().map(|x| (scope, x)));
             }
         }
-        class_rows = class_splits(&measurements, classes_of);
+        class_rows = class_splits(&measurements, classes_of, measured_class_launches);
         if !class_rows.is_empty() {
             let rows: Vec<Vec<String>> = class_totals(&class_rows).iter().map(class_row).collect();
             println!("profiled block passes and iterations by kernel class, summed over each kind");
@@ -270,13 +270,15 @@ model's GEMMs of the same pass or iteration (the tensor-core operators of its sc
 the rest, against the rest of the model's: a block pass's other kernels, an iteration's other \
 kernels and the launch gap after every kernel.\n\n";
 
-const CLASS_HEADER: [&str; 6] = [
+const CLASS_HEADER: [&str; 8] = [
     "pass",
     "kernel class",
     "passes",
     "profiled",
     "model",
     "error",
+    "kernels profiled",
+    "model's launches",
 ];
 
 const CLASS_NOTE: &str = "Each profiled block pass's and iteration's kernels by class \
@@ -285,7 +287,9 @@ backward's element-wise product with its row reduction, copies between dtypes as
 embedding's gather and backward as the embedding; `other`: memsets, fills and kernels no \
 operator stands for), against the model's operators of the class in the same pass or \
 iteration, GPU time without launch gaps, summed over the passes or iterations of a kind \
-(`classes.csv`: one by one).\n\n";
+(`classes.csv`: one by one); and the kernels each launched against the model's launches, each \
+of which pays the launch gap in an eager iteration (a multi-tensor kernel, the optimizer's \
+update, counts a launch per 320 chunks of 65 536 elements, shared out over the layers).\n\n";
 
 fn class_row(t: &ClassTotal) -> Vec<String> {
     let error = if t.gpu_s > 0.0 {
@@ -300,6 +304,8 @@ fn class_row(t: &ClassTotal) -> Vec<String> {
         seconds(t.gpu_s),
         seconds(t.predicted_s),
         error,
+        t.gpu_kernels.to_string(),
+        format!("{:.0}", t.predicted_kernels),
     ]
 }
 

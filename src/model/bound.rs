@@ -21,8 +21,8 @@ fn layer_bounds(layer: &Layer, cost: &CostModel) -> Result<[f64; 3], ScheduleErr
     // Eager launch only adds to a pass, and monotonically in its GPU time.
     let efficiency = &cost.arch().efficiency;
     Ok([
-        efficiency.eager_pass_s(lower_bound(&fwd_problem)?, layer.fwd.ops.len()),
-        efficiency.eager_pass_s(lower_bound(&bwd_problem)?, layer.bwd.ops.len()),
+        efficiency.eager_pass_s(lower_bound(&fwd_problem)?, layer.fwd.launches()),
+        efficiency.eager_pass_s(lower_bound(&bwd_problem)?, layer.bwd.launches()),
         attention_core(&layer.fwd, &fwd_problem, efficiency).0,
     ])
 }
@@ -129,8 +129,8 @@ impl LayerWork {
             let efficiency = &cost.arch().efficiency;
             let (selective_s, selective_j) = attention_core(&layer.fwd, &fwd_problem, efficiency);
             let times = [
-                efficiency.eager_pass_s(lower_bound(&fwd_problem)?, layer.fwd.ops.len()),
-                efficiency.eager_pass_s(lower_bound(&bwd_problem)?, layer.bwd.ops.len()),
+                efficiency.eager_pass_s(lower_bound(&fwd_problem)?, layer.fwd.launches()),
+                efficiency.eager_pass_s(lower_bound(&bwd_problem)?, layer.bwd.launches()),
                 selective_s,
             ];
             let joules = [

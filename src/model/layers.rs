@@ -212,8 +212,8 @@ pub fn layer_costs(
                 let fwd = cache.get_or_compute(&format!("{key}|fwd"), hardware, &fwd_problem)?;
                 let bwd = cache.get_or_compute(&format!("{key}|bwd"), hardware, &bwd_problem)?;
                 let efficiency = &cost.arch().efficiency;
-                let fwd_s = efficiency.eager_pass_s(fwd.makespan_s, layer.fwd.ops.len());
-                let bwd_s = efficiency.eager_pass_s(bwd.makespan_s, layer.bwd.ops.len());
+                let fwd_s = efficiency.eager_pass_s(fwd.makespan_s, layer.fwd.launches());
+                let bwd_s = efficiency.eager_pass_s(bwd.makespan_s, layer.bwd.launches());
                 let (selective_recompute_s, selective_recompute_energy_j) =
                     attention_core(&layer.fwd, &fwd_problem, efficiency);
                 let (optimizer_step_s, optimizer_step_energy_j) =
@@ -333,8 +333,9 @@ fn kernels_in_turn(cost: &CostModel, ops: &[Op]) -> (f64, f64) {
             }
         })
         .fold((0.0, 0.0), |(s, j), (op_s, op_j)| (s + op_s, j + op_j));
+    let launches = ops.iter().map(Op::launches).sum();
     (
-        cost.arch().efficiency.eager_pass_s(gpu_s, ops.len()),
+        cost.arch().efficiency.eager_pass_s(gpu_s, launches),
         energy_j,
     )
 }
@@ -370,7 +371,7 @@ pub(super) fn attention_core(
     };
     let mut time_s = 0.0;
     let mut energy_j = 0.0;
-    let mut kernels = 0;
+    let mut launches = 0.0;
     for (op, sched) in graph.ops.iter().zip(&problem.ops) {
         if touches_scores(&op.kind) {
             let (t, e) = if sched.all_cores_s < sched.one_core_s {
@@ -380,8 +381,8 @@ pub(super) fn attention_core(
             };
             time_s += t;
             energy_j += e;
-            kernels += 1;
+            launches += op.launches();
         }
     }
-    (efficiency.eager_pass_s(time_s, kernels), energy_j)
+    (efficiency.eager_pass_s(time_s, launches), energy_j)
 }

@@ -64,6 +64,33 @@ impl OpKind {
     }
 }
 
+/// Elements one chunk of a multi-tensor kernel covers, and chunks one launch of it takes:
+/// PyTorch's `multi_tensor_apply` (ATen/native/cuda/MultiTensorApply.cuh: `kChunkSize` 65 536,
+/// `depth_to_max_blocks` 320) and apex's, which Megatron-LM calls with chunks of 2048 × 32.
+const MULTI_TENSOR_CHUNK_ELEMENTS: f64 = 65_536.0;
+const MULTI_TENSOR_CHUNKS_PER_LAUNCH: f64 = 320.0;
+
+/// How a GPU framework launches an operator: what the chip's launch gap
+/// (`efficiency.launch_gap_s`) is paid for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Launches {
+    /// This many kernels one after another (PyTorch's softmax backward: the element-wise
+    /// product, then the row reduction).
+    Kernels(u32),
+    /// One multi-tensor kernel over many layers' tensors (the optimizer step's update, its
+    /// gradient unscaling and norm): a launch per 320 chunks of 65 536 elements, so a layer's
+    /// share is its elements over 20 971 520 (collect.py's fused Adam over GPT-1.7B's 1.65 G
+    /// parameters: 79 by this count, 80 profiled).
+    MultiTensor,
+}
+
+impl Default for Launches {
+    fn default() -> Self {
+        Launches::Kernels(1)
+    }
+}
+
 /// One operator of a layer, per device, for one micro-batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Op {
@@ -77,6 +104,25 @@ pub struct Op {
     /// results, once each); the cost model adds re-reads caused by tiling.
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// How its kernels are launched.
+    #[serde(default)]
+    pub launches: Launches,
+}
+
+impl Op {
+    /// Kernel launches of one call, or a layer's share of a multi-tensor kernel's.
+    pub fn launches(&self) -> f64 {
+        match self.launches {
+            Launches::Kernels(n) => f64::from(n),
+            Launches::MultiTensor => {
+                let elements = match self.kind {
+                    OpKind::Vector { elements, .. } => elements,
+                    OpKind::Gemm { .. } | OpKind::Collective { .. } => 0,
+                };
+                elements as f64 / (MULTI_TENSOR_CHUNK_ELEMENTS * MULTI_TENSOR_CHUNKS_PER_LAUNCH)
+            }
+        }
+    }
 }
 
 /// A DAG of operators. Invariant: `ops` are in topological order and every edge `(i, j)`
@@ -90,6 +136,11 @@ pub struct OpGraph {
 impl OpGraph {
     pub fn total_flops(&self) -> f64 {
         self.ops.iter().map(|o| o.flops).sum()
+    }
+
+    /// Kernel launches of one run of the graph ([`Op::launches`]).
+    pub fn launches(&self) -> f64 {
+        self.ops.iter().map(Op::launches).sum()
     }
 
     /// The graph with its collectives removed: what one device computes of a tensor-parallel

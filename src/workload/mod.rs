@@ -164,6 +164,14 @@ impl ParamKernels {
     }
 }
 
+/// `op` launched as a multi-tensor kernel.
+fn multi_tensor(op: Op) -> Op {
+    Op {
+        launches: Launches::MultiTensor,
+        ..op
+    }
+}
+
 /// Bytes held per model parameter, by role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BytesPerModelParam {
@@ -439,8 +447,10 @@ impl Workload {
     /// SGD reads weights and gradients and writes the weights. Before the update, loss scaling
     /// takes the scale off the gradients and checks them for infinities (one read and write),
     /// and clipping computes their norm (one read): Megatron-LM's
-    /// `_unscale_main_grads_and_check_for_nan` and `clip_grad_norm_fp32`, multi-tensor
-    /// kernels in PyTorch too, so one per layer.
+    /// `_unscale_main_grads_and_check_for_nan` and `clip_grad_norm_fp32`. The update, the
+    /// unscaling and the norm are multi-tensor kernels (PyTorch's fused Adam and `_foreach`
+    /// ops, apex's in Megatron-LM), launched over all layers' tensors together
+    /// ([`Launches::MultiTensor`]), as is the copy of the weights back where it is not per tensor.
     pub fn optimizer_step_ops(&self, param_tensors: &[u64]) -> Vec<Op> {
         let params: u64 = param_tensors.iter().sum();
         let e = self.precision.bytes();
@@ -463,26 +473,32 @@ impl Workload {
             (self.gradient_clipping, "grad_norm", VectorOp::Norm),
         ] {
             if wanted {
-                ops.push(ops::vector(name, op, params, 1, grad_bytes));
+                ops.push(multi_tensor(ops::vector(name, op, params, 1, grad_bytes)));
             }
         }
-        ops.push(match self.optimizer {
+        ops.push(multi_tensor(match self.optimizer {
             Optimizer::Adam => ops::vector("optimizer_step", VectorOp::Update, params, 1, 4),
             Optimizer::Sgd => ops::vector("optimizer_step", VectorOp::Add, params, 1, e),
-        });
+        }));
         if mixed {
+            let weights_multi_tensor = self.param_kernels == ParamKernels::PerTensorGrads;
             ops.extend(
                 self.param_kernel_sizes(param_tensors, false)
                     .into_iter()
                     .map(|n| {
-                        ops::vector_in_pass(
+                        let op = ops::vector_in_pass(
                             "weights_from_fp32",
                             VectorOp::Cast,
                             Pass::Backward,
                             n,
                             1,
                             e,
-                        )
+                        );
+                        if weights_multi_tensor {
+                            multi_tensor(op)
+                        } else {
+                            op
+                        }
                     }),
             );
         }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use super::graph::{CollectiveKind, Op, OpGraph, OpKind};
+use super::graph::{CollectiveKind, Launches, Op, OpGraph, OpKind};
 use crate::vocab::{Pass, VectorOp};
 
 /// Multiplies sizes, saturating instead of wrapping on absurd inputs.
@@ -49,6 +49,7 @@ pub(crate) fn gemm(name: &str, batch: u64, m: u64, n: u64, k: u64, elem_bytes: u
         flops: 2.0 * batch as f64 * m as f64 * n as f64 * k as f64,
         bytes_read: mul(&[batch, m.saturating_mul(k).saturating_add(mul(&[k, n])), e]),
         bytes_written: mul(&[batch, m, n, e]),
+        launches: Launches::default(),
     }
 }
 
@@ -88,6 +89,18 @@ pub(crate) fn vector_in_pass(
             .saturating_add(mul(&[elements / 2, traffic.causal_reads * e])),
         bytes_written: mul(&[elements, traffic.writes * e + traffic.extra_write_bytes])
             .saturating_add(reduced_output_bytes),
+        // PyTorch's softmax backward multiplies the gradient by the output in one kernel and
+        // reduces the rows in a second (profiled in every block backward, any row length); its
+        // cross-entropy is a log-softmax and an NLL loss, whose backward starts from autograd's
+        // one-element seed of the loss gradient, zero-fills its input gradient, scatters into
+        // it and runs the log-softmax backward (profiled in every iteration).
+        launches: match (op, pass) {
+            (VectorOp::Softmax, Pass::Backward) | (VectorOp::CrossEntropy, Pass::Forward) => {
+                Launches::Kernels(2)
+            }
+            (VectorOp::CrossEntropy, Pass::Backward) => Launches::Kernels(4),
+            _ => Launches::default(),
+        },
     }
 }
 
@@ -110,6 +123,7 @@ pub(crate) fn collective(
         flops: 0.0,
         bytes_read: bytes,
         bytes_written: bytes,
+        launches: Launches::default(),
     }
 }
 

@@ -925,7 +925,11 @@ impl Template {
     }
 
     fn embedding_activation_bytes(&self, shape: &Shape) -> ActivationBytes {
-        // Token ids (int32) always; the dropout mask and BERT's layernorm input without recompute.
+        // Token ids (int32), the dropout mask and BERT's layernorm input. Full recompute
+        // checkpoints the transformer layers only (Megatron-LM's `--recompute-granularity full`,
+        // Korthikanti et al. §4 keep the embedding's dropout mask; PyTorch's profile of a
+        // checkpointed iteration runs the embedding's kernels once): the embedding keeps them
+        // and is not rerun.
         let ids = 4 * shape.tokens();
         let local = shape.local_tokens() * self.hidden;
         let kept = ids
@@ -938,7 +942,7 @@ impl Template {
         ActivationBytes {
             none: kept,
             selective: kept,
-            full: ids,
+            full: kept,
         }
     }
 
