@@ -152,7 +152,36 @@ impl VectorTraffic {
     }
 }
 
+/// Indices up to which PyTorch's embedding backward runs one kernel over the features
+/// (`embedding_dense_backward_cuda`: `num_indices <= 3072`); beyond, it sorts the indices and
+/// sums the gradient rows segment by segment.
+const EMBEDDING_FEATURE_KERNEL_MAX_TOKENS: u64 = 3072;
+
+/// Kernels of PyTorch's sorting embedding backward (profiled in collect.py's iterations: an
+/// arange, the radix sort's histogram, scan and eight one-sweep passes, the unique-by-key,
+/// five segment kernels, the scan's two, then the partial sums and their scatter).
+const EMBEDDING_SORTED_BACKWARD_KERNELS: u32 = 20;
+
 impl VectorOp {
+    /// Kernels PyTorch runs for one call of the primitive's `pass` over `elements` in rows of
+    /// `row_len`, each paying the kernel's fixed cost (`efficiency.vector_op_…overhead_s`) and,
+    /// launched eagerly, the launch gap: the softmax backward's product then row reduction, the
+    /// cross-entropy's log-softmax and NLL loss (backward: autograd's seed of the loss gradient,
+    /// NLL's zero-fill and scatter, the log-softmax backward), the embedding backward beyond
+    /// 3072 tokens its sort and segment sums; one for the rest.
+    pub fn kernels(self, pass: Pass, elements: u64, row_len: u64) -> u32 {
+        match (self, pass) {
+            (VectorOp::Softmax, Pass::Backward) | (VectorOp::CrossEntropy, Pass::Forward) => 2,
+            (VectorOp::CrossEntropy, Pass::Backward) => 4,
+            (VectorOp::Embedding, Pass::Backward)
+                if elements / row_len.max(1) > EMBEDDING_FEATURE_KERNEL_MAX_TOKENS =>
+            {
+                EMBEDDING_SORTED_BACKWARD_KERNELS
+            }
+            _ => 1,
+        }
+    }
+
     /// What the primitive's `pass` kernel reads and writes per element. A backward kernel
     /// reads the incoming gradient and the saved tensors it differentiates through, and writes
     /// one gradient per forward input (PyTorch's and Megatron-LM's kernels).

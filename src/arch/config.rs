@@ -185,7 +185,8 @@ pub struct Efficiency {
     pub hbm_bandwidth: f64,
     /// Fixed time added to every GEMM (kernel launch, prologue/epilogue).
     pub gemm_overhead_s: f64,
-    /// Fixed time added to every vector kernel.
+    /// Fixed time added to every vector kernel (a primitive that PyTorch runs as several pays
+    /// it for each: `VectorOp::kernels`).
     pub vector_overhead_s: f64,
     /// Per-primitive overrides of `vector_overhead_s` (kernels differ in launch and
     /// prologue work); unset primitives use `vector_overhead_s`.

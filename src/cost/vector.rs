@@ -165,10 +165,11 @@ pub fn vector_cost(
         arch.glb.bandwidth_bytes_per_s * f64::from(cores) / f64::from(arch.vector.count.max(1));
     let glb_s = glb_bytes / glb_bw;
 
+    // Each kernel of the primitive pays the fixed cost.
     let overhead_s = if elements == 0 {
         0.0
     } else {
-        eff.vector_overhead_for(op, pass)
+        eff.vector_overhead_for(op, pass) * f64::from(op.kernels(pass, elements, row_len))
     };
     let bound = dominant_bound(
         compute_s,

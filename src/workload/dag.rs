@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::graph::{ActivationBytes, Layer, LayerGraph, Op, OpGraph, OpKind, ReplicatedParams};
+use super::graph::{
+    ActivationBytes, Launches, Layer, LayerGraph, Op, OpGraph, OpKind, ReplicatedParams,
+};
 use super::ops::{build_graphs, collective, gemm, mul, vector, Node};
 use super::{Model, Optimizer, ParamKernels, Precision, Workload};
 use crate::error::InputError;
@@ -385,8 +387,12 @@ fn scaled_op(op: &DagOp, micro_batch: u64, elem_bytes: u32) -> Op {
                 row_len,
                 elem_bytes,
             );
-            if let OpKind::Vector { pass: p, .. } = &mut scaled.kind {
+            if let OpKind::Vector {
+                pass: p, elements, ..
+            } = &mut scaled.kind
+            {
                 *p = pass;
+                scaled.launches = Launches::Kernels(prim.kernels(pass, *elements, row_len));
             }
             scaled
         }

@@ -562,6 +562,7 @@ impl Workload {
             tp: u64::from(tp),
             sequence_parallel,
             precision: self.precision,
+            gradient_accumulation_fusion: self.gradient_accumulation_fusion,
         }
     }
 

@@ -89,18 +89,7 @@ pub(crate) fn vector_in_pass(
             .saturating_add(mul(&[elements / 2, traffic.causal_reads * e])),
         bytes_written: mul(&[elements, traffic.writes * e + traffic.extra_write_bytes])
             .saturating_add(reduced_output_bytes),
-        // PyTorch's softmax backward multiplies the gradient by the output in one kernel and
-        // reduces the rows in a second (profiled in every block backward, any row length); its
-        // cross-entropy is a log-softmax and an NLL loss, whose backward starts from autograd's
-        // one-element seed of the loss gradient, zero-fills its input gradient, scatters into
-        // it and runs the log-softmax backward (profiled in every iteration).
-        launches: match (op, pass) {
-            (VectorOp::Softmax, Pass::Backward) | (VectorOp::CrossEntropy, Pass::Forward) => {
-                Launches::Kernels(2)
-            }
-            (VectorOp::CrossEntropy, Pass::Backward) => Launches::Kernels(4),
-            _ => Launches::default(),
-        },
+        launches: Launches::Kernels(op.kernels(pass, elements, row_len)),
     }
 }
 

@@ -517,6 +517,9 @@ pub(crate) struct Shape {
     pub tp: u64,
     pub sequence_parallel: bool,
     pub precision: Precision,
+    /// The weight-gradient GEMMs accumulate into the main gradients themselves
+    /// ([`Workload::gradient_accumulation_fusion`](super::Workload)).
+    pub gradient_accumulation_fusion: bool,
 }
 
 impl Shape {
@@ -1249,6 +1252,20 @@ impl Template {
         // then the partial rows are summed across the group.
         let gather = vector("embedding", VectorOp::Embedding, shape.tokens() * h, h, e);
         let x = bld.op(gather, &[], false);
+        // The table's gradient (its slice of the vocabulary) is added to another every
+        // micro-batch: with the GEMMs accumulating their own weight gradients, Megatron-LM's
+        // gradient hook adds it into the main gradient; tied to the head without that fusion,
+        // autograd sums it with the head's weight gradient (PyTorch's profile of an iteration:
+        // an add over vocabulary × hidden).
+        if shape.gradient_accumulation_fusion || self.block.tied_embeddings {
+            bld.nodes[x].leaf.push(vector(
+                "embedding_table.grad_add",
+                VectorOp::Add,
+                self.vocab_per_device(shape.tp) * h,
+                1,
+                e,
+            ));
+        }
         let mut x = bld.leave_parallel("tp_embedding_out", x, shape);
         if self.block.positions == Positions::Learned {
             // Learned positions are added to the rows (a kernel of their own, as Megatron-LM
