@@ -11,8 +11,8 @@ use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
-    AttentionSoftmax, GptSizes, Model, Op, OpGraph, OpKind, ParamKernels, Precision, VectorOp,
-    Workload,
+    AttentionSoftmax, GptSizes, Layer, Model, Op, OpGraph, OpKind, ParamKernels, Precision,
+    VectorOp, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -552,6 +552,23 @@ pub fn gpt_step_gemm_s(
         .map(|class_s| class_s.get(GEMM_CLASS).copied().unwrap_or(0.0)))
 }
 
+/// How many times a measured step runs a layer's forward: twice where full recompute reruns
+/// it; `None` under selective recompute, whose rerun attention core no layer's graph holds.
+fn step_forward_runs(recompute: RecomputeMode) -> Option<impl Fn(&Layer) -> f64> {
+    let rerun = match recompute {
+        RecomputeMode::Selective => return None,
+        RecomputeMode::None => false,
+        RecomputeMode::Full => true,
+    };
+    Some(move |layer: &Layer| {
+        if rerun && layer.activation_bytes.recomputed_under_full() {
+            2.0
+        } else {
+            1.0
+        }
+    })
+}
+
 /// The GPU time of a measured training step by kernel class ([`model_kernel_class`]): each
 /// operator's span in its layer's schedules (every forward, the forwards full recompute reruns,
 /// every backward) and the optimizer step's kernels, without the launch gaps; `None` under
@@ -563,10 +580,8 @@ pub fn gpt_step_class_s(
     precision: Precision,
 ) -> Result<Option<BTreeMap<&'static str, f64>>, EvaluateError> {
     let (workload, micro_batch) = measured_step_workload(step, precision)?;
-    let rerun = match step.recompute {
-        RecomputeMode::Selective => return Ok(None),
-        RecomputeMode::None => false,
-        RecomputeMode::Full => true,
+    let Some(forward_runs) = step_forward_runs(step.recompute) else {
+        return Ok(None);
     };
     let cost = CostModel::new(arch);
     let costs = layer_costs(&workload, &cost, cache, 1, micro_batch, false)?;
@@ -578,14 +593,9 @@ pub fn gpt_step_class_s(
             .iter()
             .find(|l| l.name == unique.name)
             .ok_or_else(|| InputError::invalid(&workload.source, "layers", "layer not in graph"))?;
-        let forwards = if rerun && layer.activation_bytes.recomputed_under_full() {
-            2.0
-        } else {
-            1.0
-        };
         let count = unique.count as f64;
         for (schedule, ops, runs) in [
-            (&unique.fwd, &layer.fwd, forwards),
+            (&unique.fwd, &layer.fwd, forward_runs(layer)),
             (&unique.bwd, &layer.bwd, 1.0),
         ] {
             for op in &schedule.ops {
@@ -623,20 +633,11 @@ pub fn measured_class_launches(m: &Measurement) -> Option<BTreeMap<&'static str,
             add(if backward { &bwd.ops } else { &fwd.ops }, 1.0);
         }
         Target::Step(step) => {
-            let rerun = match step.recompute {
-                RecomputeMode::Selective => return None,
-                RecomputeMode::None => false,
-                RecomputeMode::Full => true,
-            };
+            let forward_runs = step_forward_runs(step.recompute)?;
             let (workload, micro_batch) = measured_step_workload(step, precision).ok()?;
             let graph = workload.layer_graph(1, micro_batch, false).ok()?;
             for layer in &graph.layers {
-                let forwards = if rerun && layer.activation_bytes.recomputed_under_full() {
-                    2.0
-                } else {
-                    1.0
-                };
-                add(&layer.fwd.ops, forwards);
+                add(&layer.fwd.ops, forward_runs(layer));
                 add(&layer.bwd.ops, 1.0);
                 add(&workload.optimizer_step_ops(&layer.param_tensors), 1.0);
             }
