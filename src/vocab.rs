@@ -182,6 +182,17 @@ impl VectorOp {
         }
     }
 
+    /// Whether PyTorch's autograd keeps a tensor for the backward when the primitive runs in
+    /// a forward: not for adds, scalings by a constant, layout copies, stacks and casts, whose
+    /// gradients pass through unchanged or reshaped; for every other primitive (its input, its
+    /// output, dropout's mask, the embedding's indices).
+    pub fn saves_for_backward(self) -> bool {
+        !matches!(
+            self,
+            VectorOp::Add | VectorOp::Scale | VectorOp::Copy | VectorOp::Stack | VectorOp::Cast
+        )
+    }
+
     /// What the primitive's `pass` kernel reads and writes per element. A backward kernel
     /// reads the incoming gradient and the saved tensors it differentiates through, and writes
     /// one gradient per forward input (PyTorch's and Megatron-LM's kernels).

@@ -272,6 +272,7 @@ fn transformer(blocks: usize, tp: u32) -> LayerCostGraph {
         fwd_s: fwd_s / t,
         bwd_s: 2.0 * fwd_s / t,
         selective_recompute_s: 0.2 * fwd_s / t,
+        recompute_skipped_s: 0.0,
         params: params / u64::from(tp),
         activation_bytes: ActivationBytes {
             none: act,

@@ -29,6 +29,7 @@ fn layer(name: &str, fwd_s: f64, bwd_s: f64, params: u64, act: u64) -> LayerCost
         fwd_s,
         bwd_s,
         selective_recompute_s: 0.0,
+        recompute_skipped_s: 0.0,
         params,
         activation_bytes: ActivationBytes {
             none: act,

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use tandem::calibrate::megatron_flops_per_iteration;
 use tandem::placement::RecomputeMode;
 use tandem::workload::{
-    CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, ParamKernels, Pass, Precision,
-    VectorOp, Workload,
+    Checkpoint, CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, ParamKernels, Pass,
+    Precision, VectorOp, Workload,
 };
 
 fn load(name: &str) -> Workload {
@@ -944,6 +944,15 @@ fn bad_inputs_name_file_field_and_reason() {
         &e,
         &["act.toml", "activation", "unknown variant `swish`", "geglu"],
     );
+    let e = load_error("ckpt.toml", &format!("{GOOD}checkpoint = \"sometimes\"\n"));
+    assert_mentions(
+        &e,
+        &[
+            "ckpt.toml",
+            "`checkpoint`",
+            "unknown value `sometimes`; expected one of rerun, stop_early",
+        ],
+    );
     let e = load_error("hd.toml", &format!("{GOOD}head_dim = 0\n"));
     assert_mentions(&e, &["hd.toml", "`head_dim`", "got 0"]);
     let e = load_error("hd-wide.toml", &format!("{GOOD}head_dim = 2000000\n"));
@@ -1337,5 +1346,53 @@ fn vector_primitive_names_are_their_serde_names() {
             serde_json::to_value(op).expect("serialises"),
             serde_json::Value::String(op.name().to_string())
         );
+    }
+}
+
+/// PyTorch's non-reentrant checkpoint stops recomputing after the last operator that keeps a
+/// tensor for the backward: in a GPT block the residual add after the feed-forward's dropout
+/// (which keeps its mask); in a Llama block, which has no dropout, at t = 2 also the
+/// all-reduce before it (after the down projection, a GEMM, which keeps its inputs). Megatron-LM's
+/// recompute reruns everything, and it is the default.
+#[test]
+fn checkpoint_stop_early_skips_the_forward_tail_that_saves_nothing() {
+    let with = |text: &str| {
+        Workload::load(&write_temp(
+            "ckpt.toml",
+            &format!("{text}checkpoint = \"stop_early\"\n"),
+        ))
+        .expect("valid workload")
+    };
+    assert_eq!(
+        Workload::load(&write_temp("good.toml", GOOD))
+            .unwrap()
+            .checkpoint,
+        Checkpoint::Rerun
+    );
+    let gpt = with(GOOD);
+    assert_eq!(gpt.checkpoint, Checkpoint::StopEarly);
+    let llama = with(&GOOD.replace("\"gpt\"", "\"llama\""));
+    for (workload, tp, tail) in [
+        (&gpt, 1, vec!["residual2"]),
+        (&gpt, 2, vec!["residual2"]),
+        (&llama, 1, vec!["residual2"]),
+        (&llama, 2, vec!["tp_mlp_out", "residual2"]),
+    ] {
+        let graph = workload.layer_graph(tp, 1, false).expect("graph");
+        let fwd = &block(&graph).fwd;
+        let skipped = workload.checkpoint.skipped_ops(fwd);
+        let names: Vec<&str> = fwd.ops[fwd.ops.len() - skipped..]
+            .iter()
+            .map(|op| op.name.as_str())
+            .collect();
+        assert_eq!(names, tail, "{} t{tp}", workload.name);
+        assert!(fwd.ops[fwd.ops.len() - skipped - 1].saves_for_backward());
+        assert_eq!(Checkpoint::Rerun.skipped_ops(fwd), 0);
+        // Nothing outside the transformer blocks is rerun, whatever its tail.
+        assert!(graph
+            .layers
+            .iter()
+            .filter(|l| !l.activation_bytes.recomputed_under_full())
+            .all(|l| !l.name.starts_with("block")));
     }
 }

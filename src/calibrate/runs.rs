@@ -11,8 +11,8 @@ use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
-    AttentionSoftmax, GptSizes, Layer, Model, Op, OpGraph, OpKind, ParamKernels, Precision,
-    VectorOp, Workload,
+    AttentionSoftmax, Checkpoint, GptSizes, Layer, Model, Op, OpGraph, OpKind, ParamKernels,
+    Precision, VectorOp, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -531,6 +531,8 @@ fn measured_step_workload(
         loss_scaling: false,
         gradient_clipping: false,
         param_kernels: ParamKernels::PerTensor,
+        // collect.py checkpoints each block with `use_reentrant=False`.
+        checkpoint: Checkpoint::StopEarly,
         ..Workload::gpt("step", Path::new("measured step"), sizes, precision)?
     };
     let micro_batch = u32::try_from(sizes.global_batch)
@@ -552,20 +554,29 @@ pub fn gpt_step_gemm_s(
         .map(|class_s| class_s.get(GEMM_CLASS).copied().unwrap_or(0.0)))
 }
 
-/// How many times a measured step runs a layer's forward: twice where full recompute reruns
-/// it; `None` under selective recompute, whose rerun attention core no layer's graph holds.
-fn step_forward_runs(recompute: RecomputeMode) -> Option<impl Fn(&Layer) -> f64> {
+/// How many times a measured step of `workload` runs each operator of a layer's forward:
+/// twice where full recompute reruns it (all but the trailing operators its checkpoint skips,
+/// [`Checkpoint::skipped_ops`]); `None` under selective recompute, whose rerun attention core
+/// no layer's graph holds.
+fn step_forward_runs(
+    recompute: RecomputeMode,
+    workload: &Workload,
+) -> Option<impl Fn(&Layer) -> Vec<f64> + '_> {
     let rerun = match recompute {
         RecomputeMode::Selective => return None,
         RecomputeMode::None => false,
         RecomputeMode::Full => true,
     };
     Some(move |layer: &Layer| {
-        if rerun && layer.activation_bytes.recomputed_under_full() {
-            2.0
+        let ops = layer.fwd.ops.len();
+        let rerun_ops = if rerun && layer.activation_bytes.recomputed_under_full() {
+            ops - workload.checkpoint.skipped_ops(&layer.fwd)
         } else {
-            1.0
-        }
+            0
+        };
+        (0..ops)
+            .map(|i| if i < rerun_ops { 2.0 } else { 1.0 })
+            .collect()
     })
 }
 
@@ -580,7 +591,7 @@ pub fn gpt_step_class_s(
     precision: Precision,
 ) -> Result<Option<BTreeMap<&'static str, f64>>, EvaluateError> {
     let (workload, micro_batch) = measured_step_workload(step, precision)?;
-    let Some(forward_runs) = step_forward_runs(step.recompute) else {
+    let Some(forward_runs) = step_forward_runs(step.recompute, &workload) else {
         return Ok(None);
     };
     let cost = CostModel::new(arch);
@@ -594,14 +605,16 @@ pub fn gpt_step_class_s(
             .find(|l| l.name == unique.name)
             .ok_or_else(|| InputError::invalid(&workload.source, "layers", "layer not in graph"))?;
         let count = unique.count as f64;
+        let fwd_runs = forward_runs(layer);
+        let bwd_runs = vec![1.0; layer.bwd.ops.len()];
         for (schedule, ops, runs) in [
-            (&unique.fwd, &layer.fwd, forward_runs(layer)),
-            (&unique.bwd, &layer.bwd, 1.0),
+            (&unique.fwd, &layer.fwd, &fwd_runs),
+            (&unique.bwd, &layer.bwd, &bwd_runs),
         ] {
             for op in &schedule.ops {
                 *class_s
                     .entry(model_kernel_class(&ops.ops[op.op].kind))
-                    .or_default() += count * runs * (op.end_s - op.start_s);
+                    .or_default() += count * runs[op.op] * (op.end_s - op.start_s);
             }
         }
         for op in workload.optimizer_step_ops(&layer.param_tensors) {
@@ -622,24 +635,25 @@ pub fn gpt_step_class_s(
 pub fn measured_class_launches(m: &Measurement) -> Option<BTreeMap<&'static str, f64>> {
     let precision = measured_precision(m.elem_bytes);
     let mut launches: BTreeMap<&'static str, f64> = BTreeMap::new();
-    let mut add = |ops: &[Op], runs: f64| {
-        for op in ops {
-            *launches.entry(model_kernel_class(&op.kind)).or_default() += runs * op.launches();
+    let mut add = |ops: &[Op], runs: Option<&[f64]>| {
+        for (i, op) in ops.iter().enumerate() {
+            *launches.entry(model_kernel_class(&op.kind)).or_default() +=
+                runs.map_or(1.0, |r| r[i]) * op.launches();
         }
     };
     match m.target {
         Target::Block { backward, shape } => {
             let (_, [fwd, bwd]) = gpt_block_graphs(shape, precision).ok()?;
-            add(if backward { &bwd.ops } else { &fwd.ops }, 1.0);
+            add(if backward { &bwd.ops } else { &fwd.ops }, None);
         }
         Target::Step(step) => {
-            let forward_runs = step_forward_runs(step.recompute)?;
             let (workload, micro_batch) = measured_step_workload(step, precision).ok()?;
+            let forward_runs = step_forward_runs(step.recompute, &workload)?;
             let graph = workload.layer_graph(1, micro_batch, false).ok()?;
             for layer in &graph.layers {
-                add(&layer.fwd.ops, forward_runs(layer));
-                add(&layer.bwd.ops, 1.0);
-                add(&workload.optimizer_step_ops(&layer.param_tensors), 1.0);
+                add(&layer.fwd.ops, Some(&forward_runs(layer)));
+                add(&layer.bwd.ops, None);
+                add(&workload.optimizer_step_ops(&layer.param_tensors), None);
             }
         }
         _ => return None,

@@ -3,7 +3,7 @@
 //! bound of a workload's unique layers (`LayerWork`).
 
 use super::evaluate::{placement_problem, tensor_widths};
-use super::layers::{attention_core, grad_accumulation, optimizer_step};
+use super::layers::{attention_core, grad_accumulation, optimizer_step, recompute_skipped};
 use super::{EvaluateError, PlanOptions};
 use crate::arch::Tier;
 use crate::cost::CostModel;
@@ -13,17 +13,33 @@ use crate::schedule::{energy_lower_bound, lower_bound, ScheduleError, SchedulePr
 use crate::workload::{Layer, Workload};
 use std::collections::BTreeMap;
 
-/// Forward, backward and selective-recompute lower bounds of one layer on `cost`'s chip, as
-/// training launches their kernels.
-fn layer_bounds(layer: &Layer, cost: &CostModel) -> Result<[f64; 3], ScheduleError> {
+/// Forward, backward and selective-recompute lower bounds of one layer of `workload` on
+/// `cost`'s chip, as training launches their kernels, and what full recompute skips of the
+/// forward's bound (the forward's bound less it bounds the rerun from below).
+fn layer_bounds(
+    workload: &Workload,
+    layer: &Layer,
+    cost: &CostModel,
+) -> Result<[f64; 4], ScheduleError> {
     let fwd_problem = ScheduleProblem::from_op_graph(&layer.fwd, cost);
     let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
     // Eager launch only adds to a pass, and monotonically in its GPU time.
     let efficiency = &cost.arch().efficiency;
+    let fwd_gpu_s = lower_bound(&fwd_problem)?;
+    let skipped_ops = workload.checkpoint.skipped_ops(&layer.fwd);
     Ok([
-        efficiency.eager_pass_s(lower_bound(&fwd_problem)?, layer.fwd.launches()),
+        efficiency.eager_pass_s(fwd_gpu_s, layer.fwd.launches()),
         efficiency.eager_pass_s(lower_bound(&bwd_problem)?, layer.bwd.launches()),
         attention_core(&layer.fwd, &fwd_problem, efficiency).0,
+        recompute_skipped(
+            &layer.fwd,
+            &fwd_problem,
+            efficiency,
+            skipped_ops,
+            fwd_gpu_s,
+            0.0,
+        )
+        .0,
     ])
 }
 
@@ -38,18 +54,19 @@ fn lower_bound_graph(
     sequence_parallel: bool,
 ) -> Result<LayerCostGraph, EvaluateError> {
     let graph = workload.layer_graph(tp, micro_batch, sequence_parallel)?;
-    let mut bounds: BTreeMap<&str, [f64; 5]> = BTreeMap::new();
+    let mut bounds: BTreeMap<&str, [f64; 6]> = BTreeMap::new();
     let mut layers = Vec::with_capacity(graph.layers.len());
     for layer in &graph.layers {
-        let [fwd_s, bwd_s, selective_recompute_s, optimizer_step_s, grad_accumulation_s] =
+        let [fwd_s, bwd_s, selective_recompute_s, recompute_skipped_s, optimizer_step_s, grad_accumulation_s] =
             match bounds.get(layer.signature.as_str()) {
                 Some(&b) => b,
                 None => {
-                    let [f, b, s] = layer_bounds(layer, cost)?;
+                    let [f, b, s, skipped] = layer_bounds(workload, layer, cost)?;
                     let b = [
                         f,
                         b,
                         s,
+                        skipped,
                         optimizer_step(workload, cost, &layer.param_tensors).0,
                         grad_accumulation(workload, cost, &layer.param_tensors).0,
                     ];
@@ -62,6 +79,7 @@ fn lower_bound_graph(
             fwd_s,
             bwd_s,
             selective_recompute_s,
+            recompute_skipped_s,
             params: layer.params,
             activation_bytes: layer.activation_bytes,
             output_bytes: layer.output_bytes,
@@ -128,22 +146,34 @@ impl LayerWork {
             let bwd_problem = ScheduleProblem::from_op_graph(&layer.bwd, cost);
             let efficiency = &cost.arch().efficiency;
             let (selective_s, selective_j) = attention_core(&layer.fwd, &fwd_problem, efficiency);
+            let fwd_gpu_s = lower_bound(&fwd_problem)?;
+            let fwd_j = energy_lower_bound(&fwd_problem)?;
+            let (skipped_s, skipped_j) = recompute_skipped(
+                &layer.fwd,
+                &fwd_problem,
+                efficiency,
+                workload.checkpoint.skipped_ops(&layer.fwd),
+                fwd_gpu_s,
+                fwd_j,
+            );
             let times = [
-                efficiency.eager_pass_s(lower_bound(&fwd_problem)?, layer.fwd.launches()),
+                efficiency.eager_pass_s(fwd_gpu_s, layer.fwd.launches()),
                 efficiency.eager_pass_s(lower_bound(&bwd_problem)?, layer.bwd.launches()),
                 selective_s,
+                skipped_s,
             ];
             let joules = [
-                energy_lower_bound(&fwd_problem)?,
+                fwd_j,
                 energy_lower_bound(&bwd_problem)?,
                 selective_j,
+                skipped_j,
             ];
             let n = *count as f64;
             let recomputed = layer.activation_bytes.recomputed_under_full();
-            for (sum, [f, b, s]) in [(&mut busy, times), (&mut energy, joules)] {
+            for (sum, [f, b, s, skipped]) in [(&mut busy, times), (&mut energy, joules)] {
                 sum[0] += n * (f + b);
                 if recomputed {
-                    sum[1] += n * f;
+                    sum[1] += n * (f - skipped);
                 }
                 sum[2] += n * s;
             }

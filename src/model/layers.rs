@@ -34,6 +34,10 @@ pub struct UniqueLayerSchedule {
     /// Extra backward time and energy under selective recompute: the attention core's forward.
     pub selective_recompute_s: f64,
     pub selective_recompute_energy_j: f64,
+    /// Of the forward, the time and energy full recompute does not rerun
+    /// ([`recompute_skipped`]).
+    pub recompute_skipped_s: f64,
+    pub recompute_skipped_energy_j: f64,
     /// The optimizer step over one layer's parameters (once per iteration), and its energy.
     pub optimizer_step_s: f64,
     pub optimizer_step_energy_j: f64,
@@ -59,6 +63,8 @@ pub struct LayerEnergy {
     pub fwd_j: f64,
     pub bwd_j: f64,
     pub selective_recompute_j: f64,
+    /// Of `fwd_j`, what full recompute does not rerun.
+    pub recompute_skipped_j: f64,
     pub optimizer_step_j: f64,
     /// One micro-batch's gradient accumulation (every micro-batch after a copy's first).
     pub grad_accumulation_j: f64,
@@ -112,7 +118,7 @@ impl LayerCosts {
                         RecomputeMode::None => 0.0,
                         RecomputeMode::Selective => e.selective_recompute_j,
                         RecomputeMode::Full if layer.activation_bytes.recomputed_under_full() => {
-                            e.fwd_j
+                            e.fwd_j - e.recompute_skipped_j
                         }
                         RecomputeMode::Full => 0.0,
                     }
@@ -216,6 +222,14 @@ pub fn layer_costs(
                 let bwd_s = efficiency.eager_pass_s(bwd.makespan_s, layer.bwd.launches());
                 let (selective_recompute_s, selective_recompute_energy_j) =
                     attention_core(&layer.fwd, &fwd_problem, efficiency);
+                let (recompute_skipped_s, recompute_skipped_energy_j) = recompute_skipped(
+                    &layer.fwd,
+                    &fwd_problem,
+                    efficiency,
+                    workload.checkpoint.skipped_ops(&layer.fwd),
+                    fwd.makespan_s,
+                    fwd.energy_j,
+                );
                 let (optimizer_step_s, optimizer_step_energy_j) =
                     optimizer_step(workload, cost, &layer.param_tensors);
                 let (grad_accumulation_s, grad_accumulation_energy_j) =
@@ -233,6 +247,8 @@ pub fn layer_costs(
                     bwd_problem,
                     selective_recompute_s,
                     selective_recompute_energy_j,
+                    recompute_skipped_s,
+                    recompute_skipped_energy_j,
                     optimizer_step_s,
                     optimizer_step_energy_j,
                     grad_accumulation_s,
@@ -248,6 +264,7 @@ pub fn layer_costs(
             fwd_s: s.fwd_s,
             bwd_s: s.bwd_s,
             selective_recompute_s: s.selective_recompute_s,
+            recompute_skipped_s: s.recompute_skipped_s,
             params: layer.params,
             activation_bytes: layer.activation_bytes,
             output_bytes: layer.output_bytes,
@@ -261,6 +278,7 @@ pub fn layer_costs(
             fwd_j: s.fwd.energy_j,
             bwd_j: s.bwd.energy_j,
             selective_recompute_j: s.selective_recompute_energy_j,
+            recompute_skipped_j: s.recompute_skipped_energy_j,
             optimizer_step_j: s.optimizer_step_energy_j,
             grad_accumulation_j: s.grad_accumulation_energy_j,
             replica_grad_sync_j: replica_sync.energy_j,
@@ -340,9 +358,35 @@ fn kernels_in_turn(cost: &CostModel, ops: &[Op]) -> (f64, f64) {
     )
 }
 
+/// GPU time, energy and kernel launches of the operators of `graph` that `pick` selects (by
+/// index), one after another, each in its faster variant.
+fn ops_in_turn(
+    graph: &OpGraph,
+    problem: &ScheduleProblem,
+    pick: impl Fn(usize, &Op) -> bool,
+) -> (f64, f64, f64) {
+    let mut time_s = 0.0;
+    let mut energy_j = 0.0;
+    let mut launches = 0.0;
+    for (i, (op, sched)) in graph.ops.iter().zip(&problem.ops).enumerate() {
+        if pick(i, op) {
+            let (t, e) = if sched.all_cores_s < sched.one_core_s {
+                (sched.all_cores_s, sched.all_cores_energy_j)
+            } else {
+                (sched.one_core_s, sched.one_core_energy_j)
+            };
+            time_s += t;
+            energy_j += e;
+            launches += op.launches();
+        }
+    }
+    (time_s, energy_j, launches)
+}
+
 /// Time and energy of re-running the attention core (QKᵀ, softmax, dropout, ×V) that
 /// selective recompute drops from memory: the operators over the score tensor, found by shape
-/// (the softmax's element count), each in its faster variant since they form a chain.
+/// (the softmax's element count, whole-row or fused causal), each in its faster variant since
+/// they form a chain.
 pub(super) fn attention_core(
     graph: &OpGraph,
     problem: &ScheduleProblem,
@@ -353,7 +397,7 @@ pub(super) fn attention_core(
         .iter()
         .filter_map(|op| match op.kind {
             OpKind::Vector {
-                op: VectorOp::Softmax,
+                op: VectorOp::Softmax | VectorOp::CausalSoftmax,
                 elements,
                 ..
             } => Some(elements),
@@ -369,20 +413,33 @@ pub(super) fn attention_core(
         }
         OpKind::Collective { .. } => false,
     };
-    let mut time_s = 0.0;
-    let mut energy_j = 0.0;
-    let mut launches = 0.0;
-    for (op, sched) in graph.ops.iter().zip(&problem.ops) {
-        if touches_scores(&op.kind) {
-            let (t, e) = if sched.all_cores_s < sched.one_core_s {
-                (sched.all_cores_s, sched.all_cores_energy_j)
-            } else {
-                (sched.one_core_s, sched.one_core_energy_j)
-            };
-            time_s += t;
-            energy_j += e;
-            launches += op.launches();
-        }
-    }
+    let (time_s, energy_j, launches) =
+        ops_in_turn(graph, problem, |_, op| touches_scores(&op.kind));
     (efficiency.eager_pass_s(time_s, launches), energy_j)
+}
+
+/// Time and energy of a forward that full recompute does not rerun: its last `skipped`
+/// operators ([`Checkpoint::skipped_ops`](crate::workload::Checkpoint::skipped_ops)), each in
+/// its faster variant. The rerun is the forward's GPU time `gpu_s` less theirs, with their
+/// launches, launched eagerly ([`Efficiency::eager_pass_s`]); what it saves is at most the
+/// forward's time and its energy `fwd_j`. Monotone in `gpu_s`, so a lower bound on the
+/// forward's GPU time gives a lower bound on the rerun.
+pub(super) fn recompute_skipped(
+    graph: &OpGraph,
+    problem: &ScheduleProblem,
+    efficiency: &Efficiency,
+    skipped: usize,
+    gpu_s: f64,
+    fwd_j: f64,
+) -> (f64, f64) {
+    if skipped == 0 {
+        return (0.0, 0.0);
+    }
+    let first = graph.ops.len().saturating_sub(skipped);
+    let (skipped_s, skipped_j, skipped_launches) = ops_in_turn(graph, problem, |i, _| i >= first);
+    let launches = graph.launches();
+    let fwd_s = efficiency.eager_pass_s(gpu_s, launches);
+    let rerun_s =
+        efficiency.eager_pass_s((gpu_s - skipped_s).max(0.0), launches - skipped_launches);
+    (fwd_s - rerun_s, skipped_j.min(fwd_j))
 }

@@ -103,6 +103,7 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                 ("fwd_s", layer.fwd_s),
                 ("bwd_s", layer.bwd_s),
                 ("selective_recompute_s", layer.selective_recompute_s),
+                ("recompute_skipped_s", layer.recompute_skipped_s),
                 ("optimizer_step_s", layer.optimizer_step_s),
                 ("grad_accumulation_s", layer.grad_accumulation_s),
             ] {
@@ -112,6 +113,16 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                         format!("latency must be finite and non-negative, got {value}"),
                     ));
                 }
+            }
+            if layer.recompute_skipped_s > layer.fwd_s {
+                return Err(bad(
+                    format!("{at}.layers[{li}].recompute_skipped_s"),
+                    format!(
+                        "{} s exceeds the layer's fwd_s ({} s): full recompute cannot skip more \
+                         of the forward than there is",
+                        layer.recompute_skipped_s, layer.fwd_s
+                    ),
+                ));
             }
         }
         for (ei, &(from, to, _)) in graph.edges.iter().enumerate() {

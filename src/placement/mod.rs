@@ -297,6 +297,11 @@ pub struct LayerCost {
     /// Extra backward time under selective recompute (the attention core's forward).
     #[serde(default)]
     pub selective_recompute_s: f64,
+    /// Of `fwd_s`, what full recompute does not rerun: the forward's trailing operators that
+    /// keep nothing for the backward, under PyTorch's non-reentrant checkpoint
+    /// (`workload::Checkpoint::StopEarly`); 0 where the whole forward reruns. At most `fwd_s`.
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub recompute_skipped_s: f64,
     /// Parameters held by one device (after tensor-parallel slicing).
     pub params: u64,
     pub activation_bytes: ActivationBytes,

@@ -97,13 +97,15 @@ pub(crate) fn predecessors(n: usize, edges: &[(usize, usize, u64)]) -> Vec<Vec<u
 }
 
 /// Backward time of a layer with its recomputation (full recompute reruns the forward of the
-/// layers that drop activations for it).
+/// layers that drop activations for it, but what its checkpoint skips).
 fn backward_s(layer: &LayerCost, mode: RecomputeMode) -> f64 {
     layer.bwd_s
         + match mode {
             RecomputeMode::None => 0.0,
             RecomputeMode::Selective => layer.selective_recompute_s,
-            RecomputeMode::Full if layer.activation_bytes.recomputed_under_full() => layer.fwd_s,
+            RecomputeMode::Full if layer.activation_bytes.recomputed_under_full() => {
+                layer.fwd_s - layer.recompute_skipped_s
+            }
             RecomputeMode::Full => 0.0,
         }
 }
@@ -771,10 +773,17 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
                 l.fwd_s,
                 l.bwd_s,
                 l.selective_recompute_s,
+                l.recompute_skipped_s,
                 l.optimizer_step_s,
                 l.grad_accumulation_s,
                 l.replica_grad_sync_s,
             ];
+            if l.recompute_skipped_s > l.fwd_s {
+                return Err(format!(
+                    "graph t={} layer {li} ({}): recompute_skipped_s {} exceeds its fwd_s {}",
+                    g.tp, l.name, l.recompute_skipped_s, l.fwd_s
+                ));
+            }
             if l.expert_params > l.params {
                 return Err(format!(
                     "graph t={} layer {li} ({}): expert_params {} exceed its params {}",
@@ -1283,6 +1292,7 @@ mod tests {
                 fwd_s: 0.1 + 0.37 * i as f64 % 1.3,
                 bwd_s: 0.3 + 0.71 * i as f64 % 0.9,
                 selective_recompute_s: 0.01 * i as f64,
+                recompute_skipped_s: 0.0,
                 params: 1000 + 17 * i as u64,
                 activation_bytes: ActivationBytes {
                     none: 500 + (i as u64 * 97) % 400,

@@ -110,6 +110,16 @@ pub struct Op {
 }
 
 impl Op {
+    /// Whether the operator, run in a forward, keeps a tensor for the backward: a GEMM its
+    /// inputs, a vector primitive as [`VectorOp::saves_for_backward`], a collective nothing.
+    pub fn saves_for_backward(&self) -> bool {
+        match self.kind {
+            OpKind::Gemm { .. } => true,
+            OpKind::Vector { op, .. } => op.saves_for_backward(),
+            OpKind::Collective { .. } => false,
+        }
+    }
+
     /// Kernel launches of one call, or a layer's share of a multi-tensor kernel's.
     pub fn launches(&self) -> f64 {
         match self.launches {

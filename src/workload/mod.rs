@@ -164,6 +164,48 @@ impl ParamKernels {
     }
 }
 
+/// What full recompute reruns of a checkpointed layer's forward in the backward
+/// (`checkpoint` in a workload file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Checkpoint {
+    /// The whole forward: Megatron-LM's checkpointing, PyTorch's reentrant checkpoint.
+    #[default]
+    Rerun,
+    /// The forward up to its last operator that keeps a tensor for the backward
+    /// ([`Op::saves_for_backward`]): PyTorch's non-reentrant checkpoint
+    /// (`use_reentrant=False`, collect.py's training step) stops recomputing once it has
+    /// rebuilt every saved tensor, so a block's trailing residual add is not rerun.
+    StopEarly,
+}
+
+impl Checkpoint {
+    /// The `checkpoint` field of workload `file` (absent: rerun).
+    fn read(file: &Path, text: Option<&str>) -> Result<Checkpoint, InputError> {
+        match text {
+            None | Some("rerun") => Ok(Checkpoint::Rerun),
+            Some("stop_early") => Ok(Checkpoint::StopEarly),
+            Some(other) => Err(InputError::invalid(
+                file,
+                "checkpoint",
+                format!("unknown value `{other}`; expected one of rerun, stop_early"),
+            )),
+        }
+    }
+
+    /// How many of the last operators of forward `fwd` full recompute does not rerun.
+    pub fn skipped_ops(self, fwd: &OpGraph) -> usize {
+        match self {
+            Checkpoint::Rerun => 0,
+            Checkpoint::StopEarly => fwd
+                .ops
+                .iter()
+                .rev()
+                .take_while(|op| !op.saves_for_backward())
+                .count(),
+        }
+    }
+}
+
 /// `op` launched as a multi-tensor kernel.
 fn multi_tensor(op: Op) -> Op {
     Op {
@@ -225,6 +267,9 @@ pub struct Workload {
     /// Whether the per-parameter casts and gradient accumulation run a kernel per layer or
     /// per parameter tensor (`param_kernels`; default per layer).
     pub param_kernels: ParamKernels,
+    /// What full recompute reruns of a layer's forward (`checkpoint`; default the whole of
+    /// it).
+    pub checkpoint: Checkpoint,
     pub model: Model,
     /// The file it was loaded from (named in errors).
     pub source: PathBuf,

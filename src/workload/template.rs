@@ -17,7 +17,7 @@ use super::ops::{
     build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector,
     vector_in_pass, Feeds, Node,
 };
-use super::{Family, GptSizes, Model, Optimizer, ParamKernels, Precision, Workload};
+use super::{Checkpoint, Family, GptSizes, Model, Optimizer, ParamKernels, Precision, Workload};
 use crate::error::InputError;
 use crate::vocab::{Pass, VectorOp};
 
@@ -43,6 +43,7 @@ pub(crate) struct RawTemplate {
     gradient_clipping: Option<bool>,
     gradient_accumulation_fusion: Option<bool>,
     param_kernels: Option<String>,
+    checkpoint: Option<String>,
     norm: Option<Norm>,
     activation: Option<Activation>,
     positions: Option<Positions>,
@@ -121,6 +122,7 @@ impl RawTemplate {
             gradient_clipping: None,
             gradient_accumulation_fusion: None,
             param_kernels: None,
+            checkpoint: None,
             norm: None,
             activation: None,
             positions: None,
@@ -402,6 +404,7 @@ impl RawTemplate {
             })?,
         };
         let param_kernels = ParamKernels::read(file, self.param_kernels.as_deref())?;
+        let checkpoint = Checkpoint::read(file, self.checkpoint.as_deref())?;
         let block = self.block_shape(family);
         if family == Family::Bert && block.softmax == AttentionSoftmax::FusedCausal {
             return Err(InputError::invalid(
@@ -425,6 +428,7 @@ impl RawTemplate {
             gradient_clipping: self.gradient_clipping.unwrap_or(true),
             gradient_accumulation_fusion: self.gradient_accumulation_fusion.unwrap_or(true),
             param_kernels,
+            checkpoint,
             source: file.to_path_buf(),
             model: Model::Template(Template {
                 family,
