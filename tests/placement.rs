@@ -1142,6 +1142,23 @@ fn costs_json_errors_name_file_field_and_reason() {
         "costs.json: field `graphs[0].layers[0].grad_accumulation_s`: latency must be finite \
          and non-negative, got -0.0001"
     );
+    let skipped = parse_err(&GOOD.replacen(
+        r#""bwd_s": 0.002"#,
+        r#""bwd_s": 0.002, "recompute_skipped_s": 0.0015"#,
+        1,
+    ));
+    assert_eq!(
+        skipped,
+        "costs.json: field `graphs[0].layers[0].recompute_skipped_s`: 0.0015 s exceeds the \
+         layer's fwd_s (0.001 s): full recompute cannot skip more of the forward than there is"
+    );
+    let skipped_ok = GOOD.replacen(
+        r#""bwd_s": 0.002"#,
+        r#""bwd_s": 0.002, "recompute_skipped_s": 0.0004"#,
+        1,
+    );
+    let problem = parse_costs(Path::new("costs.json"), &skipped_ok).expect("valid");
+    assert_eq!(problem.graphs[0].layers[0].recompute_skipped_s, 0.0004);
     let unknown = parse_err(&GOOD.replace("[[0, 1, 10]]", "[[0, 5, 10]]"));
     assert_eq!(
         unknown,
