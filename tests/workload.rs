@@ -791,6 +791,30 @@ fn dag_workload_loads_scales_and_derives_backward() {
     let separate_text = text.replacen('{', "{\"gradient_accumulation_fusion\": false, ", 1);
     std::fs::write(&file, separate_text).expect("write");
     assert!(!load(file.to_str().expect("utf-8")).gradient_accumulation_fusion);
+    assert_eq!(w.checkpoint, Checkpoint::Rerun);
+    let file = dir.join("stop-early.json");
+    std::fs::write(
+        &file,
+        text.replacen('{', "{\"checkpoint\": \"stop_early\", ", 1),
+    )
+    .expect("write");
+    assert_eq!(
+        load(file.to_str().expect("utf-8")).checkpoint,
+        Checkpoint::StopEarly
+    );
+    let file = dir.join("checkpoint-typo.json");
+    std::fs::write(
+        &file,
+        text.replacen('{', "{\"checkpoint\": \"stop-early\", ", 1),
+    )
+    .expect("write");
+    let err = Workload::load(&file).unwrap_err().to_string();
+    assert!(
+        err.contains("checkpoint-typo.json")
+            && err.contains("`checkpoint`")
+            && err.contains("unknown value `stop-early`"),
+        "{err}"
+    );
     assert_eq!(w.total_params(), 288_768 + 262_656 + 525_568 + 256_000);
     assert_eq!(w.valid_tp(8), vec![1]);
     let g1 = w.layer_graph(1, 1, false).unwrap();
