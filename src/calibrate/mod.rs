@@ -278,6 +278,30 @@ pub struct ClassTotal {
     pub predicted_kernels: f64,
 }
 
+impl ClassTotal {
+    /// The model's error on the class's GPU time summed over the kind's passes, signed (> 0:
+    /// slower than profiled); `None` for a class the model has no operator for (`other`) or
+    /// that no profiled kernel ran.
+    pub fn signed_error(&self) -> Option<f64> {
+        (self.predicted_s > 0.0 && self.gpu_s > 0.0)
+            .then(|| (self.predicted_s - self.gpu_s) / self.gpu_s)
+    }
+}
+
+/// Per pass kind, the errors of its priced classes' totals ([`ClassTotal::signed_error`])
+/// weighted by GPU time: Σ |predicted − profiled| / Σ profiled over those classes.
+pub fn time_weighted_class_errors(totals: &[ClassTotal]) -> BTreeMap<&str, f64> {
+    let mut sums: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for t in totals.iter().filter(|t| t.signed_error().is_some()) {
+        let (off_s, gpu_s) = sums.entry(t.class.as_str()).or_default();
+        *off_s += (t.predicted_s - t.gpu_s).abs();
+        *gpu_s += t.gpu_s;
+    }
+    sums.into_iter()
+        .map(|(kind, (off_s, gpu_s))| (kind, off_s / gpu_s))
+        .collect()
+}
+
 /// [`ClassTotal`]s of `splits`, by pass kind, then kernel class.
 pub fn class_totals(splits: &[ClassSplit]) -> Vec<ClassTotal> {
     let mut totals: BTreeMap<(&str, &str), ClassTotal> = BTreeMap::new();

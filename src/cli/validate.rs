@@ -10,8 +10,9 @@ use tandem::arch::load_chip;
 use tandem::calibrate::{
     class_splits, class_totals, composite_latency, gemm_splits, kernel_errors, load_measurements,
     measured_class_launches, measured_class_s, step_errors, summarise, summarise_by_working_set,
-    summarise_errors, validate_runs, with_in_block_kernels, ClassSplit, ClassTotal, ErrorSummary,
-    GemmSplit, KernelError, Measurement, RunError, RunPlans, StepError, GEMM_CLASS,
+    summarise_errors, time_weighted_class_errors, validate_runs, with_in_block_kernels, ClassSplit,
+    ClassTotal, ErrorSummary, GemmSplit, KernelError, Measurement, RunError, RunPlans, StepError,
+    GEMM_CLASS,
 };
 use tandem::output::write_atomic;
 use tandem::report::{self, seconds, table};
@@ -174,6 +175,24 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             markdown += "Pass by pass, the classes the model prices:\n\n";
             markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
             summaries.extend(s.into_iter().map(|x| ("kernel_class", x)));
+            let totals = class_totals(&class_rows);
+            let s = summarise_errors(
+                totals
+                    .iter()
+                    .filter_map(|t| Some((t.class.as_str(), t.signed_error()?))),
+            );
+            let weighted: Vec<String> = time_weighted_class_errors(&totals)
+                .into_iter()
+                .map(|(kind, error)| format!("{kind} {:.1} %", 100.0 * error))
+                .collect();
+            markdown += &format!(
+                "Summed over each kind's passes, the classes the model prices, one error per \
+                 class (its total against its kernels'; the mean over classes; weighted by GPU \
+                 time instead: {}):\n\n",
+                weighted.join(", ")
+            );
+            markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
+            summaries.extend(s.into_iter().map(|x| ("kernel_class_totals", x)));
         }
     }
     let mut run_rows = Vec::new();
