@@ -3064,3 +3064,50 @@ fn selective_recompute_reruns_the_attention_core_with_a_fused_causal_softmax() {
         );
     }
 }
+
+/// A layer whose forward keeps nothing for the backward (a DAG layer of one residual add)
+/// reruns nothing under a `stop_early` checkpoint: its `recompute_skipped_s` is its whole
+/// forward, and a one-device plan under full recompute is faster than with `rerun`, which
+/// skips nothing, by that forward once per micro-batch.
+#[test]
+fn stop_early_checkpoint_of_a_forward_that_saves_nothing_reruns_nothing() {
+    let dir = scratch("stop-early-dag");
+    let arch = chip("h100.calibrated");
+    let cost = CostModel::new(&arch);
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let options = PlanOptions {
+        micro_batches: vec![2],
+        recompute: vec![RecomputeMode::Full],
+        ..PlanOptions::searching(1)
+    };
+    let mut times_s = Vec::new();
+    for (checkpoint, skips_all) in [("stop_early", true), ("rerun", false)] {
+        let text = format!(
+            r#"{{"name": "adds", "global_batch": 8, "seq_len": 128, "checkpoint": "{checkpoint}",
+  "layers": [{{"name": "add", "params": 0,
+    "activation_bytes": {{"none": 1024, "selective": 1024, "full": 0}}, "output_bytes": 65536,
+    "fwd": {{"ops": [{{"name": "residual", "kind": {{"kind": "vector", "op": "add",
+      "elements": 32768, "row_len": 256}}}}], "edges": []}}}}],
+  "edges": []}}"#
+        );
+        let path = dir.path().join(format!("{checkpoint}.json"));
+        std::fs::write(&path, text).expect("write");
+        let w = Workload::load(&path).expect("valid DAG");
+        let costs = layer_costs(&w, &cost, &cache, 1, 2, false).expect("costs");
+        let layer = &costs.graph.layers[0];
+        assert!(layer.activation_bytes.recomputed_under_full());
+        assert!(layer.fwd_s > 0.0);
+        let expected = if skips_all { layer.fwd_s } else { 0.0 };
+        assert_eq!(layer.recompute_skipped_s, expected, "{checkpoint}");
+        let plan = evaluate(&w, &arch, &options, &cache).expect("a plan");
+        times_s.push((layer.fwd_s, plan.plan.time_per_batch_s));
+    }
+    let [(fwd_s, early_s), (_, rerun_s)] = times_s[..] else {
+        unreachable!("two checkpoints")
+    };
+    // Global batch 8 at micro-batch 2: four micro-batches.
+    assert!(
+        (rerun_s - early_s - 4.0 * fwd_s).abs() < 1e-12,
+        "rerun {rerun_s} s, stop early {early_s} s, forward {fwd_s} s"
+    );
+}

@@ -439,7 +439,12 @@ pub(super) fn recompute_skipped(
     let (skipped_s, skipped_j, skipped_launches) = ops_in_turn(graph, problem, |i, _| i >= first);
     let launches = graph.launches();
     let fwd_s = efficiency.eager_pass_s(gpu_s, launches);
-    let rerun_s =
-        efficiency.eager_pass_s((gpu_s - skipped_s).max(0.0), launches - skipped_launches);
+    // Clamped: rounding must not make a forward that skips everything rerun less than nothing.
+    let rerun_s = efficiency
+        .eager_pass_s(
+            (gpu_s - skipped_s).max(0.0),
+            (launches - skipped_launches).max(0.0),
+        )
+        .min(fwd_s);
     (fwd_s - rerun_s, skipped_j.min(fwd_j))
 }
