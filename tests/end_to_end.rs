@@ -2931,6 +2931,15 @@ fn plan_bound_settled_at_a_larger_hbm_equals_the_search() {
     assert!(settled > 0, "some searches are settled");
 }
 
+/// The index of a GPT's first transformer block in its layer graph.
+fn first_block(graph: &tandem::workload::LayerGraph) -> usize {
+    graph
+        .layers
+        .iter()
+        .position(|l| l.name == "block0")
+        .expect("a block")
+}
+
 /// Under full recompute a `stop_early` checkpoint (PyTorch's non-reentrant one) reruns each
 /// block's forward but its trailing residual add: on the H100 a block's `recompute_skipped_s`
 /// is that add's time plus its launch gap (the add priced alone, by hand), a one-device plan's
@@ -2955,11 +2964,7 @@ fn stop_early_checkpoint_skips_each_blocks_trailing_add() {
     let graph = stop_early
         .layer_graph(1, micro_batch, false)
         .expect("graph");
-    let block = graph
-        .layers
-        .iter()
-        .position(|l| l.name == "block0")
-        .expect("a block");
+    let block = first_block(&graph);
     let add = graph.layers[block].fwd.ops.last().expect("ops");
     assert_eq!(add.name, "residual2");
     let add_cost = cost.op_cost(add);
@@ -3041,11 +3046,7 @@ fn selective_recompute_reruns_the_attention_core_with_a_fused_causal_softmax() {
         let w = Workload::load(&path).expect("valid workload");
         let costs = layer_costs(&w, &cost, &cache, 1, 2, false).expect("costs");
         let graph = w.layer_graph(1, 2, false).expect("graph");
-        let block = graph
-            .layers
-            .iter()
-            .position(|l| l.name == "block0")
-            .expect("a block");
+        let block = first_block(&graph);
         let by_hand_s: f64 = graph.layers[block]
             .fwd
             .ops

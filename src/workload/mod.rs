@@ -136,22 +136,47 @@ pub enum ParamKernels {
     PerTensorGrads,
 }
 
+/// The value of an optional text field of workload `file` named in `choices`, the first one
+/// where the field is absent; any other text is refused naming the field and the choices.
+fn read_choice<T: Copy>(
+    file: &Path,
+    field: &str,
+    text: Option<&str>,
+    choices: &[(&str, T)],
+) -> Result<T, InputError> {
+    let Some(text) = text else {
+        return Ok(choices[0].1);
+    };
+    choices
+        .iter()
+        .find(|(name, _)| *name == text)
+        .map(|&(_, value)| value)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+            InputError::invalid(
+                file,
+                field,
+                format!(
+                    "unknown value `{text}`; expected one of {}",
+                    names.join(", ")
+                ),
+            )
+        })
+}
+
 impl ParamKernels {
     /// The `param_kernels` field of workload `file` (absent: per layer).
     fn read(file: &Path, text: Option<&str>) -> Result<ParamKernels, InputError> {
-        match text {
-            None | Some("per_layer") => Ok(ParamKernels::PerLayer),
-            Some("per_tensor") => Ok(ParamKernels::PerTensor),
-            Some("per_tensor_grads") => Ok(ParamKernels::PerTensorGrads),
-            Some(other) => Err(InputError::invalid(
-                file,
-                "param_kernels",
-                format!(
-                    "unknown value `{other}`; expected one of per_layer, per_tensor, \
-                     per_tensor_grads"
-                ),
-            )),
-        }
+        read_choice(
+            file,
+            "param_kernels",
+            text,
+            &[
+                ("per_layer", ParamKernels::PerLayer),
+                ("per_tensor", ParamKernels::PerTensor),
+                ("per_tensor_grads", ParamKernels::PerTensorGrads),
+            ],
+        )
     }
 
     /// Whether the kernels over the parameters' gradients (`grads`) or weights run per tensor.
@@ -181,15 +206,15 @@ pub enum Checkpoint {
 impl Checkpoint {
     /// The `checkpoint` field of workload `file` (absent: rerun).
     fn read(file: &Path, text: Option<&str>) -> Result<Checkpoint, InputError> {
-        match text {
-            None | Some("rerun") => Ok(Checkpoint::Rerun),
-            Some("stop_early") => Ok(Checkpoint::StopEarly),
-            Some(other) => Err(InputError::invalid(
-                file,
-                "checkpoint",
-                format!("unknown value `{other}`; expected one of rerun, stop_early"),
-            )),
-        }
+        read_choice(
+            file,
+            "checkpoint",
+            text,
+            &[
+                ("rerun", Checkpoint::Rerun),
+                ("stop_early", Checkpoint::StopEarly),
+            ],
+        )
     }
 
     /// How many of the last operators of forward `fwd` full recompute does not rerun.
