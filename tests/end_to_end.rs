@@ -2623,18 +2623,30 @@ fn one_stage_a100_plan(
     zero: ZeroStage,
     cache: &ScheduleCache,
 ) -> tandem::model::Evaluation {
+    a100_plan(workload, 1, dp, zero, cache)
+}
+
+/// `workload` on `pp · dp` A100s at micro-batch 16 under full recompute, `pp` stages of one
+/// device (t = 1) in each of `dp` copies.
+fn a100_plan(
+    workload: &Workload,
+    pp: u32,
+    dp: u32,
+    zero: ZeroStage,
+    cache: &ScheduleCache,
+) -> tandem::model::Evaluation {
     let options = PlanOptions {
         micro_batches: vec![16],
         recompute: vec![RecomputeMode::Full],
         fixed: tandem::placement::Fixed {
             tp: Some(1),
-            pp: Some(1),
+            pp: Some(pp),
             dp: Some(dp),
             virtual_stages: None,
             ep: None,
         },
         zero: vec![zero],
-        ..PlanOptions::searching(dp)
+        ..PlanOptions::searching(pp * dp)
     };
     evaluate(workload, &chip("a100"), &options, cache).expect("a plan exists")
 }
@@ -2676,6 +2688,44 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
         ((two_zero1 - one) - expected).abs() <= 1e-9 * one,
         "ZeRO-1 copy adds {} J per sample, expected {expected}",
         two_zero1 - one
+    );
+}
+
+/// A pipeline that puts GPT-1.7B's head on a second stage keeps a copy of the ⌈51200⌉ × 2304
+/// word embeddings the head is tied to: per iteration, the copy's mixed-precision Adam step
+/// (1452 pJ per parameter, as above) and the two stages' all-reduce of the copies' bf16
+/// gradients (a ring of two: 2 B per parameter over the link at 80 pJ/B on each of the two
+/// devices, 320 pJ). The gradient accumulation is fused into the GEMMs and there is one
+/// data-parallel copy, so nothing else is added.
+#[test]
+fn energy_per_sample_counts_the_tied_embedding_copy_of_a_second_stage() {
+    let gpt = workload("gpt-1.7b");
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let plan = a100_plan(&gpt, 2, 1, ZeroStage::Replicated, &cache).plan;
+    let arch = chip("a100");
+    let mut costs = layer_costs(&gpt, &CostModel::new(&arch), &cache, 1, 16, false).expect("costs");
+    let bytes = gpt.bytes_per_param();
+    let bytes = tandem::placement::BytesPerParam {
+        weights: bytes.weights,
+        grads: bytes.grads,
+        optimizer: bytes.optimizer,
+    };
+    let energy = |costs: &tandem::model::LayerCosts| {
+        costs.dynamic_energy_per_sample_j(&plan, RecomputeMode::Full, bytes, 512, &arch)
+    };
+    let tied = energy(&costs);
+    let head = costs.graph.layers.last_mut().unwrap();
+    let copy = head
+        .tied
+        .take()
+        .expect("GPT ties its head to the embeddings");
+    assert_eq!(copy.params, 51200 * 2304);
+    let untied = energy(&costs);
+    let expected = copy.params as f64 * (1452e-12 + 320e-12) / 512.0;
+    assert!(
+        ((tied - untied) - expected).abs() <= 1e-9 * tied,
+        "the copy adds {} J per sample, expected {expected}",
+        tied - untied
     );
 }
 

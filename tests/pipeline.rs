@@ -285,6 +285,7 @@ fn transformer(blocks: usize, tp: u32) -> LayerCostGraph {
         replica_grad_sync_s: 0.0,
         expert_params: 0,
         all_to_all_bytes: 0,
+        tied: None,
     };
     let mut layers = vec![layer("embedding".into(), 2e-4, 50_000_000, 32 << 20)];
     layers.extend((0..blocks).map(|i| layer(format!("block{i}"), 1e-3, 12_000_000, 256 << 20)));

@@ -8,7 +8,7 @@ use tandem::arch::Tier;
 use tandem::placement::{
     brute_force, evaluate_fixed, load_costs_file, parse_costs, place, place_exhaustive,
     place_faster_than, BytesPerParam, DeviceLayout, FixedPlan, FixedStage, LayerCost,
-    LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode, ZeroStage,
+    LayerCostGraph, PipelineSchedule, PlacementProblem, Plan, RecomputeMode, TiedParams, ZeroStage,
 };
 use tandem::workload::ActivationBytes;
 
@@ -42,6 +42,7 @@ fn layer(name: &str, fwd_s: f64, bwd_s: f64, params: u64, act: u64) -> LayerCost
         replica_grad_sync_s: 0.0,
         expert_params: 0,
         all_to_all_bytes: 0,
+        tied: None,
     }
 }
 
@@ -252,6 +253,54 @@ fn gradient_accumulation_is_charged_to_all_but_each_replicas_first_micro_batch()
         .all(|s| close(s.grad_accumulation_s, ACC)));
     let single = evaluate_fixed(&problem, &fixed_plan(1, 1, &[(&[0, 1, 2, 3], 8)])).unwrap();
     assert_eq!(single.stages[0].grad_accumulation_s, 0.0);
+}
+
+#[test]
+fn tied_parameters_split_between_stages_are_copied_and_all_reduced() {
+    // The last of the 4 uniform layers uses Q parameters the first holds (a head tied to the
+    // embeddings). Two stages of two layers on one NVLink node, 8 micro-batches: the second
+    // stage keeps a copy (16 B per parameter: weights, gradients, Adam state), steps it
+    // (STEP) and accumulates its gradient on every micro-batch after the first (ACC); after
+    // the backward both stages all-reduce the copies' 2-byte gradients, a ring of two:
+    // 2Q bytes at NVLINK_BW plus two latencies.
+    const Q: u64 = 400_000;
+    const STEP: f64 = 0.3e-3;
+    const ACC: f64 = 0.2e-3;
+    let mut problem = uniform_problem(2, 8);
+    let split = fixed_plan(1, 1, &[(&[0, 1], 1), (&[2, 3], 1)]);
+    let plain = evaluate_fixed(&problem, &split).unwrap();
+    problem.graphs[0].layers[3].tied = Some(TiedParams {
+        owner: 0,
+        params: Q,
+        optimizer_step_s: STEP,
+        grad_accumulation_s: ACC,
+    });
+    let tied = evaluate_fixed(&problem, &split).unwrap();
+    let sync = 2.0 * Q as f64 / NVLINK_BW + 2.0 * NVLINK_LAT;
+    assert_eq!(tied.stages[0].memory, plain.stages[0].memory);
+    let copy = tied.stages[1].memory;
+    assert_eq!(
+        (copy.weights, copy.grads, copy.optimizer),
+        (2 * (2 * P + Q), 2 * (2 * P + Q), 12 * (2 * P + Q))
+    );
+    assert_close(tied.stages[0].dp_comm_s, sync);
+    assert_close(tied.stages[1].dp_comm_s, sync);
+    assert_eq!(tied.stages[0].optimizer_s, 0.0);
+    assert_close(tied.stages[1].optimizer_s, STEP);
+    assert_close(tied.stages[1].grad_accumulation_s, ACC);
+    assert_close(tied.stages[1].load_s, plain.stages[1].load_s + ACC);
+    // The second stage is the bottleneck (it also sends nothing less): 8 + 1 slots of its
+    // load, then its tail, the longer of the two.
+    assert_close(
+        tied.time_per_batch_s,
+        plain.time_per_batch_s + 9.0 * ACC + sync + STEP,
+    );
+    // On one stage the first layer's parameters serve both: nothing is copied or all-reduced.
+    let one_stage = fixed_plan(1, 2, &[(&[0, 1, 2, 3], 1)]);
+    let whole = evaluate_fixed(&problem, &one_stage).unwrap();
+    let mut untied = problem.clone();
+    untied.graphs[0].layers[3].tied = None;
+    assert_eq!(whole, evaluate_fixed(&untied, &one_stage).unwrap());
 }
 
 #[test]
@@ -781,6 +830,18 @@ fn random_problem(seed: u64) -> PlacementProblem {
         DeviceLayout::PipelineMajor
     };
     problem.p2p_overlap = r.below(2) == 0;
+    // Half the graphs tie their last layer to their first (a head to the embeddings).
+    if n >= 2 && r.below(2) == 0 {
+        for graph in &mut problem.graphs {
+            let owner = graph.layers[0].clone();
+            graph.layers[n - 1].tied = Some(TiedParams {
+                owner: 0,
+                params: owner.params / 2,
+                optimizer_step_s: owner.optimizer_step_s / 2.0,
+                grad_accumulation_s: owner.grad_accumulation_s / 2.0,
+            });
+        }
+    }
     problem
 }
 
@@ -1222,6 +1283,30 @@ fn costs_json_errors_name_file_field_and_reason() {
         repeated,
         "costs.json: field `graphs[0].repeated_layers`: [1, 3) is not a non-empty range of the \
          2 layers"
+    );
+    let tied_later = parse_err(&GOOD.replacen(
+        r#""output_bytes": 10,"#,
+        r#""output_bytes": 10, "tied": {"owner": 1, "params": 10, "optimizer_step_s": 0.0},"#,
+        1,
+    ));
+    assert_eq!(
+        tied_later,
+        "costs.json: field `graphs[0].layers[0].tied.owner`: 1 is not an earlier layer: tied \
+         parameters are held by a layer before the one using them"
+    );
+    let tied_negative = parse_err(&GOOD.replace(
+        r#""params": 1000, "output_bytes": 10,
+       "activation_bytes": {"none": 100, "selective": 50, "full": 10}}
+    ],"#,
+        r#""params": 1000, "output_bytes": 10,
+       "activation_bytes": {"none": 100, "selective": 50, "full": 10},
+       "tied": {"owner": 0, "params": 10, "optimizer_step_s": -1.0}}
+    ],"#,
+    ));
+    assert_eq!(
+        tied_negative,
+        "costs.json: field `graphs[0].layers[1].tied.optimizer_step_s`: latency must be finite \
+         and non-negative, got -1"
     );
     let io = load_costs_file(Path::new("/nonexistent/costs.json")).unwrap_err();
     assert!(io

@@ -146,6 +146,28 @@ fn layer_params_sum_to_total_at_t1_and_shrink_with_t() {
 }
 
 #[test]
+fn a_tied_head_uses_the_embedding_layers_vocabulary_slice() {
+    // GPT-3's head projects onto the embedding table (50257 tokens, h 12288): at t = 8 each
+    // device's slice is ⌈50257 / 8⌉ = 6283 rows, held by layer 0 and not by the head.
+    let gpt3 = load("workloads/gpt3-175b.toml");
+    let g8 = gpt3.layer_graph(8, 1, false).unwrap();
+    let head = g8.layers.last().unwrap();
+    let tied = head
+        .tied
+        .as_ref()
+        .expect("GPT-3 ties its head to the embeddings");
+    assert_eq!(tied.owner, 0);
+    assert_eq!(tied.tensors, vec![6283 * 12288]);
+    assert_eq!(g8.layers[0].param_tensors[0], 6283 * 12288);
+    // The head holds only the final layernorm.
+    assert_eq!(head.params, 2 * 12288);
+    // Llama's head has an output projection of its own: nothing is tied.
+    let llama = load("workloads/llama2-7b.toml");
+    let g1 = llama.layer_graph(1, 1, false).unwrap();
+    assert!(g1.layers.iter().all(|l| l.tied.is_none()));
+}
+
+#[test]
 fn model_flops_match_narayanan_formula() {
     for file in GPT_WORKLOADS {
         let w = load(file);

@@ -8,7 +8,7 @@ use super::{EvaluateError, PlanOptions};
 use crate::arch::Tier;
 use crate::cost::CostModel;
 use crate::error::InputError;
-use crate::placement::{place_faster_than, LayerCost, LayerCostGraph};
+use crate::placement::{place_faster_than, LayerCost, LayerCostGraph, TiedParams};
 use crate::schedule::{energy_lower_bound, lower_bound, ScheduleError, ScheduleProblem};
 use crate::workload::{Layer, Workload};
 use std::collections::BTreeMap;
@@ -89,6 +89,13 @@ fn lower_bound_graph(
             replica_grad_sync_s: 0.0,
             expert_params: layer.expert_params,
             all_to_all_bytes: layer.all_to_all_bytes,
+            // The copy's step and accumulation are the plan's own (kernels in turn, exact).
+            tied: layer.tied.as_ref().map(|tied| TiedParams {
+                owner: tied.owner,
+                params: tied.params(),
+                optimizer_step_s: optimizer_step(workload, cost, &tied.tensors).0,
+                grad_accumulation_s: grad_accumulation(workload, cost, &tied.tensors).0,
+            }),
         });
     }
     Ok(LayerCostGraph {

@@ -5,7 +5,9 @@
 use super::EvaluateError;
 use crate::arch::{ArchConfig, Efficiency};
 use crate::cost::{collective_cost, CollectiveCost, CostModel};
-use crate::placement::{BytesPerParam, LayerCost, LayerCostGraph, Plan, RecomputeMode, ZeroStage};
+use crate::placement::{
+    BytesPerParam, LayerCost, LayerCostGraph, Plan, RecomputeMode, TiedParams, ZeroStage,
+};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{CollectiveKind, Layer, Op, OpGraph, OpKind, VectorOp, Workload};
 use serde::Serialize;
@@ -70,6 +72,11 @@ pub struct LayerEnergy {
     pub grad_accumulation_j: f64,
     /// The all-reduce of the gradients its tensor group replicates (once per iteration).
     pub replica_grad_sync_j: f64,
+    /// The optimizer step of its copy of the parameters it is tied to (`LayerCost::tied`),
+    /// where a stage holds one.
+    pub tied_optimizer_step_j: f64,
+    /// One micro-batch's gradient accumulation into that copy.
+    pub tied_grad_accumulation_j: f64,
 }
 
 impl LayerCosts {
@@ -83,7 +90,9 @@ impl LayerCosts {
     /// ring all-reduce; 1: a reduce-scatter of gradients and an all-gather of weights, each
     /// copy stepping its share; 2: the reduce-scatter in every micro-batch's backward; 3: also
     /// two all-gathers of the weights per micro-batch and none after the step), and the
-    /// all-reduce of the gradients a tensor group replicates. Pipeline sends are not counted.
+    /// all-reduce of the gradients a tensor group replicates; and the copy of tied parameters
+    /// a stage holds without their owner (`LayerCost::tied`), with the all-reduce of the two
+    /// copies' gradients on both stages. Pipeline sends are not counted.
     pub fn dynamic_energy_per_sample_j(
         &self,
         plan: &Plan,
@@ -148,16 +157,16 @@ impl LayerCosts {
                 }
             };
             let accumulations = (passes - copies_f).max(0.0);
+            let step_copies = if plan.zero >= ZeroStage::Optimizer {
+                1.0
+            } else {
+                copies_f
+            };
             for &l in &stage.layers {
                 let cost = &self.graph.layers[l];
                 let layer = &self.energy_j[l];
                 let replicas_j = copies_f * layer.replica_grad_sync_j;
                 per_iteration += t * if cost.expert_params == 0 {
-                    let step_copies = if plan.zero >= ZeroStage::Optimizer {
-                        1.0
-                    } else {
-                        copies_f
-                    };
                     sync_j(cost.params, copies)
                         + replicas_j
                         + step_copies * layer.optimizer_step_j
@@ -178,6 +187,28 @@ impl LayerCosts {
                         + replicas_j
                         + steps_j
                         + accumulations * held * layer.grad_accumulation_j
+                };
+            }
+            // Tied parameters split between this stage and another: the all-reduce of the
+            // copies' gradients, and where this stage holds the copy, its synchronisation,
+            // step and accumulation as for its own parameters.
+            for (l, cost) in self.graph.layers.iter().enumerate() {
+                let Some(tied) = cost.tied else { continue };
+                let holds_copy = stage.layers.contains(&l);
+                if holds_copy == stage.layers.contains(&tied.owner) {
+                    continue;
+                }
+                let grad_bytes = tied.params * u64::from(bytes_per_param.grads);
+                let tied_sync_j = copies_f
+                    * collective_cost(arch, CollectiveKind::AllReduce, grad_bytes, 2).energy_j;
+                let layer = &self.energy_j[l];
+                per_iteration += t * if holds_copy {
+                    sync_j(tied.params, copies)
+                        + step_copies * layer.tied_optimizer_step_j
+                        + accumulations * layer.tied_grad_accumulation_j
+                        + tied_sync_j
+                } else {
+                    tied_sync_j
                 };
             }
         }
@@ -259,6 +290,19 @@ pub fn layer_costs(
         };
         let s = &unique[u];
         let replica_sync = replica_grad_sync(workload, cost, layer);
+        // A stage without the owner of the parameters the layer is tied to steps and
+        // accumulates a copy of them.
+        let tied = layer.tied.as_ref().map(|tied| {
+            let step = optimizer_step(workload, cost, &tied.tensors);
+            let accumulation = grad_accumulation(workload, cost, &tied.tensors);
+            let params = TiedParams {
+                owner: tied.owner,
+                params: tied.params(),
+                optimizer_step_s: step.0,
+                grad_accumulation_s: accumulation.0,
+            };
+            (params, step.1, accumulation.1)
+        });
         layers.push(LayerCost {
             name: layer.name.clone(),
             fwd_s: s.fwd_s,
@@ -273,6 +317,7 @@ pub fn layer_costs(
             replica_grad_sync_s: replica_sync.latency_s,
             expert_params: layer.expert_params,
             all_to_all_bytes: layer.all_to_all_bytes,
+            tied: tied.map(|t| t.0),
         });
         energy_j.push(LayerEnergy {
             fwd_j: s.fwd.energy_j,
@@ -282,6 +327,8 @@ pub fn layer_costs(
             optimizer_step_j: s.optimizer_step_energy_j,
             grad_accumulation_j: s.grad_accumulation_energy_j,
             replica_grad_sync_j: replica_sync.energy_j,
+            tied_optimizer_step_j: tied.map_or(0.0, |t| t.1),
+            tied_grad_accumulation_j: tied.map_or(0.0, |t| t.2),
         });
     }
     Ok(LayerCosts {

@@ -99,14 +99,21 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
             ));
         }
         for (li, layer) in graph.layers.iter().enumerate() {
-            for (name, value) in [
+            let tied_times = layer.tied.map(|tied| {
+                [
+                    ("tied.optimizer_step_s", tied.optimizer_step_s),
+                    ("tied.grad_accumulation_s", tied.grad_accumulation_s),
+                ]
+            });
+            let times = [
                 ("fwd_s", layer.fwd_s),
                 ("bwd_s", layer.bwd_s),
                 ("selective_recompute_s", layer.selective_recompute_s),
                 ("recompute_skipped_s", layer.recompute_skipped_s),
                 ("optimizer_step_s", layer.optimizer_step_s),
                 ("grad_accumulation_s", layer.grad_accumulation_s),
-            ] {
+            ];
+            for (name, value) in times.into_iter().chain(tied_times.into_iter().flatten()) {
                 if !value.is_finite() || value < 0.0 {
                     return Err(bad(
                         format!("{at}.layers[{li}].{name}"),
@@ -121,6 +128,16 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                         "{} s exceeds the layer's fwd_s ({} s): full recompute cannot skip more \
                          of the forward than there is",
                         layer.recompute_skipped_s, layer.fwd_s
+                    ),
+                ));
+            }
+            if let Some(tied) = layer.tied.filter(|tied| tied.owner >= li) {
+                return Err(bad(
+                    format!("{at}.layers[{li}].tied.owner"),
+                    format!(
+                        "{} is not an earlier layer: tied parameters are held by a layer before \
+                         the one using them",
+                        tied.owner
                     ),
                 ));
             }

@@ -329,6 +329,30 @@ pub struct LayerCost {
     /// results, each way.
     #[serde(default, skip_serializing_if = "is_zero_bytes")]
     pub all_to_all_bytes: u64,
+    /// Parameters the layer uses that an earlier layer holds (an output projection tied to the
+    /// input embeddings); `None` where it uses only its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tied: Option<TiedParams>,
+}
+
+/// Parameters a layer shares with an earlier one, its `owner`. Where the two sit on different
+/// pipeline stages, the layer's stage keeps a copy of them (weights, gradients and optimizer
+/// state, stepped by its own optimizer, synchronised with its data-parallel copies like its
+/// own), and the two stages all-reduce the copies' gradients once per iteration, after the
+/// backward and before the step (Megatron-LM's word embeddings on the first and last stage,
+/// `_allreduce_word_embedding_grads`). On one stage the owner's parameters serve both.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TiedParams {
+    /// Index of the layer holding them, before this one.
+    pub owner: usize,
+    /// Parameters per device (after tensor-parallel slicing).
+    pub params: u64,
+    /// The copy's optimizer step on one device.
+    pub optimizer_step_s: f64,
+    /// Adding one micro-batch's gradient into the copy's (0 where the GEMM accumulates it).
+    #[serde(default)]
+    pub grad_accumulation_s: f64,
 }
 
 /// The per-layer cost graph at one tensor width. Layers are in topological order and every

@@ -27,6 +27,9 @@ pub(crate) struct StageMetrics {
     pub grad_accumulation_s: f64,
     /// All-reduce of the gradients the tensor group replicates, once per iteration.
     pub replica_sync_s: f64,
+    /// Parameters whose gradients the stage all-reduces with another stage's copy of them
+    /// once per iteration (tied parameters split between stages, `LayerCost::tied`).
+    pub tied_sync_params: u64,
     /// Parameters of the stage's largest layer on one device: what ZeRO-3 gathers at once.
     pub largest_layer_params: u64,
     /// Of those, its experts (which expert parallelism divides).
@@ -44,13 +47,19 @@ pub(crate) struct StageMetrics {
 impl StageMetrics {
     /// Adds what `layer` holds and does once per micro-batch or iteration besides its
     /// forward and backward: parameters (and experts), optimizer step, gradient accumulation,
-    /// replicated-gradient sync, dispatched bytes, kept activations.
-    fn add_layer_state(&mut self, layer: &LayerCost, mode: RecomputeMode) {
-        self.params += layer.params;
-        self.optimizer_s += layer.optimizer_step_s;
-        self.grad_accumulation_s += layer.grad_accumulation_s;
+    /// replicated-gradient sync, dispatched bytes, kept activations; and, where the layer of
+    /// the parameters it is tied to is not in the stage (`owner_in_stage` false), its copy of
+    /// them and their gradients' all-reduce.
+    fn add_layer_state(&mut self, layer: &LayerCost, mode: RecomputeMode, owner_in_stage: bool) {
+        let copy = layer.tied.filter(|_| !owner_in_stage);
+        let copy_params = copy.map_or(0, |c| c.params);
+        self.params += layer.params + copy_params;
+        self.tied_sync_params += copy_params;
+        self.optimizer_s += layer.optimizer_step_s + copy.map_or(0.0, |c| c.optimizer_step_s);
+        self.grad_accumulation_s +=
+            layer.grad_accumulation_s + copy.map_or(0.0, |c| c.grad_accumulation_s);
         self.replica_sync_s += layer.replica_grad_sync_s;
-        self.note_largest_layer(layer.params, layer.expert_params);
+        self.note_largest_layer(layer.params + copy_params, layer.expert_params);
         self.expert_params += layer.expert_params;
         self.all_to_all_bytes += layer.all_to_all_bytes;
         self.stash_per_micro_batch += kept_bytes(layer, mode);
@@ -76,6 +85,7 @@ impl StageMetrics {
             device.optimizer_s += sm.optimizer_s;
             device.grad_accumulation_s += sm.grad_accumulation_s;
             device.replica_sync_s += sm.replica_sync_s;
+            device.tied_sync_params += sm.tied_sync_params;
             device.note_largest_layer(sm.largest_layer_params, sm.largest_layer_experts);
             device.expert_params += sm.expert_params;
             device.all_to_all_bytes += sm.all_to_all_bytes;
@@ -161,10 +171,15 @@ pub(crate) fn stage_metrics(
         }
     }
     for (v, layer) in graph.layers.iter().enumerate() {
+        let owner_in_stage = layer.tied.is_some_and(|t| in_stage[t.owner]);
         if !in_stage[v] {
+            // The stage holds the parameters another stage keeps a copy of.
+            if owner_in_stage {
+                sm.tied_sync_params += layer.tied.map_or(0, |t| t.params);
+            }
             continue;
         }
-        sm.add_layer_state(layer, mode);
+        sm.add_layer_state(layer, mode, owner_in_stage);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
         }
@@ -221,13 +236,27 @@ pub(crate) fn chain_stage_metrics(
     for &(from, _, bytes) in &graph.edges {
         outgoing_bytes[from] += bytes;
     }
+    // Per owner, the parameters later layers are tied to (their copies' gradients are
+    // all-reduced with the owner's stage until the stage reaches them).
+    let mut tied_to = vec![0u64; graph.layers.len()];
+    for layer in &graph.layers {
+        if let Some(t) = layer.tied {
+            tied_to[t.owner] += t.params;
+        }
+    }
     let mut sm = StageMetrics::default();
     let mut largest_full_working_set = 0u64;
     let mut all = Vec::with_capacity(graph.layers.len() - first);
     for (v, layer) in graph.layers.iter().enumerate().skip(first) {
         sm.fwd_s += layer.fwd_s;
         sm.bwd_s += backward_s(layer, mode);
-        sm.add_layer_state(layer, mode);
+        sm.tied_sync_params += tied_to[v];
+        let owner_in_stage = layer.tied.is_some_and(|t| t.owner >= first);
+        if let Some(t) = layer.tied.filter(|_| owner_in_stage) {
+            // Owner and user on one stage: nothing to synchronise.
+            sm.tied_sync_params -= t.params;
+        }
+        sm.add_layer_state(layer, mode, owner_in_stage);
         if layer.activation_bytes.recomputed_under_full() {
             largest_full_working_set = largest_full_working_set.max(layer.activation_bytes.none);
         }
@@ -624,9 +653,28 @@ impl Ctx<'_> {
 
     /// Exposed gradient synchronisation of a stage with `k` replicas: of the data-parallel
     /// synchronisation all of it, or with overlap what the last backward does not hide; and the
-    /// all-reduce of the tensor group's replicated parameters, which follows the backward.
+    /// all-reduces of the tensor group's replicated parameters and of the tied parameters split
+    /// between stages, which follow the backward.
     pub fn dp_comm_s(&self, sm: &StageMetrics, k: u32) -> f64 {
-        self.exposed(self.dp_sync_s(sm, k), sm.bwd_s) + sm.replica_sync_s
+        self.exposed(self.dp_sync_s(sm, k), sm.bwd_s) + sm.replica_sync_s + self.tied_sync_s(sm)
+    }
+
+    /// The all-reduce of the gradients of tied parameters the stage shares with another stage
+    /// (the first and last of a pipeline): each device with its counterpart in the other
+    /// stage, on the tier a pipeline spans (pipeline-major) or, its stages being a stage's
+    /// copies apart, the tier of the devices in use (stage-major). A ring of two moves the
+    /// whole buffer once each way.
+    pub fn tied_sync_s(&self, sm: &StageMetrics) -> f64 {
+        if sm.tied_sync_params == 0 {
+            return 0.0;
+        }
+        let span = match self.problem.layout {
+            DeviceLayout::PipelineMajor => self.units * self.t,
+            DeviceLayout::StageMajor => self.d * self.units * self.t,
+        };
+        let link = self.link(span, |_| 1);
+        let bytes = sm.tied_sync_params * u64::from(self.problem.bytes_per_param.grads);
+        bytes as f64 / link.bandwidth_bytes_per_s + 2.0 * link.tier.latency_s
     }
 
     /// What a stage with `k` replicas does after its last backward: its exposed gradient
@@ -789,6 +837,22 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
                     "graph t={} layer {li} ({}): expert_params {} exceed its params {}",
                     g.tp, l.name, l.expert_params, l.params
                 ));
+            }
+            if let Some(tied) = l.tied {
+                if tied.owner >= li {
+                    return Err(format!(
+                        "graph t={} layer {li} ({}): tied.owner {} is not an earlier layer",
+                        g.tp, l.name, tied.owner
+                    ));
+                }
+                let times = [tied.optimizer_step_s, tied.grad_accumulation_s];
+                if times.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                    return Err(format!(
+                        "graph t={} layer {li} ({}): tied latencies must be finite and \
+                         non-negative",
+                        g.tp, l.name
+                    ));
+                }
             }
             if times.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(format!(
@@ -1281,12 +1345,13 @@ pub fn evaluate_fixed(problem: &PlacementProblem, fixed: &FixedPlan) -> Result<P
 mod tests {
     use super::*;
     use crate::arch::Tier;
-    use crate::placement::{BytesPerParam, LayerCostGraph};
+    use crate::placement::{BytesPerParam, LayerCostGraph, TiedParams};
     use crate::workload::ActivationBytes;
 
-    /// A chain of `n` layers with skip edges from `skip` layers back, uneven costs.
+    /// A chain of `n` layers with skip edges from `skip` layers back, uneven costs and two
+    /// tied pairs.
     fn chain_problem(n: usize, skip: usize, mode: RecomputeMode) -> PlacementProblem {
-        let layers = (0..n)
+        let mut layers = (0..n)
             .map(|i| LayerCost {
                 name: format!("l{i}"),
                 fwd_s: 0.1 + 0.37 * i as f64 % 1.3,
@@ -1305,8 +1370,20 @@ mod tests {
                 replica_grad_sync_s: 0.0,
                 expert_params: 0,
                 all_to_all_bytes: 0,
+                tied: None,
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // The last layer tied to the first (a head to the embeddings), one more pair inside.
+        let tied = |owner: usize, params: u64| {
+            Some(TiedParams {
+                owner,
+                params,
+                optimizer_step_s: 0.0007 * params as f64 / 1000.0,
+                grad_accumulation_s: 0.0003,
+            })
+        };
+        layers[n - 1].tied = tied(0, 1000);
+        layers[5].tied = tied(2, 300);
         let mut edges: Vec<(usize, usize, u64)> =
             (1..n).map(|j| (j - 1, j, 100 + j as u64)).collect();
         edges.extend((skip..n).map(|j| (j - skip, j, 7 * j as u64)));

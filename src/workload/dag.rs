@@ -507,6 +507,7 @@ impl Dag {
                     replicated: ReplicatedParams::default(),
                     expert_params: 0,
                     all_to_all_bytes: 0,
+                    tied: None,
                 }
             })
             .collect();

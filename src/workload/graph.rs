@@ -242,6 +242,25 @@ pub struct Layer {
     /// micro-batch: what each all-to-all moves.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub all_to_all_bytes: u64,
+    /// Parameters the layer uses that an earlier layer holds (not in `params`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tied: Option<TiedUse>,
+}
+
+/// A layer's use of an earlier layer's parameters (an output projection tied to the input
+/// embeddings): a pipeline stage without the owner keeps a copy of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TiedUse {
+    /// Index of the layer holding the parameters.
+    pub owner: usize,
+    /// Elements of each tied tensor one device uses (after tensor-parallel slicing).
+    pub tensors: Vec<u64>,
+}
+
+impl TiedUse {
+    pub fn params(&self) -> u64 {
+        self.tensors.iter().sum()
+    }
 }
 
 fn is_zero(value: &u64) -> bool {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::graph::{
-    ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, ReplicatedParams,
+    ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, ReplicatedParams, TiedUse,
 };
 use super::ops::{
     build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector,
@@ -1417,6 +1417,7 @@ impl Template {
                 replicated: ReplicatedParams::default(),
                 expert_params: 0,
                 all_to_all_bytes: 0,
+                tied: None,
             }
         };
         let mut layers = Vec::with_capacity(self.layers as usize + 2);
@@ -1466,15 +1467,22 @@ impl Template {
                 ..prototype.clone()
             });
         }
-        // The head's output is the fp32 loss of each sample.
-        layers.push(make(
-            "head".to_string(),
-            "head",
-            self.head_nodes(shape),
-            self.head_tensors(shape.tp),
-            self.head_activation_bytes(shape),
-            4 * shape.micro_batch,
-        ));
+        // The head's output is the fp32 loss of each sample. Tied to the input embeddings, its
+        // projection is the embedding layer's vocabulary table (layer 0).
+        layers.push(Layer {
+            tied: self.block.tied_embeddings.then(|| TiedUse {
+                owner: 0,
+                tensors: vec![self.vocab_per_device(shape.tp) * self.hidden],
+            }),
+            ..make(
+                "head".to_string(),
+                "head",
+                self.head_nodes(shape),
+                self.head_tensors(shape.tp),
+                self.head_activation_bytes(shape),
+                4 * shape.micro_batch,
+            )
+        });
         let edges = (1..layers.len())
             .map(|j| (j - 1, j, hidden_bytes))
             .collect();
