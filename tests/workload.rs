@@ -1250,6 +1250,78 @@ fn fused_causal_softmax_reads_half_the_scores() {
     );
 }
 
+/// `cross_entropy = "vocab_parallel"` (Megatron-LM's loss) replaces the fused loss kernel with
+/// one kernel per step over the device's fp32 logits, here 2 · 16 tokens × 50 of the 100
+/// words at t = 2: the rows' maximum and sum read them (4 B each), the subtraction, the
+/// exponential and the division read and write them (8 B each): 20 B per logit read and 12
+/// written, where the fused kernel reads 4. Each reduction's result is all-reduced over the
+/// tensor group (4 B per row), as are the target logits; the backward is one kernel scaling
+/// the kept softmax (4 B in, 4 B out), then the cast back to 16 bits.
+#[test]
+fn vocab_parallel_cross_entropy_runs_a_kernel_per_step() {
+    let text = format!("{GOOD}cross_entropy = \"vocab_parallel\"\n");
+    let w = Workload::load(&write_temp("megatron-loss.toml", &text)).expect("loads");
+    let logits = 2 * 16 * 50u64;
+    let graph = w.layer_graph(2, 2, false).expect("graph");
+    let head = graph.layers.last().unwrap();
+    let loss_ops: Vec<(&str, u64, u64)> = head
+        .fwd
+        .ops
+        .iter()
+        .filter(|op| op.name.starts_with("ce_"))
+        .map(|op| (op.name.as_str(), op.bytes_read, op.bytes_written))
+        .collect();
+    let row = 2 * 16 * 4;
+    assert_eq!(
+        loss_ops,
+        vec![
+            ("ce_row_max", 4 * logits, 0),
+            ("ce_row_max_all_reduce", row, row),
+            ("ce_subtract_max", 4 * logits, 4 * logits),
+            ("ce_exp", 4 * logits, 4 * logits),
+            ("ce_row_sum", 4 * logits, 0),
+            ("ce_target_logit_all_reduce", row, row),
+            ("ce_row_sum_all_reduce", row, row),
+            ("ce_divide_by_sum", 4 * logits, 4 * logits),
+        ]
+    );
+    assert!(head.fwd.ops.iter().all(|op| op.name != "cross_entropy"));
+    let backward: Vec<(&str, u64, u64)> = head
+        .bwd
+        .ops
+        .iter()
+        .filter(|op| op.name.starts_with("ce_") || op.name.starts_with("logits_to_fp32"))
+        .map(|op| (op.name.as_str(), op.bytes_read, op.bytes_written))
+        .collect();
+    assert_eq!(
+        backward,
+        vec![
+            ("ce_scale_softmax", 4 * logits, 4 * logits),
+            ("logits_to_fp32.bwd", 4 * logits, 2 * logits),
+        ]
+    );
+    // At t = 1 nothing is all-reduced.
+    let one = w.layer_graph(1, 2, false).expect("graph");
+    let head = one.layers.last().unwrap();
+    assert!(head
+        .fwd
+        .ops
+        .iter()
+        .all(|op| !op.name.ends_with("all_reduce")));
+    let e = load_error(
+        "loss-typo.toml",
+        &format!("{GOOD}cross_entropy = \"unfused\"\n"),
+    );
+    assert_mentions(
+        &e,
+        &[
+            "loss-typo.toml",
+            "unknown variant `unfused`",
+            "vocab_parallel",
+        ],
+    );
+}
+
 /// The layout copies every Megatron-LM (and PyTorch) block runs: the attention context back to
 /// token-major rows before the projection (its gradient is a view), and the QKV gradient
 /// assembled from the q, k and v gradients before the projection's backward; and the loss over

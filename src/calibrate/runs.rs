@@ -11,8 +11,8 @@ use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
-    AttentionSoftmax, Checkpoint, GptSizes, Layer, Model, Op, OpGraph, OpKind, ParamKernels,
-    Precision, VectorOp, Workload,
+    AttentionSoftmax, Checkpoint, CrossEntropyKernels, GptSizes, Layer, Model, Op, OpGraph, OpKind,
+    ParamKernels, Precision, VectorOp, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -298,9 +298,11 @@ pub fn validate_runs(
                 .map_err(|e| in_row(row, e))?
         };
         // Megatron-LM's fp16 GPT runs its fused causal softmax (`--masked-softmax-fusion`,
-        // on by default, for score rows of up to 2048).
+        // on by default, for score rows of up to 2048) and its vocabulary-parallel loss, a
+        // kernel per step over the fp32 logits.
         if let Model::Template(template) = &mut workload.model {
             template.block.softmax = AttentionSoftmax::FusedCausal;
+            template.block.cross_entropy = CrossEntropyKernels::VocabParallel;
         }
         let held = plans.by_model.get(&run.model).copied();
         let options = PlanOptions {

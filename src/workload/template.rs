@@ -52,6 +52,7 @@ pub(crate) struct RawTemplate {
     tied_embeddings: Option<bool>,
     parallel_block: Option<bool>,
     attention_softmax: Option<AttentionSoftmax>,
+    cross_entropy: Option<CrossEntropyKernels>,
     moe: Option<RawMoe>,
 }
 
@@ -131,9 +132,68 @@ impl RawTemplate {
             tied_embeddings: None,
             parallel_block: None,
             attention_softmax: None,
+            cross_entropy: None,
             moe: None,
         }
     }
+}
+
+/// Megatron-LM's `vocab_parallel_cross_entropy` over `tokens` rows of `vocab` fp32 logits per
+/// device: the rows' maximum (all-reduced over the `tp` devices), subtracted in place,
+/// exponentiated in place, the rows' sum (all-reduced, as are the target logits), and the
+/// division that leaves the softmax for the backward, which scales it by the loss gradient in
+/// one kernel (the autograd function's own backward, so the forward kernels have none). The
+/// reductions are priced as the norm primitive (one read, one value per row out), the
+/// element-wise steps as the scaling primitive (one read, one write): memory-bound streams,
+/// at those primitives' rates. The target's index kernels (over one value per row) are left
+/// out.
+fn vocab_parallel_cross_entropy(
+    bld: &mut Builder,
+    logits: usize,
+    tokens: u64,
+    vocab: u64,
+    tp: u64,
+) {
+    let elements = tokens * vocab;
+    let step = |bld: &mut Builder, op: Op, pred: usize, grad: Vec<Op>| {
+        bld.push(Node {
+            fwd: Some(op),
+            preds: vec![pred],
+            grad: grad.into_iter().map(|op| (op, Feeds::All)).collect(),
+            leaf: Vec::new(),
+        })
+    };
+    let all_reduce = |bld: &mut Builder, name: &str, pred: usize| {
+        if tp == 1 {
+            return pred;
+        }
+        let bytes = mul(&[tokens, 4]);
+        let op = collective(name, CollectiveKind::AllReduce, bytes, tp as u32, 4);
+        bld.push(Node {
+            fwd: Some(op),
+            preds: vec![pred],
+            grad: Vec::new(),
+            leaf: Vec::new(),
+        })
+    };
+    let reduce = |name: &str| vector(name, VectorOp::Norm, elements, vocab, 4);
+    let stream = |name: &str| vector(name, VectorOp::Scale, elements, 1, 4);
+    let max = step(bld, reduce("ce_row_max"), logits, Vec::new());
+    let max = all_reduce(bld, "ce_row_max_all_reduce", max);
+    let shifted = step(bld, stream("ce_subtract_max"), max, Vec::new());
+    let exp = step(bld, stream("ce_exp"), shifted, Vec::new());
+    let sum = step(bld, reduce("ce_row_sum"), exp, Vec::new());
+    let sum = all_reduce(bld, "ce_target_logit_all_reduce", sum);
+    let sum = all_reduce(bld, "ce_row_sum_all_reduce", sum);
+    let grad = vector_in_pass(
+        "ce_scale_softmax",
+        VectorOp::Scale,
+        Pass::Backward,
+        elements,
+        1,
+        4,
+    );
+    step(bld, stream("ce_divide_by_sum"), sum, vec![grad]);
 }
 
 /// Largest accepted value of each size: far above any real model, low enough that parameter
@@ -205,6 +265,18 @@ pub enum AttentionSoftmax {
     FusedCausal,
 }
 
+/// The kernels that compute the loss over the vocabulary logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrossEntropyKernels {
+    /// One fused kernel forward and one backward (PyTorch's `cross_entropy`).
+    Fused,
+    /// Megatron-LM's `vocab_parallel_cross_entropy`: the rows' maximum, its subtraction, the
+    /// exponential, the rows' sum and the division, each a kernel over the fp32 logits, with
+    /// the tensor group's three all-reduces; one kernel backward.
+    VocabParallel,
+}
+
 /// The shape of the transformer block and its ends; each family has defaults a file may
 /// override (docs/workloads.md, "Block shape").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -221,14 +293,16 @@ pub struct BlockShape {
     /// before a single residual add (GPT-J, PaLM), instead of one after the other.
     pub parallel: bool,
     pub softmax: AttentionSoftmax,
+    pub cross_entropy: CrossEntropyKernels,
 }
 
 impl BlockShape {
-    /// A short name of every choice, for layer signatures (the fused softmax only where
-    /// chosen, so the signatures of the default stay as they were).
+    /// A short name of every choice, for layer signatures (the fused softmax and the
+    /// vocabulary-parallel loss only where chosen, so the signatures of the default stay as
+    /// they were).
     fn tag(&self) -> String {
         format!(
-            "{}-{}-{} bias{} drop{} tied{} par{}{}",
+            "{}-{}-{} bias{} drop{} tied{} par{}{}{}",
             match self.norm {
                 Norm::LayerNorm => "ln",
                 Norm::RmsNorm => "rms",
@@ -250,6 +324,10 @@ impl BlockShape {
             match self.softmax {
                 AttentionSoftmax::Separate => "",
                 AttentionSoftmax::FusedCausal => " fused-causal-softmax",
+            },
+            match self.cross_entropy {
+                CrossEntropyKernels::Fused => "",
+                CrossEntropyKernels::VocabParallel => " vocab-parallel-ce",
             }
         )
     }
@@ -278,6 +356,7 @@ impl BlockShape {
             tied_embeddings: !llama,
             parallel: false,
             softmax: AttentionSoftmax::Separate,
+            cross_entropy: CrossEntropyKernels::Fused,
         }
     }
 }
@@ -509,6 +588,7 @@ impl RawTemplate {
             tied_embeddings: self.tied_embeddings.unwrap_or(default.tied_embeddings),
             parallel: self.parallel_block.unwrap_or(default.parallel),
             softmax: self.attention_softmax.unwrap_or(default.softmax),
+            cross_entropy: self.cross_entropy.unwrap_or(default.cross_entropy),
         }
     }
 }
@@ -1349,14 +1429,21 @@ impl Template {
                 false,
             );
         }
-        let loss = vector(
-            "cross_entropy",
-            VectorOp::CrossEntropy,
-            shape.tokens() * vocab,
-            vocab,
-            4,
-        );
-        bld.op(loss, &[logits], false);
+        match self.block.cross_entropy {
+            CrossEntropyKernels::Fused => {
+                let loss = vector(
+                    "cross_entropy",
+                    VectorOp::CrossEntropy,
+                    shape.tokens() * vocab,
+                    vocab,
+                    4,
+                );
+                bld.op(loss, &[logits], false);
+            }
+            CrossEntropyKernels::VocabParallel => {
+                vocab_parallel_cross_entropy(&mut bld, logits, shape.tokens(), vocab, shape.tp);
+            }
+        }
         bld.nodes
     }
 
