@@ -10,7 +10,7 @@ use tandem::arch::Tier;
 use tandem::placement::{
     evaluate_fixed, place, simulate, simulate_plan, BytesPerParam, FixedPlan, FixedStage,
     LayerCost, LayerCostGraph, PipelineSchedule, PlacementProblem, RecomputeMode, SimOp,
-    SimSchedule, ZeroStage,
+    SimSchedule, TiedParams, ZeroStage,
 };
 use tandem::workload::ActivationBytes;
 
@@ -378,6 +378,60 @@ fn searched_plans_simulate_within_their_pipeline_time_holding_what_they_charge()
         }
     }
     assert!(replicated >= 1, "no plan with replicated stages");
+}
+
+/// The interleaved schedule with the head tied to the embedding (its 50 M parameters held by
+/// layer 0): on 2 devices in 2 chunks each, the head's chunk sits on the second device and
+/// the embedding's on the first, so the second keeps a copy (16 B per parameter of state)
+/// and both all-reduce its 2-byte gradients after the backward, a ring of two on the node
+/// tier (100 GB/s, two latencies of 3 µs). The pipeline itself is unchanged.
+#[test]
+fn an_interleaved_stage_holding_the_tied_head_keeps_a_copy() {
+    let mut problem = transformer_problem(2, 16, PipelineSchedule::Interleaved);
+    problem.graphs.truncate(1);
+    problem.dp_overlap = false;
+    problem.constraints.tp = Some(1);
+    problem.constraints.pp = Some(2);
+    problem.constraints.dp = Some(1);
+    problem.constraints.virtual_stages = Some(2);
+    problem.hbm_bytes = 64 * GIB;
+    let untied = place(&problem).unwrap();
+    const Q: u64 = 50_000_000;
+    let head = problem.graphs[0].layers.last_mut().unwrap();
+    head.params = 0;
+    head.optimizer_step_s = 0.0;
+    head.tied = Some(TiedParams {
+        owner: 0,
+        params: Q,
+        optimizer_step_s: 1e-4,
+        grad_accumulation_s: 0.0,
+    });
+    let tied = place(&problem).unwrap();
+    let chunks = |plan: &tandem::placement::Plan| -> Vec<Vec<Vec<usize>>> {
+        plan.stages
+            .iter()
+            .map(|s| s.chunks.iter().map(|c| c.layers.clone()).collect())
+            .collect()
+    };
+    assert_eq!(chunks(&tied), chunks(&untied));
+    let last = tied.stages[1].chunks.last().unwrap().layers.clone();
+    assert_eq!(last.last(), Some(&17));
+    // The head's own 50 M became the copy: the state is the same, the sync is new.
+    assert_eq!(tied.stages[1].memory, untied.stages[1].memory);
+    assert_eq!(tied.stages[0].memory, untied.stages[0].memory);
+    let sync = 2.0 * Q as f64 / 100e9 + 2.0 * 3e-6;
+    for (t, u) in tied.stages.iter().zip(&untied.stages) {
+        assert!(
+            (t.dp_comm_s - u.dp_comm_s - sync).abs() <= 1e-12,
+            "{} - {} against {sync}",
+            t.dp_comm_s,
+            u.dp_comm_s
+        );
+    }
+    let pipe = |p: &tandem::placement::Plan| {
+        p.time_split.compute_s + p.time_split.bubble_s + p.time_split.pp_comm_s
+    };
+    assert_eq!(pipe(&tied), pipe(&untied));
 }
 
 #[test]
