@@ -3,12 +3,14 @@
 //! bound of a workload's unique layers (`LayerWork`).
 
 use super::evaluate::{placement_problem, tensor_widths};
-use super::layers::{attention_core, grad_accumulation, optimizer_step, recompute_skipped};
+use super::layers::{
+    attention_core, grad_accumulation, optimizer_step, recompute_skipped, tied_copy,
+};
 use super::{EvaluateError, PlanOptions};
 use crate::arch::Tier;
 use crate::cost::CostModel;
 use crate::error::InputError;
-use crate::placement::{place_faster_than, LayerCost, LayerCostGraph, TiedParams};
+use crate::placement::{place_faster_than, LayerCost, LayerCostGraph};
 use crate::schedule::{energy_lower_bound, lower_bound, ScheduleError, ScheduleProblem};
 use crate::workload::{Layer, Workload};
 use std::collections::BTreeMap;
@@ -90,12 +92,10 @@ fn lower_bound_graph(
             expert_params: layer.expert_params,
             all_to_all_bytes: layer.all_to_all_bytes,
             // The copy's step and accumulation are the plan's own (kernels in turn, exact).
-            tied: layer.tied.as_ref().map(|tied| TiedParams {
-                owner: tied.owner,
-                params: tied.params(),
-                optimizer_step_s: optimizer_step(workload, cost, &tied.tensors).0,
-                grad_accumulation_s: grad_accumulation(workload, cost, &tied.tensors).0,
-            }),
+            tied: layer
+                .tied
+                .as_ref()
+                .map(|tied| tied_copy(workload, cost, tied).0),
         });
     }
     Ok(LayerCostGraph {

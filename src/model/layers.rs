@@ -9,7 +9,7 @@ use crate::placement::{
     BytesPerParam, LayerCost, LayerCostGraph, Plan, RecomputeMode, TiedParams, ZeroStage,
 };
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
-use crate::workload::{CollectiveKind, Layer, Op, OpGraph, OpKind, VectorOp, Workload};
+use crate::workload::{CollectiveKind, Layer, Op, OpGraph, OpKind, TiedUse, VectorOp, Workload};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -292,17 +292,10 @@ pub fn layer_costs(
         let replica_sync = replica_grad_sync(workload, cost, layer);
         // A stage without the owner of the parameters the layer is tied to steps and
         // accumulates a copy of them.
-        let tied = layer.tied.as_ref().map(|tied| {
-            let step = optimizer_step(workload, cost, &tied.tensors);
-            let accumulation = grad_accumulation(workload, cost, &tied.tensors);
-            let params = TiedParams {
-                owner: tied.owner,
-                params: tied.params(),
-                optimizer_step_s: step.0,
-                grad_accumulation_s: accumulation.0,
-            };
-            (params, step.1, accumulation.1)
-        });
+        let tied = layer
+            .tied
+            .as_ref()
+            .map(|tied| tied_copy(workload, cost, tied));
         layers.push(LayerCost {
             name: layer.name.clone(),
             fwd_s: s.fwd_s,
@@ -355,6 +348,25 @@ pub(super) fn optimizer_step(
         return (0.0, 0.0);
     }
     kernels_in_turn(cost, &workload.optimizer_step_ops(param_tensors))
+}
+
+/// What a stage keeping its own copy of the parameters `tied` names does with it: its
+/// optimizer step and one micro-batch's gradient accumulation (as the owner's own tensors
+/// are priced), with their energies.
+pub(super) fn tied_copy(
+    workload: &Workload,
+    cost: &CostModel,
+    tied: &TiedUse,
+) -> (TiedParams, f64, f64) {
+    let (step_s, step_j) = optimizer_step(workload, cost, &tied.tensors);
+    let (accumulation_s, accumulation_j) = grad_accumulation(workload, cost, &tied.tensors);
+    let params = TiedParams {
+        owner: tied.owner,
+        params: tied.params(),
+        optimizer_step_s: step_s,
+        grad_accumulation_s: accumulation_s,
+    };
+    (params, step_j, accumulation_j)
 }
 
 /// The all-reduce, once per iteration, of the gradients of the parameters `layer`'s tensor

@@ -155,11 +155,12 @@ fn vocab_parallel_cross_entropy(
     tp: u64,
 ) {
     let elements = tokens * vocab;
-    let step = |bld: &mut Builder, op: Op, pred: usize, grad: Vec<Op>| {
+    // A forward kernel without a backward of its own.
+    let step = |bld: &mut Builder, op: Op, pred: usize| {
         bld.push(Node {
             fwd: Some(op),
             preds: vec![pred],
-            grad: grad.into_iter().map(|op| (op, Feeds::All)).collect(),
+            grad: Vec::new(),
             leaf: Vec::new(),
         })
     };
@@ -169,22 +170,18 @@ fn vocab_parallel_cross_entropy(
         }
         let bytes = mul(&[tokens, 4]);
         let op = collective(name, CollectiveKind::AllReduce, bytes, tp as u32, 4);
-        bld.push(Node {
-            fwd: Some(op),
-            preds: vec![pred],
-            grad: Vec::new(),
-            leaf: Vec::new(),
-        })
+        step(bld, op, pred)
     };
     let reduce = |name: &str| vector(name, VectorOp::Norm, elements, vocab, 4);
     let stream = |name: &str| vector(name, VectorOp::Scale, elements, 1, 4);
-    let max = step(bld, reduce("ce_row_max"), logits, Vec::new());
+    let max = step(bld, reduce("ce_row_max"), logits);
     let max = all_reduce(bld, "ce_row_max_all_reduce", max);
-    let shifted = step(bld, stream("ce_subtract_max"), max, Vec::new());
-    let exp = step(bld, stream("ce_exp"), shifted, Vec::new());
-    let sum = step(bld, reduce("ce_row_sum"), exp, Vec::new());
+    let shifted = step(bld, stream("ce_subtract_max"), max);
+    let exp = step(bld, stream("ce_exp"), shifted);
+    let sum = step(bld, reduce("ce_row_sum"), exp);
     let sum = all_reduce(bld, "ce_target_logit_all_reduce", sum);
     let sum = all_reduce(bld, "ce_row_sum_all_reduce", sum);
+    let softmax = step(bld, stream("ce_divide_by_sum"), sum);
     let grad = vector_in_pass(
         "ce_scale_softmax",
         VectorOp::Scale,
@@ -193,7 +190,7 @@ fn vocab_parallel_cross_entropy(
         1,
         4,
     );
-    step(bld, stream("ce_divide_by_sum"), sum, vec![grad]);
+    bld.nodes[softmax].grad.push((grad, Feeds::All));
 }
 
 /// Largest accepted value of each size: far above any real model, low enough that parameter
