@@ -233,7 +233,11 @@ fn plan_cli_prints_the_documented_json_and_holds_given_options() {
         assert!(s["load_s"].as_f64().expect("load") > 0.0);
         // The exposed gradient synchronisation is part of the whole one.
         let exposed = s["dp_comm_s"].as_f64().expect("exposed sync");
-        assert!(s["dp_sync_s"].as_f64().expect("whole sync") >= exposed);
+        let whole = s["dp_sync_s"].as_f64().expect("whole sync");
+        let hidden = s["dp_hidden_s"].as_f64().expect("hidden sync");
+        assert!(whole >= exposed);
+        assert!((0.0..=whole).contains(&hidden));
+        assert!(exposed >= whole - hidden - 1e-12 * whole);
     }
     let devices: u64 = stages
         .iter()
@@ -485,7 +489,7 @@ fn published_megatron_runs_with_their_plans_held() {
         // The largest error the model reaches today (BENCHMARKS.md says where the gap lies):
         // an absolute bound, so a change that makes a run pessimistic is held to it too.
         assert!(
-            r.signed_error.abs() < 0.17,
+            r.signed_error.abs() < 0.16,
             "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
             r.predicted_tflops_per_gpu,
@@ -498,7 +502,7 @@ fn published_megatron_runs_with_their_plans_held() {
         [(16, true), (16, true), (16, true), (8, true), (4, false)]
     );
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.12, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.11, "mean error {:.1} %", 100.0 * mean);
 }
 
 /// A chip whose computation hides none of an overlapped collective (`efficiency.comm_overlap
@@ -2073,16 +2077,34 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
         (0.01..0.02).contains(&vocab_parallel_adds_s),
         "{vocab_parallel_adds_s} s"
     );
+    // And the PyTorch of 2021 adds the QKV bias with a kernel of its own (`matmul`, then
+    // `add_`), where collect.py's step adds it in the GEMM's epilogue: in each of 24 blocks,
+    // forward and rerun, one pass over the 16 · 2048 × 6912 projection output.
+    let qkv_bias_s = 48.0
+        * vector_cost(
+            &a100,
+            VectorOp::Scale,
+            Pass::Forward,
+            16 * 2048 * 6912,
+            1,
+            2,
+            a100.vector.count,
+        )
+        .latency_s;
+    // About 24 ms: 0.9 GB each way per pass at 0.83 of 2039 GB/s.
+    assert!((0.02..0.03).contains(&qkv_bias_s), "{qkv_bias_s} s");
     let run_s = run.compute_s + run.optimizer_s;
     assert!(
         (full_s + bookkeeping_s - per_tensor_s - fused_saves_s
             + rerun_add_s
             + vocab_parallel_adds_s
+            + qkv_bias_s
             - run_s)
             .abs()
             < 1e-9 * full_s,
         "step {full_s} s + {bookkeeping_s} s - {per_tensor_s} s - {fused_saves_s} s + \
-         {rerun_add_s} s + {vocab_parallel_adds_s} s, run 1 without its all-reduce {run_s} s"
+         {rerun_add_s} s + {vocab_parallel_adds_s} s + {qkv_bias_s} s, run 1 without its \
+         all-reduce {run_s} s"
     );
     // Without recompute (which does not fit in 80 GB, but a measured step ran) the backward
     // drops the 24 blocks' forwards but their last adds, exactly: full recompute reruns
@@ -2755,6 +2777,47 @@ fn energy_per_sample_counts_the_tied_embedding_copy_of_a_second_stage() {
         ((tied - untied) - expected).abs() <= 1e-9 * tied,
         "the copy adds {} J per sample, expected {expected}",
         tied - untied
+    );
+}
+
+/// On one stage, GPT-1.7B's tied head and embedding share the table; without
+/// gradient-accumulation fusion every micro-batch's backward sums the two uses' gradients:
+/// an add over the 51200 × 2304 table reading two bf16 gradients and writing one (6 B
+/// through HBM, GLB and the local buffers at 31 + 1.5 + 0.4 pJ/B, one vector cycle at
+/// 0.2 pJ: 197.6 pJ per parameter), in each of 32 micro-batches of 16 samples. With fusion
+/// the head adds nothing (the embedding's hook add is its own operator).
+#[test]
+fn energy_per_sample_counts_the_tied_gradient_sum_of_one_stage() {
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let arch = chip("a100");
+    let sum_j = |gpt: &Workload| {
+        let plan = one_stage_a100_plan(gpt, 1, ZeroStage::Replicated, &cache).plan;
+        let mut costs =
+            layer_costs(gpt, &CostModel::new(&arch), &cache, 1, 16, false).expect("costs");
+        let bytes = gpt.bytes_per_param();
+        let bytes = tandem::placement::BytesPerParam {
+            weights: bytes.weights,
+            grads: bytes.grads,
+            optimizer: bytes.optimizer,
+        };
+        let energy = |costs: &tandem::model::LayerCosts| {
+            costs.dynamic_energy_per_sample_j(&plan, RecomputeMode::Full, bytes, 512, &arch)
+        };
+        let tied = energy(&costs);
+        costs.graph.layers.last_mut().unwrap().tied = None;
+        tied - energy(&costs)
+    };
+    let fused = workload("gpt-1.7b");
+    assert_eq!(sum_j(&fused), 0.0);
+    let unfused = Workload {
+        gradient_accumulation_fusion: false,
+        ..fused
+    };
+    let expected = (51200 * 2304) as f64 * 197.6e-12 / 16.0;
+    let got = sum_j(&unfused);
+    assert!(
+        (got - expected).abs() <= 1e-9 * expected,
+        "the sum adds {got} J per sample, expected {expected}"
     );
 }
 

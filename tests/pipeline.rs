@@ -384,7 +384,8 @@ fn searched_plans_simulate_within_their_pipeline_time_holding_what_they_charge()
 /// layer 0): on 2 devices in 2 chunks each, the head's chunk sits on the second device and
 /// the embedding's on the first, so the second keeps a copy (16 B per parameter of state)
 /// and both all-reduce its 2-byte gradients after the backward, a ring of two on the node
-/// tier (100 GB/s, two latencies of 3 µs). The pipeline itself is unchanged.
+/// tier (100 GB/s, two latencies of 3 µs). The pipeline itself is unchanged: no stage sums
+/// the two uses' gradients.
 #[test]
 fn an_interleaved_stage_holding_the_tied_head_keeps_a_copy() {
     let mut problem = transformer_problem(2, 16, PipelineSchedule::Interleaved);
@@ -405,6 +406,8 @@ fn an_interleaved_stage_holding_the_tied_head_keeps_a_copy() {
         params: Q,
         optimizer_step_s: 1e-4,
         grad_accumulation_s: 0.0,
+        // Summing the two gradients happens only where both uses share a stage: not here.
+        grad_sum_s: 1e-3,
     });
     let tied = place(&problem).unwrap();
     let chunks = |plan: &tandem::placement::Plan| -> Vec<Vec<Vec<usize>>> {

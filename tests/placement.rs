@@ -262,10 +262,12 @@ fn tied_parameters_split_between_stages_are_copied_and_all_reduced() {
     // stage keeps a copy (16 B per parameter: weights, gradients, Adam state), steps it
     // (STEP) and accumulates its gradient on every micro-batch after the first (ACC); after
     // the backward both stages all-reduce the copies' 2-byte gradients, a ring of two:
-    // 2Q bytes at NVLINK_BW plus two latencies.
+    // 2Q bytes at NVLINK_BW plus two latencies. Neither stage sums the two uses' gradients
+    // (SUM), which only a stage holding both does.
     const Q: u64 = 400_000;
     const STEP: f64 = 0.3e-3;
     const ACC: f64 = 0.2e-3;
+    const SUM: f64 = 0.15e-3;
     let mut problem = uniform_problem(2, 8);
     let split = fixed_plan(1, 1, &[(&[0, 1], 1), (&[2, 3], 1)]);
     let plain = evaluate_fixed(&problem, &split).unwrap();
@@ -274,6 +276,7 @@ fn tied_parameters_split_between_stages_are_copied_and_all_reduced() {
         params: Q,
         optimizer_step_s: STEP,
         grad_accumulation_s: ACC,
+        grad_sum_s: SUM,
     });
     let tied = evaluate_fixed(&problem, &split).unwrap();
     let sync = 2.0 * Q as f64 / NVLINK_BW + 2.0 * NVLINK_LAT;
@@ -295,12 +298,35 @@ fn tied_parameters_split_between_stages_are_copied_and_all_reduced() {
         tied.time_per_batch_s,
         plain.time_per_batch_s + 9.0 * ACC + sync + STEP,
     );
-    // On one stage the first layer's parameters serve both: nothing is copied or all-reduced.
+    // Two copies of the pipeline with their all-reduces overlapped at 60 %: each stage's
+    // data-parallel ring of two (its 2-byte gradients once at NVLINK_BW, two latencies) hides
+    // 60 % behind its 4 ms backward; the tied all-reduce follows the backward whole.
+    problem.devices = 4;
+    problem.dp_overlap = true;
+    problem.overlap_efficiency = 0.6;
+    let copies =
+        evaluate_fixed(&problem, &fixed_plan(1, 2, &[(&[0, 1], 1), (&[2, 3], 1)])).unwrap();
+    let ring = |params: u64| (2 * params) as f64 / NVLINK_BW + 2.0 * NVLINK_LAT;
+    for (stage, params) in copies.stages.iter().zip([2 * P, 2 * P + Q]) {
+        assert_close(stage.dp_sync_s, ring(params));
+        assert_close(stage.dp_hidden_s, 0.6 * ring(params));
+        assert_close(stage.dp_comm_s, 0.4 * ring(params) + sync);
+    }
+    assert_close(copies.dp_hidden_s(), 0.6 * ring(2 * P + Q));
+    problem.devices = 2;
+    problem.dp_overlap = false;
+    problem.overlap_efficiency = 1.0;
+    // On one stage the first layer's parameters serve both: nothing is copied or all-reduced,
+    // and each of the copy's 4 micro-batches' backward sums the two uses' gradients.
     let one_stage = fixed_plan(1, 2, &[(&[0, 1, 2, 3], 1)]);
     let whole = evaluate_fixed(&problem, &one_stage).unwrap();
     let mut untied = problem.clone();
     untied.graphs[0].layers[3].tied = None;
-    assert_eq!(whole, evaluate_fixed(&untied, &one_stage).unwrap());
+    let untied = evaluate_fixed(&untied, &one_stage).unwrap();
+    assert_eq!(whole.stages[0].memory, untied.stages[0].memory);
+    assert_eq!(whole.stages[0].dp_comm_s, untied.stages[0].dp_comm_s);
+    assert_close(whole.stages[0].bwd_s, untied.stages[0].bwd_s + SUM);
+    assert_close(whole.time_per_batch_s, untied.time_per_batch_s + 4.0 * SUM);
 }
 
 #[test]
@@ -839,6 +865,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
                 params: owner.params / 2,
                 optimizer_step_s: owner.optimizer_step_s / 2.0,
                 grad_accumulation_s: owner.grad_accumulation_s / 2.0,
+                grad_sum_s: owner.grad_accumulation_s / 3.0,
             });
         }
     }

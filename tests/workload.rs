@@ -167,6 +167,44 @@ fn a_tied_head_uses_the_embedding_layers_vocabulary_slice() {
     assert!(g1.layers.iter().all(|l| l.tied.is_none()));
 }
 
+/// Where the embedding table's gradient is summed with another each micro-batch. With
+/// gradient-accumulation fusion (the default) the owner's hook adds it into the main
+/// gradient on any stage: an operator of the embedding's backward over its 6283 × 12288
+/// slice, and nothing for the head. Without it (the Megatron-LM of 2021) autograd adds the
+/// head's gradient to the table's, which only a stage holding both does: the head's tied use
+/// carries one add of the fp16 gradients (two read, one written), the embedding none.
+#[test]
+fn the_tied_tables_gradient_sum_sits_where_it_runs() {
+    let table = 6283 * 12288u64;
+    let grad_add = |w: &Workload| -> Vec<(u64, u64)> {
+        let g = w.layer_graph(8, 1, false).unwrap();
+        g.layers[0]
+            .bwd
+            .ops
+            .iter()
+            .filter(|op| op.name == "embedding_table.grad_add")
+            .map(|op| (op.bytes_read, op.bytes_written))
+            .collect()
+    };
+    let head_sum = |w: &Workload| -> Vec<(u64, u64)> {
+        let g = w.layer_graph(8, 1, false).unwrap();
+        let tied = g.layers.last().unwrap().tied.clone().expect("tied head");
+        w.tied_grad_sum_ops(&tied.tensors)
+            .iter()
+            .map(|op| (op.bytes_read, op.bytes_written))
+            .collect()
+    };
+    let fused = load("workloads/gpt3-175b.toml");
+    assert_eq!(grad_add(&fused), vec![(4 * table, 2 * table)]);
+    assert!(head_sum(&fused).is_empty());
+    let unfused = Workload {
+        gradient_accumulation_fusion: false,
+        ..load("workloads/gpt3-175b.toml")
+    };
+    assert!(grad_add(&unfused).is_empty());
+    assert_eq!(head_sum(&unfused), vec![(4 * table, 2 * table)]);
+}
+
 #[test]
 fn model_flops_match_narayanan_formula() {
     for file in GPT_WORKLOADS {
@@ -1319,6 +1357,43 @@ fn vocab_parallel_cross_entropy_runs_a_kernel_per_step() {
             "unknown variant `unfused`",
             "vocab_parallel",
         ],
+    );
+}
+
+/// `qkv_bias = "add_kernel"` (the PyTorch of 2021: `linear` on a 3-D input runs `matmul`,
+/// then `add_`) adds one forward kernel right after the QKV projection that reads and writes
+/// its output, here 2 · 16 tokens × 3 · 64 / 2 columns of 2 B at t = 2; its gradient passes
+/// through, so the backward is the default's, the bias's column sum included.
+#[test]
+fn qkv_bias_add_kernel_streams_the_projection_output_once_forward() {
+    let plain = Workload::load(&write_temp("epilogue.toml", GOOD)).expect("loads");
+    let text = format!("{GOOD}qkv_bias = \"add_kernel\"\n");
+    let added = Workload::load(&write_temp("bias-add.toml", &text)).expect("loads");
+    let block = |w: &Workload| w.layer_graph(2, 2, false).expect("graph").layers[1].clone();
+    let (plain, added) = (block(&plain), block(&added));
+    let names =
+        |graph: &OpGraph| -> Vec<String> { graph.ops.iter().map(|op| op.name.clone()).collect() };
+    let mut expected = names(&plain.fwd);
+    let after_qkv = expected.iter().position(|n| n == "qkv").expect("qkv") + 1;
+    expected.insert(after_qkv, "qkv.bias_add".to_string());
+    assert_eq!(names(&added.fwd), expected);
+    let add = &added.fwd.ops[after_qkv];
+    let output_bytes = 2 * 16 * (3 * 64 / 2) * 2;
+    assert_eq!(
+        (add.bytes_read, add.bytes_written),
+        (output_bytes, output_bytes)
+    );
+    assert_eq!(names(&added.bwd), names(&plain.bwd));
+    assert!(names(&added.bwd).contains(&"qkv.bias_grad".to_string()));
+    let e = load_error(
+        "no-bias.toml",
+        &format!("{GOOD}bias = false\nqkv_bias = \"add_kernel\"\n"),
+    );
+    assert_mentions(&e, &["no-bias.toml", "qkv_bias", "bias = false"]);
+    let e = load_error("bias-typo.toml", &format!("{GOOD}qkv_bias = \"add\"\n"));
+    assert_mentions(
+        &e,
+        &["bias-typo.toml", "unknown variant `add`", "add_kernel"],
     );
 }
 

@@ -12,7 +12,7 @@ use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
     AttentionSoftmax, Checkpoint, CrossEntropyKernels, GptSizes, Layer, Model, Op, OpGraph, OpKind,
-    ParamKernels, Precision, VectorOp, Workload,
+    ParamKernels, Precision, QkvBias, VectorOp, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -73,9 +73,11 @@ pub struct RunError {
     pub pp_comm_s: f64,
     pub dp_comm_s: f64,
     pub optimizer_s: f64,
-    /// The slowest stage's whole gradient all-reduce, of which overlap (`dp_overlap`) hides
-    /// all but `dp_comm_s`.
+    /// The slowest stage's whole gradient all-reduce, hidden or not.
     pub dp_sync_s: f64,
+    /// The most of it a stage's last backward hides (`dp_overlap`; 0 without): `dp_comm_s`
+    /// holds the rest and the exposed all-reduces of replicated and tied parameters.
+    pub dp_hidden_s: f64,
     /// (predicted − measured) / measured.
     pub signed_error: f64,
 }
@@ -299,10 +301,12 @@ pub fn validate_runs(
         };
         // Megatron-LM's fp16 GPT runs its fused causal softmax (`--masked-softmax-fusion`,
         // on by default, for score rows of up to 2048) and its vocabulary-parallel loss, a
-        // kernel per step over the fp32 logits.
+        // kernel per step over the fp32 logits; the PyTorch of 2021 adds the QKV bias with a
+        // kernel of its own.
         if let Model::Template(template) = &mut workload.model {
             template.block.softmax = AttentionSoftmax::FusedCausal;
             template.block.cross_entropy = CrossEntropyKernels::VocabParallel;
+            template.block.qkv_bias = QkvBias::AddKernel;
         }
         let held = plans.by_model.get(&run.model).copied();
         let options = PlanOptions {
@@ -354,6 +358,7 @@ pub fn validate_runs(
             dp_comm_s: split.dp_comm_s,
             optimizer_s: split.optimizer_s,
             dp_sync_s: e.plan.dp_sync_s(),
+            dp_hidden_s: e.plan.dp_hidden_s(),
             signed_error: (predicted - run.measured_tflops_per_gpu) / run.measured_tflops_per_gpu,
         });
     }

@@ -280,12 +280,9 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
         )
     );
     let split = &plan.time_split;
-    let whole_sync_s = plan.dp_sync_s();
-    let hidden = if whole_sync_s > split.dp_comm_s {
-        format!(
-            " (of {} overlapped with the backward)",
-            seconds(whole_sync_s)
-        )
+    let hidden_s = plan.dp_hidden_s();
+    let hidden = if hidden_s > 0.0 {
+        format!(" (after {} hidden behind the backward)", seconds(hidden_s))
     } else {
         String::new()
     };

@@ -351,6 +351,7 @@ fn stage_json(s: &tandem::placement::Stage) -> serde_json::Value {
             "load_s": s.load_s,
             "dp_comm_s": s.dp_comm_s,
             "dp_sync_s": s.dp_sync_s,
+            "dp_hidden_s": s.dp_hidden_s,
             "optimizer_s": s.optimizer_s,
             "memory_bytes": s.memory.total,
             "memory": s.memory,

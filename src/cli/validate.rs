@@ -403,7 +403,7 @@ fn run_row(r: &RunError) -> Vec<String> {
             r.schedule.name().to_string()
         },
         if r.dp_overlap {
-            format!("yes, hides {}", seconds(r.dp_sync_s - r.dp_comm_s))
+            format!("yes, hides {}", seconds(r.dp_hidden_s))
         } else {
             "no".to_string()
         },

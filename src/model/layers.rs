@@ -72,11 +72,19 @@ pub struct LayerEnergy {
     pub grad_accumulation_j: f64,
     /// The all-reduce of the gradients its tensor group replicates (once per iteration).
     pub replica_grad_sync_j: f64,
-    /// The optimizer step of its copy of the parameters it is tied to (`LayerCost::tied`),
-    /// where a stage holds one.
-    pub tied_optimizer_step_j: f64,
+    /// What the parameters it is tied to (`LayerCost::tied`) cost it besides its passes.
+    pub tied: TiedEnergy,
+}
+
+/// Energy of a layer's use of tied parameters, J.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TiedEnergy {
+    /// The optimizer step of the copy a stage without the owner holds.
+    pub optimizer_step_j: f64,
     /// One micro-batch's gradient accumulation into that copy.
-    pub tied_grad_accumulation_j: f64,
+    pub grad_accumulation_j: f64,
+    /// Where the owner shares the stage: one micro-batch's sum of the two uses' gradients.
+    pub grad_sum_j: f64,
 }
 
 impl LayerCosts {
@@ -192,10 +200,15 @@ impl LayerCosts {
             // Tied parameters split between this stage and another: the all-reduce of the
             // copies' gradients, and where this stage holds the copy, its synchronisation,
             // step and accumulation as for its own parameters.
+            // Where both share the stage, the sum of their gradients in every pass.
             for (l, cost) in self.graph.layers.iter().enumerate() {
                 let Some(tied) = cost.tied else { continue };
                 let holds_copy = stage.layers.contains(&l);
-                if holds_copy == stage.layers.contains(&tied.owner) {
+                let holds_owner = stage.layers.contains(&tied.owner);
+                if holds_copy && holds_owner {
+                    per_iteration += t * passes * self.energy_j[l].tied.grad_sum_j;
+                }
+                if holds_copy == holds_owner {
                     continue;
                 }
                 let grad_bytes = tied.params * u64::from(bytes_per_param.grads);
@@ -204,8 +217,8 @@ impl LayerCosts {
                 let layer = &self.energy_j[l];
                 per_iteration += t * if holds_copy {
                     sync_j(tied.params, copies)
-                        + step_copies * layer.tied_optimizer_step_j
-                        + accumulations * layer.tied_grad_accumulation_j
+                        + step_copies * layer.tied.optimizer_step_j
+                        + accumulations * layer.tied.grad_accumulation_j
                         + tied_sync_j
                 } else {
                     tied_sync_j
@@ -320,8 +333,7 @@ pub fn layer_costs(
             optimizer_step_j: s.optimizer_step_energy_j,
             grad_accumulation_j: s.grad_accumulation_energy_j,
             replica_grad_sync_j: replica_sync.energy_j,
-            tied_optimizer_step_j: tied.map_or(0.0, |t| t.1),
-            tied_grad_accumulation_j: tied.map_or(0.0, |t| t.2),
+            tied: tied.map_or_else(TiedEnergy::default, |t| t.1),
         });
     }
     Ok(LayerCosts {
@@ -350,23 +362,32 @@ pub(super) fn optimizer_step(
     kernels_in_turn(cost, &workload.optimizer_step_ops(param_tensors))
 }
 
-/// What a stage keeping its own copy of the parameters `tied` names does with it: its
-/// optimizer step and one micro-batch's gradient accumulation (as the owner's own tensors
-/// are priced), with their energies.
+/// What a layer's use of the parameters `tied` names costs besides its passes: a stage
+/// keeping its own copy of them steps it and accumulates one micro-batch's gradient into it
+/// (as the owner's own tensors are priced); a stage holding the owner too sums the two uses'
+/// gradients every micro-batch. With their energies.
 pub(super) fn tied_copy(
     workload: &Workload,
     cost: &CostModel,
     tied: &TiedUse,
-) -> (TiedParams, f64, f64) {
-    let (step_s, step_j) = optimizer_step(workload, cost, &tied.tensors);
-    let (accumulation_s, accumulation_j) = grad_accumulation(workload, cost, &tied.tensors);
+) -> (TiedParams, TiedEnergy) {
+    let (step_s, optimizer_step_j) = optimizer_step(workload, cost, &tied.tensors);
+    let (accumulation_s, grad_accumulation_j) = grad_accumulation(workload, cost, &tied.tensors);
+    let (grad_sum_s, grad_sum_j) =
+        kernels_in_turn(cost, &workload.tied_grad_sum_ops(&tied.tensors));
     let params = TiedParams {
         owner: tied.owner,
         params: tied.params(),
         optimizer_step_s: step_s,
         grad_accumulation_s: accumulation_s,
+        grad_sum_s,
     };
-    (params, step_j, accumulation_j)
+    let energy = TiedEnergy {
+        optimizer_step_j,
+        grad_accumulation_j,
+        grad_sum_j,
+    };
+    (params, energy)
 }
 
 /// The all-reduce, once per iteration, of the gradients of the parameters `layer`'s tensor

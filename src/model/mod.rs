@@ -25,4 +25,4 @@ pub use evaluate::{
     evaluate, evaluate_faster_than, evaluate_on, tensor_widths, EvaluateError, Evaluation,
     PlanOptions,
 };
-pub use layers::{layer_costs, LayerCosts, LayerEnergy, UniqueLayerSchedule};
+pub use layers::{layer_costs, LayerCosts, LayerEnergy, TiedEnergy, UniqueLayerSchedule};

@@ -103,6 +103,7 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                 [
                     ("tied.optimizer_step_s", tied.optimizer_step_s),
                     ("tied.grad_accumulation_s", tied.grad_accumulation_s),
+                    ("tied.grad_sum_s", tied.grad_sum_s),
                 ]
             });
             let times = [

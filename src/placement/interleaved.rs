@@ -135,6 +135,7 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
             kept_bytes: device.stash_per_micro_batch,
             dp_comm_s: ctx.dp_comm_s(&device, 1),
             dp_sync_s: ctx.dp_sync_s(&device, 1),
+            dp_hidden_s: ctx.dp_hidden_s(&device, 1),
             optimizer_s: ctx.stage_optimizer_s(&device, 1),
             memory: MemoryBreakdown {
                 weights,

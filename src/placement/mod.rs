@@ -340,7 +340,8 @@ pub struct LayerCost {
 /// state, stepped by its own optimizer, synchronised with its data-parallel copies like its
 /// own), and the two stages all-reduce the copies' gradients once per iteration, after the
 /// backward and before the step (Megatron-LM's word embeddings on the first and last stage,
-/// `_allreduce_word_embedding_grads`). On one stage the owner's parameters serve both.
+/// `_allreduce_word_embedding_grads`). On one stage the owner's parameters serve both, and
+/// the two uses' gradients are summed every micro-batch (`grad_sum_s`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TiedParams {
@@ -353,6 +354,10 @@ pub struct TiedParams {
     /// Adding one micro-batch's gradient into the copy's (0 where the GEMM accumulates it).
     #[serde(default)]
     pub grad_accumulation_s: f64,
+    /// Where the owner shares the layer's stage: summing the two uses' gradients, each
+    /// micro-batch's backward (autograd's add without gradient-accumulation fusion; 0 with it).
+    #[serde(default)]
+    pub grad_sum_s: f64,
 }
 
 /// The per-layer cost graph at one tensor width. Layers are in topological order and every
@@ -505,10 +510,15 @@ pub struct Stage {
     /// Activation bytes each micro-batch a replica holds keeps (interleaved: its largest
     /// chunk's).
     pub kept_bytes: u64,
-    /// Gradient synchronisation not hidden behind the backward pass.
+    /// Gradient synchronisation not hidden behind the backward pass: the data-parallel
+    /// synchronisation less `dp_hidden_s`, then the all-reduces of replicated and tied
+    /// parameters, which follow the backward.
     pub dp_comm_s: f64,
-    /// The whole gradient synchronisation, hidden or not (`dp_comm_s` without overlap).
+    /// The whole data-parallel gradient synchronisation, hidden or not.
     pub dp_sync_s: f64,
+    /// The part of `dp_sync_s` the last backward hides (0 without overlap).
+    #[serde(default)]
+    pub dp_hidden_s: f64,
     /// Its optimizer step, after the synchronisation.
     pub optimizer_s: f64,
     pub memory: MemoryBreakdown,
@@ -588,6 +598,14 @@ impl Plan {
     /// The slowest stage's whole gradient synchronisation, hidden or not.
     pub fn dp_sync_s(&self) -> f64 {
         self.stages.iter().map(|s| s.dp_sync_s).fold(0.0, f64::max)
+    }
+
+    /// The most of its data-parallel synchronisation any stage hides behind its backward.
+    pub fn dp_hidden_s(&self) -> f64 {
+        self.stages
+            .iter()
+            .map(|s| s.dp_hidden_s)
+            .fold(0.0, f64::max)
     }
 
     /// Tensor groups in one pipeline copy (`K = Σ` replicas).

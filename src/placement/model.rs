@@ -107,9 +107,14 @@ pub(crate) fn predecessors(n: usize, edges: &[(usize, usize, u64)]) -> Vec<Vec<u
 }
 
 /// Backward time of a layer with its recomputation (full recompute reruns the forward of the
-/// layers that drop activations for it, but what its checkpoint skips).
-fn backward_s(layer: &LayerCost, mode: RecomputeMode) -> f64 {
+/// layers that drop activations for it, but what its checkpoint skips), and where the owner
+/// of the parameters it is tied to shares its stage, the sum of the two uses' gradients.
+fn backward_s(layer: &LayerCost, mode: RecomputeMode, owner_in_stage: bool) -> f64 {
     layer.bwd_s
+        + layer
+            .tied
+            .filter(|_| owner_in_stage)
+            .map_or(0.0, |t| t.grad_sum_s)
         + match mode {
             RecomputeMode::None => 0.0,
             RecomputeMode::Selective => layer.selective_recompute_s,
@@ -152,7 +157,7 @@ pub(crate) fn stage_metrics(
                 continue;
             }
             let own = if backward {
-                backward_s(layer, mode)
+                backward_s(layer, mode, layer.tied.is_some_and(|t| in_stage[t.owner]))
             } else {
                 layer.fwd_s
             };
@@ -249,9 +254,9 @@ pub(crate) fn chain_stage_metrics(
     let mut all = Vec::with_capacity(graph.layers.len() - first);
     for (v, layer) in graph.layers.iter().enumerate().skip(first) {
         sm.fwd_s += layer.fwd_s;
-        sm.bwd_s += backward_s(layer, mode);
-        sm.tied_sync_params += tied_to[v];
         let owner_in_stage = layer.tied.is_some_and(|t| t.owner >= first);
+        sm.bwd_s += backward_s(layer, mode, owner_in_stage);
+        sm.tied_sync_params += tied_to[v];
         if let Some(t) = layer.tied.filter(|_| owner_in_stage) {
             // Owner and user on one stage: nothing to synchronise.
             sm.tied_sync_params -= t.params;
@@ -659,6 +664,13 @@ impl Ctx<'_> {
         self.exposed(self.dp_sync_s(sm, k), sm.bwd_s) + sm.replica_sync_s + self.tied_sync_s(sm)
     }
 
+    /// The part of a stage's data-parallel synchronisation its last backward hides (none
+    /// without overlap).
+    pub fn dp_hidden_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        let sync_s = self.dp_sync_s(sm, k);
+        sync_s - self.exposed(sync_s, sm.bwd_s)
+    }
+
     /// The all-reduce of the gradients of tied parameters the stage shares with another stage
     /// (the first and last of a pipeline): each device with its counterpart in the other
     /// stage, on the tier a pipeline spans (pipeline-major) or, its stages being a stage's
@@ -845,7 +857,11 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
                         g.tp, l.name, tied.owner
                     ));
                 }
-                let times = [tied.optimizer_step_s, tied.grad_accumulation_s];
+                let times = [
+                    tied.optimizer_step_s,
+                    tied.grad_accumulation_s,
+                    tied.grad_sum_s,
+                ];
                 if times.iter().any(|x| !x.is_finite() || *x < 0.0) {
                     return Err(format!(
                         "graph t={} layer {li} ({}): tied latencies must be finite and \
@@ -1083,6 +1099,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             kept_bytes: sm.stash_per_micro_batch,
             dp_comm_s: ctx.dp_comm_s(sm, k),
             dp_sync_s: ctx.dp_sync_s(sm, k),
+            dp_hidden_s: ctx.dp_hidden_s(sm, k),
             optimizer_s: ctx.stage_optimizer_s(sm, k),
             memory: ctx.memory(sm, k, in_flight),
             chunks: Vec::new(),
@@ -1380,6 +1397,7 @@ mod tests {
                 params,
                 optimizer_step_s: 0.0007 * params as f64 / 1000.0,
                 grad_accumulation_s: 0.0003,
+                grad_sum_s: 0.00011 * params as f64 / 1000.0,
             })
         };
         layers[n - 1].tied = tied(0, 1000);

@@ -26,7 +26,7 @@ use crate::error::{parse_json, parse_toml, read_input, InputError};
 pub use crate::vocab::{Pass, VectorOp, VectorTraffic};
 pub use dag::{Dag, DagGraph, DagLayer, DagOp, Scale};
 pub use graph::*;
-pub use template::{AttentionSoftmax, CrossEntropyKernels, Template};
+pub use template::{AttentionSoftmax, CrossEntropyKernels, QkvBias, Template};
 use template::{RawTemplate, Shape};
 
 /// Transformer families the templates generate.
@@ -587,6 +587,23 @@ impl Workload {
         self.param_kernel_sizes(param_tensors, true)
             .into_iter()
             .map(|n| ops::vector("grad_accumulate", VectorOp::Add, n, 1, grads))
+            .collect()
+    }
+
+    /// The kernels summing the two gradients of tied parameters where their owner and the
+    /// layer using them share a stage, every micro-batch: without gradient-accumulation fusion
+    /// autograd adds the user's gradient to the owner's (an add over each tied tensor); with
+    /// it, the GEMM accumulates the user's gradient itself, and the owner's gradient hook adds
+    /// its own on any stage (an operator of the owner's graph).
+    pub fn tied_grad_sum_ops(&self, tied_tensors: &[u64]) -> Vec<Op> {
+        if self.gradient_accumulation_fusion {
+            return Vec::new();
+        }
+        let grads = self.bytes_per_param().grads;
+        tied_tensors
+            .iter()
+            .filter(|&&n| n > 0)
+            .map(|&n| ops::vector("tied_grad_sum", VectorOp::Add, n, 1, grads))
             .collect()
     }
 

@@ -53,6 +53,7 @@ pub(crate) struct RawTemplate {
     parallel_block: Option<bool>,
     attention_softmax: Option<AttentionSoftmax>,
     cross_entropy: Option<CrossEntropyKernels>,
+    qkv_bias: Option<QkvBias>,
     moe: Option<RawMoe>,
 }
 
@@ -133,6 +134,7 @@ impl RawTemplate {
             parallel_block: None,
             attention_softmax: None,
             cross_entropy: None,
+            qkv_bias: None,
             moe: None,
         }
     }
@@ -274,6 +276,19 @@ pub enum CrossEntropyKernels {
     VocabParallel,
 }
 
+/// How the QKV projection's bias reaches its output. The other linear layers' biases ride on
+/// the element-wise kernel after them (GeLU, dropout), so only this one can cost a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkvBias {
+    /// In the GEMM's epilogue (cuBLASLt's bias epilogue, as PyTorch 2's `linear` runs it).
+    Epilogue,
+    /// By a kernel of its own after the GEMM, reading and writing the projection's output:
+    /// the PyTorch of 2021, whose `linear` on an input of more than two dimensions runs
+    /// `matmul` and then `add_` (Megatron-LM's `ColumnParallelLinear` for the QKV).
+    AddKernel,
+}
+
 /// The shape of the transformer block and its ends; each family has defaults a file may
 /// override (docs/workloads.md, "Block shape").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -291,15 +306,16 @@ pub struct BlockShape {
     pub parallel: bool,
     pub softmax: AttentionSoftmax,
     pub cross_entropy: CrossEntropyKernels,
+    pub qkv_bias: QkvBias,
 }
 
 impl BlockShape {
-    /// A short name of every choice, for layer signatures (the fused softmax and the
-    /// vocabulary-parallel loss only where chosen, so the signatures of the default stay as
-    /// they were).
+    /// A short name of every choice, for layer signatures (the fused softmax, the
+    /// vocabulary-parallel loss and the QKV bias kernel only where chosen, so the signatures of
+    /// the default stay as they were).
     fn tag(&self) -> String {
         format!(
-            "{}-{}-{} bias{} drop{} tied{} par{}{}{}",
+            "{}-{}-{} bias{} drop{} tied{} par{}{}{}{}",
             match self.norm {
                 Norm::LayerNorm => "ln",
                 Norm::RmsNorm => "rms",
@@ -325,6 +341,10 @@ impl BlockShape {
             match self.cross_entropy {
                 CrossEntropyKernels::Fused => "",
                 CrossEntropyKernels::VocabParallel => " vocab-parallel-ce",
+            },
+            match self.qkv_bias {
+                QkvBias::Epilogue => "",
+                QkvBias::AddKernel => " qkv-bias-add",
             }
         )
     }
@@ -354,6 +374,7 @@ impl BlockShape {
             parallel: false,
             softmax: AttentionSoftmax::Separate,
             cross_entropy: CrossEntropyKernels::Fused,
+            qkv_bias: QkvBias::Epilogue,
         }
     }
 }
@@ -482,6 +503,13 @@ impl RawTemplate {
         let param_kernels = ParamKernels::read(file, self.param_kernels.as_deref())?;
         let checkpoint = Checkpoint::read(file, self.checkpoint.as_deref())?;
         let block = self.block_shape(family);
+        if block.qkv_bias == QkvBias::AddKernel && !block.bias {
+            return Err(InputError::invalid(
+                file,
+                "qkv_bias",
+                "add_kernel adds the QKV projection's bias, but the block has none (bias = false)",
+            ));
+        }
         if family == Family::Bert && block.softmax == AttentionSoftmax::FusedCausal {
             return Err(InputError::invalid(
                 file,
@@ -586,6 +614,7 @@ impl RawTemplate {
             parallel: self.parallel_block.unwrap_or(default.parallel),
             softmax: self.attention_softmax.unwrap_or(default.softmax),
             cross_entropy: self.cross_entropy.unwrap_or(default.cross_entropy),
+            qkv_bias: self.qkv_bias.unwrap_or(default.qkv_bias),
         }
     }
 }
@@ -1072,7 +1101,23 @@ impl Template {
         };
         let x = bld.enter_parallel(attn_in, ln1, shape);
         let qkv_width = self.qkv_width(tp);
-        let qkv = bld.linear(gemm("qkv", 1, tokens, qkv_width, h, e), &[x], bias);
+        let mut qkv = bld.linear(gemm("qkv", 1, tokens, qkv_width, h, e), &[x], bias);
+        if self.block.qkv_bias == QkvBias::AddKernel {
+            // An in-place broadcast add streams the output once each way (priced as a scale:
+            // one operand, the bias row staying in cache); its gradient passes straight through.
+            qkv = bld.push(Node {
+                fwd: Some(vector(
+                    "qkv.bias_add",
+                    VectorOp::Scale,
+                    tokens * qkv_width,
+                    1,
+                    e,
+                )),
+                preds: vec![qkv],
+                grad: Vec::new(),
+                leaf: Vec::new(),
+            });
+        }
         // q, k and v are views of the fused projection's output; its backward assembles their
         // three gradients into one tensor (Megatron-LM's split, PyTorch's unbind: a
         // concatenation kernel) before the projection's own backward.
@@ -1333,12 +1378,12 @@ impl Template {
         // then the partial rows are summed across the group.
         let gather = vector("embedding", VectorOp::Embedding, shape.tokens() * h, h, e);
         let x = bld.op(gather, &[], false);
-        // The table's gradient (its slice of the vocabulary) is added to another every
-        // micro-batch: with the GEMMs accumulating their own weight gradients, Megatron-LM's
-        // gradient hook adds it into the main gradient; tied to the head without that fusion,
-        // autograd sums it with the head's weight gradient (PyTorch's profile of an iteration:
-        // an add over vocabulary × hidden).
-        if shape.gradient_accumulation_fusion || self.block.tied_embeddings {
+        // With the GEMMs accumulating their own weight gradients, Megatron-LM's gradient hook
+        // adds the table's gradient (its slice of the vocabulary) into the main gradient every
+        // micro-batch, on any stage. Tied to the head without that fusion, autograd sums it
+        // with the head's weight gradient where both share a stage: the head's
+        // `Layer::tied` carries that add (`Workload::tied_grad_sum_ops`).
+        if shape.gradient_accumulation_fusion {
             bld.nodes[x].leaf.push(vector(
                 "embedding_table.grad_add",
                 VectorOp::Add,
@@ -1466,6 +1511,10 @@ impl Template {
         if self.block != BlockShape::of(self.family) {
             tail.push(' ');
             tail.push_str(&self.block.tag());
+        }
+        // The embedding adds its table's gradient into the main gradient only with fusion.
+        if !shape.gradient_accumulation_fusion {
+            tail.push_str(" gaf0");
         }
         if let Some(m) = self.moe {
             tail.push_str(&format!(
