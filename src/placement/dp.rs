@@ -18,8 +18,8 @@
 //! (work inside D) / (groups before D), work being forward plus backward critical path.
 
 use super::model::{
-    build_plan, chain_stage_metrics, incoming, is_chain, memory_reason, predecessors,
-    stage_metrics, state_bytes, widths, worst_stage, Ctx, PartStage, StageMetrics,
+    build_plan, chain_stage_metrics, is_chain, memory_reason, predecessors, stage_metrics,
+    state_bytes, widths, worst_stage, ChainTables, Ctx, PartStage, StageMetrics,
 };
 use super::{Alternative, Infeasible, PipelineSchedule, PlacementProblem, Plan, ZeroStage};
 use fixedbitset::FixedBitSet;
@@ -160,9 +160,9 @@ impl Analysis {
         let chain = is_chain(&preds);
         if chain {
             // Downset `i` is the first `i` layers (breadth first from the empty set).
-            let incoming = incoming(graph);
+            let tables = ChainTables::new(graph);
             for first in 0..n {
-                let stages = chain_stage_metrics(problem, graph_index, &incoming, first);
+                let stages = chain_stage_metrics(problem, graph_index, &tables, first);
                 pairs.push(
                     (first + 1..=n)
                         .zip(stages)

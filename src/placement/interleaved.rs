@@ -12,7 +12,8 @@
 //! smallest over the chunks' own forwards, and likewise for the backwards.
 
 use super::model::{
-    chain_stage_metrics, incoming, is_chain, memory_reason, predecessors, widths, Ctx, StageMetrics,
+    chain_stage_metrics, is_chain, memory_reason, predecessors, widths, ChainTables, Ctx,
+    StageMetrics,
 };
 use super::{
     Alternative, Chunk, Infeasible, MemoryBreakdown, PipelineSchedule, PlacementProblem, Plan,
@@ -227,7 +228,7 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
         }
         let repeated = graph.repeated_layers.unwrap_or([0, n]);
         let blocks = repeated[1] - repeated[0];
-        let incoming = incoming(graph);
+        let tables = ChainTables::new(graph);
         let stage_counts: Vec<u32> = match fixed.pp {
             Some(pp) => vec![pp],
             None if problem.allow_idle_devices => (2..=ctx.units).collect(),
@@ -253,7 +254,7 @@ pub(crate) fn search(problem: &PlacementProblem, bound_s: f64) -> Result<Option<
                 let metrics: Vec<StageMetrics> = ranges
                     .iter()
                     .map(|&[first, end]| {
-                        chain_stage_metrics(problem, ctx.graph_index, &incoming, first)
+                        chain_stage_metrics(problem, ctx.graph_index, &tables, first)
                             [end - first - 1]
                     })
                     .collect();

@@ -216,39 +216,51 @@ pub(crate) fn is_chain(preds: &[Vec<usize>]) -> bool {
         .all(|(v, p)| p.contains(&(v - 1)))
 }
 
-/// Edges into each layer as (from, bytes).
-pub(crate) fn incoming(graph: &LayerCostGraph) -> Vec<Vec<(usize, u64)>> {
-    let mut incoming = vec![Vec::new(); graph.layers.len()];
-    for &(from, to, bytes) in &graph.edges {
-        incoming[to].push((from, bytes));
+/// What [`chain_stage_metrics`] reads of a graph for every starting layer, built once per
+/// graph.
+pub(crate) struct ChainTables {
+    /// Edges into each layer as (from, bytes).
+    incoming: Vec<Vec<(usize, u64)>>,
+    /// Bytes on the edges out of each layer.
+    outgoing_bytes: Vec<u64>,
+    /// Per owner, the parameters later layers are tied to (their copies' gradients are
+    /// all-reduced with the owner's stage until the stage reaches them).
+    tied_to: Vec<u64>,
+}
+
+impl ChainTables {
+    pub(crate) fn new(graph: &LayerCostGraph) -> ChainTables {
+        let n = graph.layers.len();
+        let mut incoming = vec![Vec::new(); n];
+        let mut outgoing_bytes = vec![0u64; n];
+        for &(from, to, bytes) in &graph.edges {
+            incoming[to].push((from, bytes));
+            outgoing_bytes[from] += bytes;
+        }
+        let mut tied_to = vec![0u64; n];
+        for t in graph.layers.iter().filter_map(|layer| layer.tied) {
+            tied_to[t.owner] += t.params;
+        }
+        ChainTables {
+            incoming,
+            outgoing_bytes,
+            tied_to,
+        }
     }
-    incoming
 }
 
 /// [`stage_metrics`] of the stages `first..end` of a chain ([`is_chain`]) for every `end`
 /// after `first`, extending the stage one layer at a time: a chain stage's critical path is
-/// its sum, accumulated in the same order, so the results are identical.
-/// `incoming[v]` lists the edges into layer `v` as (from, bytes).
+/// its sum, accumulated in the same order, so the results are identical. `tables` are the
+/// graph's ([`ChainTables::new`]).
 pub(crate) fn chain_stage_metrics(
     problem: &PlacementProblem,
     graph_index: usize,
-    incoming: &[Vec<(usize, u64)>],
+    tables: &ChainTables,
     first: usize,
 ) -> Vec<StageMetrics> {
     let graph = &problem.graphs[graph_index];
     let mode = problem.recompute;
-    let mut outgoing_bytes = vec![0u64; graph.layers.len()];
-    for &(from, _, bytes) in &graph.edges {
-        outgoing_bytes[from] += bytes;
-    }
-    // Per owner, the parameters later layers are tied to (their copies' gradients are
-    // all-reduced with the owner's stage until the stage reaches them).
-    let mut tied_to = vec![0u64; graph.layers.len()];
-    for layer in &graph.layers {
-        if let Some(t) = layer.tied {
-            tied_to[t.owner] += t.params;
-        }
-    }
     let mut sm = StageMetrics::default();
     let mut largest_full_working_set = 0u64;
     let mut all = Vec::with_capacity(graph.layers.len() - first);
@@ -256,7 +268,7 @@ pub(crate) fn chain_stage_metrics(
         sm.fwd_s += layer.fwd_s;
         let owner_in_stage = layer.tied.is_some_and(|t| t.owner >= first);
         sm.bwd_s += backward_s(layer, mode, owner_in_stage);
-        sm.tied_sync_params += tied_to[v];
+        sm.tied_sync_params += tables.tied_to[v];
         if let Some(t) = layer.tied.filter(|_| owner_in_stage) {
             // Owner and user on one stage: nothing to synchronise.
             sm.tied_sync_params -= t.params;
@@ -271,7 +283,7 @@ pub(crate) fn chain_stage_metrics(
             } else {
                 0
             };
-        for &(from, bytes) in &incoming[v] {
+        for &(from, bytes) in &tables.incoming[v] {
             if from < first {
                 sm.in_bytes += bytes;
             } else {
@@ -279,7 +291,7 @@ pub(crate) fn chain_stage_metrics(
                 sm.out_bytes -= bytes;
             }
         }
-        sm.out_bytes += outgoing_bytes[v];
+        sm.out_bytes += tables.outgoing_bytes[v];
         all.push(sm);
     }
     all
@@ -1452,10 +1464,10 @@ mod tests {
                 let edges = &problem.graphs[0].edges;
                 let preds = predecessors(n, edges);
                 assert!(is_chain(&preds));
-                let incoming = incoming(&problem.graphs[0]);
+                let tables = ChainTables::new(&problem.graphs[0]);
                 let mut dist = vec![0.0; n];
                 for first in 0..n {
-                    let fast = chain_stage_metrics(&problem, 0, &incoming, first);
+                    let fast = chain_stage_metrics(&problem, 0, &tables, first);
                     assert_eq!(fast.len(), n - first);
                     for (end, got) in (first + 1..=n).zip(fast) {
                         let in_stage: Vec<bool> = (0..n).map(|v| v >= first && v < end).collect();
