@@ -1360,6 +1360,49 @@ fn vocab_parallel_cross_entropy_runs_a_kernel_per_step() {
     );
 }
 
+/// Schedule caches key on layer signatures and may serve several workloads: across templates
+/// that differ in any one setting, and at each shape, two layers with one signature have the
+/// same forward and backward graphs. Every variant here changes some layer's graph, so each
+/// must change its signature too.
+#[test]
+fn equal_signatures_mean_equal_graphs_across_settings() {
+    let variants = [
+        "",
+        "gradient_accumulation_fusion = false\n",
+        "qkv_bias = \"add_kernel\"\n",
+        "attention_softmax = \"fused_causal\"\n",
+        "cross_entropy = \"vocab_parallel\"\n",
+        "checkpoint = \"stop_early\"\n",
+        "dropout = false\n",
+        "tied_embeddings = false\n",
+        "precision = \"fp16\"\n",
+        "bias = false\n",
+        "parallel_block = true\n",
+    ];
+    let mut by_signature: std::collections::BTreeMap<String, (String, String)> =
+        std::collections::BTreeMap::new();
+    for (i, extra) in variants.iter().enumerate() {
+        let w = Workload::load(&write_temp(
+            &format!("variant-{i}.toml"),
+            &format!("{GOOD}{extra}"),
+        ))
+        .expect("loads");
+        for (t, b, sp) in [(1, 1, false), (2, 2, false), (2, 2, true)] {
+            for layer in w.layer_graph(t, b, sp).expect("graph").layers {
+                let graphs = format!("{:?}", (&layer.fwd, &layer.bwd));
+                let seen = by_signature
+                    .entry(layer.signature.clone())
+                    .or_insert_with(|| (extra.to_string(), graphs.clone()));
+                assert_eq!(
+                    seen.1, graphs,
+                    "`{}` names different graphs under `{}` and `{extra}`",
+                    layer.signature, seen.0
+                );
+            }
+        }
+    }
+}
+
 /// `qkv_bias = "add_kernel"` (the PyTorch of 2021: `linear` on a 3-D input runs `matmul`,
 /// then `add_`) adds one forward kernel right after the QKV projection that reads and writes
 /// its output, here 2 · 16 tokens × 3 · 64 / 2 columns of 2 B at t = 2; its gradient passes
