@@ -4,7 +4,7 @@
 
 use super::evaluate::{placement_problem, tensor_widths};
 use super::layers::{
-    attention_core, grad_accumulation, optimizer_step, recompute_skipped, tied_copy,
+    attention_core, grad_accumulation, optimizer_step, recompute_skipped, tied_use_costs,
 };
 use super::{EvaluateError, PlanOptions};
 use crate::arch::Tier;
@@ -91,11 +91,12 @@ fn lower_bound_graph(
             replica_grad_sync_s: 0.0,
             expert_params: layer.expert_params,
             all_to_all_bytes: layer.all_to_all_bytes,
-            // The copy's step and accumulation are the plan's own (kernels in turn, exact).
+            // The copy's step and accumulation and a shared stage's gradient sum are the
+            // plan's own (kernels in turn, exact).
             tied: layer
                 .tied
                 .as_ref()
-                .map(|tied| tied_copy(workload, cost, tied).0),
+                .map(|tied| tied_use_costs(workload, cost, tied).0),
         });
     }
     Ok(LayerCostGraph {

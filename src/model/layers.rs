@@ -308,7 +308,7 @@ pub fn layer_costs(
         let tied = layer
             .tied
             .as_ref()
-            .map(|tied| tied_copy(workload, cost, tied));
+            .map(|tied| tied_use_costs(workload, cost, tied));
         layers.push(LayerCost {
             name: layer.name.clone(),
             fwd_s: s.fwd_s,
@@ -366,7 +366,7 @@ pub(super) fn optimizer_step(
 /// keeping its own copy of them steps it and accumulates one micro-batch's gradient into it
 /// (as the owner's own tensors are priced); a stage holding the owner too sums the two uses'
 /// gradients every micro-batch. With their energies.
-pub(super) fn tied_copy(
+pub(super) fn tied_use_costs(
     workload: &Workload,
     cost: &CostModel,
     tied: &TiedUse,
