@@ -1335,6 +1335,20 @@ fn costs_json_errors_name_file_field_and_reason() {
         "costs.json: field `graphs[0].layers[1].tied.optimizer_step_s`: latency must be finite \
          and non-negative, got -1"
     );
+    let sum_negative = parse_err(&GOOD.replace(
+        r#""params": 1000, "output_bytes": 10,
+       "activation_bytes": {"none": 100, "selective": 50, "full": 10}}
+    ],"#,
+        r#""params": 1000, "output_bytes": 10,
+       "activation_bytes": {"none": 100, "selective": 50, "full": 10},
+       "tied": {"owner": 0, "params": 10, "optimizer_step_s": 0.0, "grad_sum_s": -2.0}}
+    ],"#,
+    ));
+    assert_eq!(
+        sum_negative,
+        "costs.json: field `graphs[0].layers[1].tied.grad_sum_s`: latency must be finite \
+         and non-negative, got -2"
+    );
     let io = load_costs_file(Path::new("/nonexistent/costs.json")).unwrap_err();
     assert!(io
         .to_string()
