@@ -580,14 +580,8 @@ impl Workload {
     /// PyTorch's `AccumulateGrad`, Megatron-LM's `main_grad.add_`), run by every micro-batch
     /// after a copy's first; none without parameters or when the GEMMs accumulate themselves.
     pub fn grad_accumulation_ops(&self, param_tensors: &[u64]) -> Vec<Op> {
-        if self.gradient_accumulation_fusion {
-            return Vec::new();
-        }
-        let grads = self.bytes_per_param().grads;
-        self.param_kernel_sizes(param_tensors, true)
-            .into_iter()
-            .map(|n| ops::vector("grad_accumulate", VectorOp::Add, n, 1, grads))
-            .collect()
+        let sizes = self.param_kernel_sizes(param_tensors, true);
+        self.unfused_grad_adds("grad_accumulate", sizes)
     }
 
     /// The kernels summing the two gradients of tied parameters where their owner and the
@@ -596,14 +590,21 @@ impl Workload {
     /// it, the GEMM accumulates the user's gradient itself, and the owner's gradient hook adds
     /// its own on any stage (an operator of the owner's graph).
     pub fn tied_grad_sum_ops(&self, tied_tensors: &[u64]) -> Vec<Op> {
+        let sizes = tied_tensors.iter().copied().filter(|&n| n > 0).collect();
+        self.unfused_grad_adds("tied_grad_sum", sizes)
+    }
+
+    /// One add of two gradients (both read, the sum written, at the gradients' precision) over
+    /// each of `sizes` elements, where the GEMMs do not accumulate their own (none where they
+    /// do).
+    fn unfused_grad_adds(&self, name: &str, sizes: Vec<u64>) -> Vec<Op> {
         if self.gradient_accumulation_fusion {
             return Vec::new();
         }
         let grads = self.bytes_per_param().grads;
-        tied_tensors
-            .iter()
-            .filter(|&&n| n > 0)
-            .map(|&n| ops::vector("tied_grad_sum", VectorOp::Add, n, 1, grads))
+        sizes
+            .into_iter()
+            .map(|n| ops::vector(name, VectorOp::Add, n, 1, grads))
             .collect()
     }
 

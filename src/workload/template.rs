@@ -157,33 +157,24 @@ fn vocab_parallel_cross_entropy(
     tp: u64,
 ) {
     let elements = tokens * vocab;
-    // A forward kernel without a backward of its own.
-    let step = |bld: &mut Builder, op: Op, pred: usize| {
-        bld.push(Node {
-            fwd: Some(op),
-            preds: vec![pred],
-            grad: Vec::new(),
-            leaf: Vec::new(),
-        })
-    };
     let all_reduce = |bld: &mut Builder, name: &str, pred: usize| {
         if tp == 1 {
             return pred;
         }
         let bytes = mul(&[tokens, 4]);
         let op = collective(name, CollectiveKind::AllReduce, bytes, tp as u32, 4);
-        step(bld, op, pred)
+        bld.forward_only(op, pred)
     };
     let reduce = |name: &str| vector(name, VectorOp::Norm, elements, vocab, 4);
     let stream = |name: &str| vector(name, VectorOp::Scale, elements, 1, 4);
-    let max = step(bld, reduce("ce_row_max"), logits);
+    let max = bld.forward_only(reduce("ce_row_max"), logits);
     let max = all_reduce(bld, "ce_row_max_all_reduce", max);
-    let shifted = step(bld, stream("ce_subtract_max"), max);
-    let exp = step(bld, stream("ce_exp"), shifted);
-    let sum = step(bld, reduce("ce_row_sum"), exp);
+    let shifted = bld.forward_only(stream("ce_subtract_max"), max);
+    let exp = bld.forward_only(stream("ce_exp"), shifted);
+    let sum = bld.forward_only(reduce("ce_row_sum"), exp);
     let sum = all_reduce(bld, "ce_target_logit_all_reduce", sum);
     let sum = all_reduce(bld, "ce_row_sum_all_reduce", sum);
-    let softmax = step(bld, stream("ce_divide_by_sum"), sum);
+    let softmax = bld.forward_only(stream("ce_divide_by_sum"), sum);
     let grad = vector_in_pass(
         "ce_scale_softmax",
         VectorOp::Scale,
@@ -668,6 +659,16 @@ impl Builder {
     fn op(&mut self, op: Op, preds: &[usize], weight_operand: bool) -> usize {
         self.push(Node::op(op, preds.to_vec(), weight_operand))
     }
+    /// A forward operator on `input` whose gradient passes straight through (no backward
+    /// kernel of its own).
+    fn forward_only(&mut self, op: Op, input: usize) -> usize {
+        self.push(Node {
+            fwd: Some(op),
+            preds: vec![input],
+            grad: Vec::new(),
+            leaf: Vec::new(),
+        })
+    }
     /// A GEMM by a weight; with `bias`, its backward also sums the output gradient over the
     /// tokens (Megatron's linear layers: `grad_output.sum(0)`, a kernel of its own).
     fn linear(&mut self, op: Op, preds: &[usize], bias: bool) -> usize {
@@ -722,12 +723,7 @@ impl Builder {
         if shape.sequence_parallel {
             self.op(op, &[input], false)
         } else {
-            self.push(Node {
-                fwd: Some(op),
-                preds: vec![input],
-                grad: Vec::new(),
-                leaf: Vec::new(),
-            })
+            self.forward_only(op, input)
         }
     }
     /// A tensor-parallel collective over the s·b·h activations of the group of `t` devices.
@@ -1105,18 +1101,8 @@ impl Template {
         if self.block.qkv_bias == QkvBias::AddKernel {
             // An in-place broadcast add streams the output once each way (priced as a scale:
             // one operand, the bias row staying in cache); its gradient passes straight through.
-            qkv = bld.push(Node {
-                fwd: Some(vector(
-                    "qkv.bias_add",
-                    VectorOp::Scale,
-                    tokens * qkv_width,
-                    1,
-                    e,
-                )),
-                preds: vec![qkv],
-                grad: Vec::new(),
-                leaf: Vec::new(),
-            });
+            let add = vector("qkv.bias_add", VectorOp::Scale, tokens * qkv_width, 1, e);
+            qkv = bld.forward_only(add, qkv);
         }
         // q, k and v are views of the fused projection's output; its backward assembles their
         // three gradients into one tensor (Megatron-LM's split, PyTorch's unbind: a
@@ -1190,18 +1176,8 @@ impl Template {
         // gradient goes the other way as a view: the batched GEMMs' backward reads it strided,
         // and no copy kernel runs (PyTorch's profile of an iteration: one transpose per block
         // forward, none in the backward).
-        let context = bld.push(Node {
-            fwd: Some(vector(
-                "context_transpose",
-                VectorOp::Copy,
-                tokens * q_width,
-                1,
-                e,
-            )),
-            preds: vec![av],
-            grad: Vec::new(),
-            leaf: Vec::new(),
-        });
+        let transpose = vector("context_transpose", VectorOp::Copy, tokens * q_width, 1, e);
+        let context = bld.forward_only(transpose, av);
         let proj = bld.linear(gemm("proj", 1, tokens, h, q_width, e), &[context], bias);
         // A sequential block finishes attention (all-reduce, dropout, residual) and normalises
         // again; a parallel block feeds the same normalised input to the feed-forward branch.
