@@ -2742,6 +2742,37 @@ fn energy_per_sample_counts_optimizer_steps_and_gradient_sync() {
     );
 }
 
+/// Dynamic energy per sample of `plan` for `gpt` on the A100 (micro-batch 16, full
+/// recompute), with and without its head's use of the tied word embeddings, and the tied
+/// parameters.
+fn energy_with_and_without_the_tied_head_j(
+    gpt: &Workload,
+    plan: &tandem::placement::Plan,
+    cache: &ScheduleCache,
+) -> (f64, f64, tandem::placement::TiedParams) {
+    let arch = chip("a100");
+    let mut costs = layer_costs(gpt, &CostModel::new(&arch), cache, 1, 16, false).expect("costs");
+    let bytes = gpt.bytes_per_param();
+    let bytes = tandem::placement::BytesPerParam {
+        weights: bytes.weights,
+        grads: bytes.grads,
+        optimizer: bytes.optimizer,
+    };
+    let energy = |costs: &tandem::model::LayerCosts| {
+        costs.dynamic_energy_per_sample_j(plan, RecomputeMode::Full, bytes, 512, &arch)
+    };
+    let tied = energy(&costs);
+    let params = costs
+        .graph
+        .layers
+        .last_mut()
+        .unwrap()
+        .tied
+        .take()
+        .expect("GPT ties its head to the embeddings");
+    (tied, energy(&costs), params)
+}
+
 /// A pipeline that puts GPT-1.7B's head on a second stage keeps a copy of the ⌈51200⌉ × 2304
 /// word embeddings the head is tied to: per iteration, the copy's mixed-precision Adam step
 /// (1452 pJ per parameter, as above) and the two stages' all-reduce of the copies' bf16
@@ -2753,25 +2784,8 @@ fn energy_per_sample_counts_the_tied_embedding_copy_of_a_second_stage() {
     let gpt = workload("gpt-1.7b");
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
     let plan = a100_plan(&gpt, 2, 1, ZeroStage::Replicated, &cache).plan;
-    let arch = chip("a100");
-    let mut costs = layer_costs(&gpt, &CostModel::new(&arch), &cache, 1, 16, false).expect("costs");
-    let bytes = gpt.bytes_per_param();
-    let bytes = tandem::placement::BytesPerParam {
-        weights: bytes.weights,
-        grads: bytes.grads,
-        optimizer: bytes.optimizer,
-    };
-    let energy = |costs: &tandem::model::LayerCosts| {
-        costs.dynamic_energy_per_sample_j(&plan, RecomputeMode::Full, bytes, 512, &arch)
-    };
-    let tied = energy(&costs);
-    let head = costs.graph.layers.last_mut().unwrap();
-    let copy = head
-        .tied
-        .take()
-        .expect("GPT ties its head to the embeddings");
+    let (tied, untied, copy) = energy_with_and_without_the_tied_head_j(&gpt, &plan, &cache);
     assert_eq!(copy.params, 51200 * 2304);
-    let untied = energy(&costs);
     let expected = copy.params as f64 * (1452e-12 + 320e-12) / 512.0;
     assert!(
         ((tied - untied) - expected).abs() <= 1e-9 * tied,
@@ -2789,23 +2803,10 @@ fn energy_per_sample_counts_the_tied_embedding_copy_of_a_second_stage() {
 #[test]
 fn energy_per_sample_counts_the_tied_gradient_sum_of_one_stage() {
     let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
-    let arch = chip("a100");
     let sum_j = |gpt: &Workload| {
         let plan = one_stage_a100_plan(gpt, 1, ZeroStage::Replicated, &cache).plan;
-        let mut costs =
-            layer_costs(gpt, &CostModel::new(&arch), &cache, 1, 16, false).expect("costs");
-        let bytes = gpt.bytes_per_param();
-        let bytes = tandem::placement::BytesPerParam {
-            weights: bytes.weights,
-            grads: bytes.grads,
-            optimizer: bytes.optimizer,
-        };
-        let energy = |costs: &tandem::model::LayerCosts| {
-            costs.dynamic_energy_per_sample_j(&plan, RecomputeMode::Full, bytes, 512, &arch)
-        };
-        let tied = energy(&costs);
-        costs.graph.layers.last_mut().unwrap().tied = None;
-        tied - energy(&costs)
+        let (tied, untied, _) = energy_with_and_without_the_tied_head_j(gpt, &plan, &cache);
+        tied - untied
     };
     let fused = workload("gpt-1.7b");
     assert_eq!(sum_j(&fused), 0.0);

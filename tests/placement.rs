@@ -1321,31 +1321,27 @@ fn costs_json_errors_name_file_field_and_reason() {
         "costs.json: field `graphs[0].layers[0].tied.owner`: 1 is not an earlier layer: tied \
          parameters are held by a layer before the one using them"
     );
-    let tied_negative = parse_err(&GOOD.replace(
-        r#""params": 1000, "output_bytes": 10,
+    // The second layer tied to the first, with `tied` its tied-parameter fields.
+    let tied_to_first = |tied: &str| {
+        parse_err(&GOOD.replace(
+            r#""params": 1000, "output_bytes": 10,
        "activation_bytes": {"none": 100, "selective": 50, "full": 10}}
     ],"#,
-        r#""params": 1000, "output_bytes": 10,
-       "activation_bytes": {"none": 100, "selective": 50, "full": 10},
-       "tied": {"owner": 0, "params": 10, "optimizer_step_s": -1.0}}
-    ],"#,
-    ));
+            &format!(
+                r#""params": 1000, "output_bytes": 10,
+       "activation_bytes": {{"none": 100, "selective": 50, "full": 10}},
+       "tied": {{"owner": 0, "params": 10, {tied}}}}}
+    ],"#
+            ),
+        ))
+    };
     assert_eq!(
-        tied_negative,
+        tied_to_first(r#""optimizer_step_s": -1.0"#),
         "costs.json: field `graphs[0].layers[1].tied.optimizer_step_s`: latency must be finite \
          and non-negative, got -1"
     );
-    let sum_negative = parse_err(&GOOD.replace(
-        r#""params": 1000, "output_bytes": 10,
-       "activation_bytes": {"none": 100, "selective": 50, "full": 10}}
-    ],"#,
-        r#""params": 1000, "output_bytes": 10,
-       "activation_bytes": {"none": 100, "selective": 50, "full": 10},
-       "tied": {"owner": 0, "params": 10, "optimizer_step_s": 0.0, "grad_sum_s": -2.0}}
-    ],"#,
-    ));
     assert_eq!(
-        sum_negative,
+        tied_to_first(r#""optimizer_step_s": 0.0, "grad_sum_s": -2.0"#),
         "costs.json: field `graphs[0].layers[1].tied.grad_sum_s`: latency must be finite \
          and non-negative, got -2"
     );
