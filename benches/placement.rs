@@ -56,7 +56,6 @@ fn problem(
         })
         .collect();
     assert_eq!(graphs[0].layers.len(), 98);
-    let bytes = workload.bytes_per_param();
     PlacementProblem {
         graphs,
         devices,
@@ -64,11 +63,7 @@ fn problem(
         global_batch: workload.global_batch,
         micro_batch: 1,
         recompute: RecomputeMode::None,
-        bytes_per_param: BytesPerParam {
-            weights: bytes.weights,
-            grads: bytes.grads,
-            optimizer: bytes.optimizer,
-        },
+        bytes_per_param: workload.bytes_per_param().into(),
         zero: ZeroStage::Replicated,
         layout: Default::default(),
         schedule: PipelineSchedule::OneFOneB,

@@ -2752,12 +2752,7 @@ fn energy_with_and_without_the_tied_head_j(
 ) -> (f64, f64, tandem::placement::TiedParams) {
     let arch = chip("a100");
     let mut costs = layer_costs(gpt, &CostModel::new(&arch), cache, 1, 16, false).expect("costs");
-    let bytes = gpt.bytes_per_param();
-    let bytes = tandem::placement::BytesPerParam {
-        weights: bytes.weights,
-        grads: bytes.grads,
-        optimizer: bytes.optimizer,
-    };
+    let bytes = gpt.bytes_per_param().into();
     let energy = |costs: &tandem::model::LayerCosts| {
         costs.dynamic_energy_per_sample_j(plan, RecomputeMode::Full, bytes, 512, &arch)
     };

@@ -10,7 +10,7 @@ use crate::placement::{
     PipelineSchedule, PlacementProblem, Plan, RecomputeMode, ZeroStage,
 };
 use crate::schedule::{ScheduleCache, ScheduleError};
-use crate::workload::Workload;
+use crate::workload::{BytesPerModelParam, Workload};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -288,7 +288,6 @@ pub(super) fn placement_problem(
     recompute: RecomputeMode,
     zero: ZeroStage,
 ) -> PlacementProblem {
-    let bytes = workload.bytes_per_param();
     PlacementProblem {
         graphs,
         devices: options.devices,
@@ -296,11 +295,7 @@ pub(super) fn placement_problem(
         global_batch: workload.global_batch,
         micro_batch,
         recompute,
-        bytes_per_param: BytesPerParam {
-            weights: bytes.weights,
-            grads: bytes.grads,
-            optimizer: bytes.optimizer,
-        },
+        bytes_per_param: workload.bytes_per_param().into(),
         zero,
         layout: options.layout,
         schedule: options.schedule,
@@ -399,5 +394,16 @@ fn merge_infeasible(cases: Infeasibilities) -> Infeasible {
     Infeasible {
         reasons,
         alternatives,
+    }
+}
+
+/// The workload's bytes per parameter, as the placement (which knows no workload) takes them.
+impl From<BytesPerModelParam> for BytesPerParam {
+    fn from(bytes: BytesPerModelParam) -> BytesPerParam {
+        BytesPerParam {
+            weights: bytes.weights,
+            grads: bytes.grads,
+            optimizer: bytes.optimizer,
+        }
     }
 }
