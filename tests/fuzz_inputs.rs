@@ -231,6 +231,14 @@ const INPUTS: &[Input] = &[
         file_name: None,
     },
     Input {
+        path: "data/reference/korthikanti2022_runs.csv",
+        format: Format::Csv,
+        commands: &[&["validate", "--arch", "arch_specs/a100.toml", "--runs", "{}"]],
+        thin: 2,
+        sample: whole,
+        file_name: None,
+    },
+    Input {
         path: "workloads/plans/phaze.toml",
         format: Format::Toml,
         commands: &[&[

@@ -10,9 +10,10 @@
 //! fit: the hidden fraction of overlapped all-reduces (`comm_overlap`, from collect.py's overlap
 //! rows); kernel, block and training-step errors (a block slice of t > 1 is its layer graph
 //! `without_collectives`, as one GPU times it; a measured training step is planned with
-//! t = p = d = 1 and its micro-batch); published-run validation with plans held (t, p, d from
-//! the runs CSV; micro-batch and all-reduce overlap from `calibration/published_run_plans.csv`;
-//! throughput counted with the publication's FLOP formula).
+//! t = p = d = 1 and its micro-batch); published-run validation with plans held (t, p, d,
+//! recompute and sequence parallelism from the runs CSVs; micro-batch, all-reduce overlap and
+//! schedule from a run-plans file such as `calibration/published_run_plans.csv`; throughput
+//! counted with the publication's FLOP formula, or the iteration time where a run gives it).
 
 mod measurements;
 mod runs;

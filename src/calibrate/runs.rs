@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A row of `published_runs.csv`.
+/// A row of a published-runs CSV (`data/reference/published_runs.csv`,
+/// `data/reference/korthikanti2022_runs.csv`).
 #[derive(Debug, Clone, Deserialize)]
 struct PublishedRun {
     source: String,
@@ -35,19 +36,31 @@ struct PublishedRun {
     dp: u32,
     gpus: u32,
     recompute: String,
-    measured_tflops_per_gpu: f64,
+    /// Megatron-LM's `--sequence-parallel` (optional column; absent: false).
+    #[serde(default)]
+    sequence_parallel: bool,
+    /// What the publication measured: TFLOP/s per GPU as it counts FLOPs, or the iteration
+    /// time in seconds (one of the two columns per row).
+    #[serde(default)]
+    measured_tflops_per_gpu: Option<f64>,
+    #[serde(default)]
+    measured_iteration_s: Option<f64>,
 }
 
 /// Predicted against measured throughput of one published run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunError {
+    /// The runs file and row.
     pub source: String,
+    /// The CSV's `source` column: the publication and table the run comes from.
+    pub publication: String,
     pub model: String,
     pub gpus: u32,
     pub tp: u32,
     pub pp: u32,
     pub dp: u32,
     pub recompute: RecomputeMode,
+    pub sequence_parallel: bool,
     /// The run's micro-batch: held from the run-plans file, or the one the search chose.
     pub micro_batch: u32,
     /// Whether `micro_batch` came from the run-plans file (else it was searched).
@@ -58,11 +71,13 @@ pub struct RunError {
     /// model chunks per stage.
     pub schedule: PipelineSchedule,
     pub virtual_stages: u32,
+    /// The measured throughput, or the publication's FLOPs per iteration
+    /// ([`megatron_flops_per_iteration`]) over the measured iteration time where it gave that.
     pub measured_tflops_per_gpu: f64,
-    /// The publication's FLOPs per iteration ([`megatron_flops_per_iteration`]) over the
-    /// predicted iteration time, per GPU: predicted / measured is measured / predicted time.
+    /// Those FLOPs over the predicted iteration time, per GPU: predicted / measured is
+    /// measured / predicted time.
     pub predicted_tflops_per_gpu: f64,
-    /// The measured iteration time the publication's FLOP count implies.
+    /// The measured iteration time, or the one the publication's FLOP count implies.
     pub measured_time_per_batch_s: f64,
     pub time_per_batch_s: f64,
     /// Where the predicted time goes (they add up to `time_per_batch_s`): the bottleneck
@@ -126,13 +141,12 @@ struct RunPlan {
     virtual_stages: Option<u32>,
 }
 
-/// Run plans by model name, read from a CSV of `model,micro_batch,dp_overlap` and optionally
+/// Run plans by model name, read from CSVs of `model,micro_batch,dp_overlap` and optionally
 /// `schedule` (`1f1b` or `interleaved`) and `virtual_stages` (`#` starts a comment line, for
-/// the plans' provenance).
+/// the plans' provenance); each plan with the file it came from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunPlans {
-    file: PathBuf,
-    by_model: BTreeMap<String, RunPlan>,
+    by_model: BTreeMap<String, (PathBuf, RunPlan)>,
 }
 
 #[derive(Deserialize)]
@@ -190,7 +204,10 @@ impl RunPlans {
                 schedule,
                 virtual_stages: plan.virtual_stages,
             };
-            if by_model.insert(plan.model.clone(), held).is_some() {
+            if by_model
+                .insert(plan.model.clone(), (file.to_path_buf(), held))
+                .is_some()
+            {
                 return Err(InputError::invalid(
                     file,
                     format!("row {row}, model"),
@@ -198,10 +215,25 @@ impl RunPlans {
                 ));
             }
         }
-        Ok(RunPlans {
-            file: file.to_path_buf(),
-            by_model,
-        })
+        Ok(RunPlans { by_model })
+    }
+
+    /// Reads several run-plans files into one; a model listed in two of them is refused.
+    pub fn load_all(files: &[PathBuf]) -> Result<RunPlans, InputError> {
+        let mut all = RunPlans::default();
+        for file in files {
+            for (model, held) in RunPlans::load(file)?.by_model {
+                if let Some((first, _)) = all.by_model.get(&model) {
+                    return Err(InputError::invalid(
+                        file,
+                        "model",
+                        format!("`{model}` is also listed in {}", first.display()),
+                    ));
+                }
+                all.by_model.insert(model, held);
+            }
+        }
+        Ok(all)
     }
 }
 
@@ -215,48 +247,86 @@ fn recompute_mode(file: &Path, row: usize, text: &str) -> Result<RecomputeMode, 
     })
 }
 
-/// Every run of `runs_csv` planned on `arch` with its (t, p, d) and recompute mode held, and
-/// its micro-batch and gradient all-reduce overlap held from `plans` where listed (else the
-/// micro-batch is searched and the all-reduce overlapped, the best the model finds); predicted
-/// TFLOP/s per GPU against the measured ones.
+/// Every run of the `runs_csvs` planned on `arch` with its (t, p, d), recompute mode and
+/// sequence parallelism held, and its micro-batch, gradient all-reduce overlap and pipeline
+/// schedule held from `plans` where listed (else the micro-batch is searched and the
+/// all-reduce overlapped, the best the model finds); predicted TFLOP/s per GPU against the
+/// measured ones, file by file and row by row. Every model `plans` lists must have a run.
 pub fn validate_runs(
-    runs_csv: &Path,
+    runs_csvs: &[&Path],
     plans: &RunPlans,
     arch: &ArchConfig,
     cache: &ScheduleCache,
 ) -> Result<Vec<RunError>, EvaluateError> {
-    let text = crate::error::read_input(runs_csv)?;
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_reader(text.as_bytes());
-    let runs = reader
-        .deserialize::<PublishedRun>()
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| InputError::malformed(runs_csv, "CSV", e.to_string()))?;
-    if let Some(unmatched) = plans
-        .by_model
-        .keys()
-        .find(|model| !runs.iter().any(|run| &&run.model == model))
-    {
+    let mut files = Vec::with_capacity(runs_csvs.len());
+    for &runs_csv in runs_csvs {
+        let text = crate::error::read_input(runs_csv)?;
+        let mut reader = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        let runs = reader
+            .deserialize::<PublishedRun>()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| InputError::malformed(runs_csv, "CSV", e.to_string()))?;
+        files.push((runs_csv, runs));
+    }
+    if let Some((unmatched, (file, _))) = plans.by_model.iter().find(|(model, _)| {
+        !files
+            .iter()
+            .any(|(_, runs)| runs.iter().any(|run| &&run.model == model))
+    }) {
+        let names: Vec<String> = runs_csvs.iter().map(|f| f.display().to_string()).collect();
         return Err(InputError::invalid(
-            &plans.file,
+            file,
             "model",
-            format!("`{unmatched}` is no run of {}", runs_csv.display()),
+            format!("`{unmatched}` is no run of {}", names.join(", ")),
         )
         .into());
     }
     let mut out = Vec::new();
+    for (runs_csv, runs) in files {
+        validate_file_runs(runs_csv, runs, plans, arch, cache, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// The runs of one file, appended to `out`.
+fn validate_file_runs(
+    runs_csv: &Path,
+    runs: Vec<PublishedRun>,
+    plans: &RunPlans,
+    arch: &ArchConfig,
+    cache: &ScheduleCache,
+    out: &mut Vec<RunError>,
+) -> Result<(), EvaluateError> {
     for (i, run) in runs.into_iter().enumerate() {
         let row = i + 1;
         let recompute = recompute_mode(runs_csv, row, &run.recompute)?;
-        if !(run.measured_tflops_per_gpu.is_finite() && run.measured_tflops_per_gpu > 0.0) {
+        let measured = match (run.measured_tflops_per_gpu, run.measured_iteration_s) {
+            (Some(tflops), None) => Measured::TflopsPerGpu(tflops),
+            (None, Some(seconds)) => Measured::IterationS(seconds),
+            (both, _) => {
+                return Err(InputError::invalid(
+                    runs_csv,
+                    format!("row {row}, measured_tflops_per_gpu / measured_iteration_s"),
+                    if both.is_some() {
+                        "give one of the two, not both"
+                    } else {
+                        "one of the two is needed"
+                    },
+                )
+                .into())
+            }
+        };
+        let (field, value) = match measured {
+            Measured::TflopsPerGpu(v) => ("measured_tflops_per_gpu", v),
+            Measured::IterationS(v) => ("measured_iteration_s", v),
+        };
+        if !(value.is_finite() && value > 0.0) {
             return Err(InputError::invalid(
                 runs_csv,
-                format!("row {row}, measured_tflops_per_gpu"),
-                format!(
-                    "{} is not a positive throughput",
-                    run.measured_tflops_per_gpu
-                ),
+                format!("row {row}, {field}"),
+                format!("{value} is not a positive number"),
             )
             .into());
         }
@@ -279,8 +349,10 @@ pub fn validate_runs(
             )
             .into());
         }
-        // Megatron-LM's runs: fp16 weights and activations, Adam with fp32 master weights, and
-        // (2021, before `--gradient-accumulation-fusion`) a kernel per gradient accumulation.
+        // Megatron-LM's runs (the code of 2021 and of mid-2022 alike): fp16 weights and
+        // activations, Adam with fp32 master weights, and a kernel per gradient accumulation
+        // (`--gradient-accumulation-fusion` came in 2022 and stayed off in fp16 without
+        // `--accumulate-allreduce-grads-in-fp32` until September 2022).
         let sizes = GptSizes {
             layers: run.layers,
             hidden: run.hidden,
@@ -301,14 +373,15 @@ pub fn validate_runs(
         };
         // Megatron-LM's fp16 GPT runs its fused causal softmax (`--masked-softmax-fusion`,
         // on by default, for score rows of up to 2048) and its vocabulary-parallel loss, a
-        // kernel per step over the fp32 logits; the PyTorch of 2021 adds the QKV bias with a
-        // kernel of its own.
+        // kernel per step over the fp32 logits; the QKV bias is added by a kernel of its own
+        // (2021: PyTorch's `linear` on a 3-D input, `matmul` then `add_`; 2022: Megatron-LM's
+        // own linear function, `output + bias`).
         if let Model::Template(template) = &mut workload.model {
             template.block.softmax = AttentionSoftmax::FusedCausal;
             template.block.cross_entropy = CrossEntropyKernels::VocabParallel;
             template.block.qkv_bias = QkvBias::AddKernel;
         }
-        let held = plans.by_model.get(&run.model).copied();
+        let held = plans.by_model.get(&run.model).map(|(_, plan)| *plan);
         let options = PlanOptions {
             micro_batches: held.map_or(vec![1, 2, 4, 8, 16], |p| vec![p.micro_batch]),
             recompute: vec![recompute],
@@ -321,6 +394,7 @@ pub fn validate_runs(
             },
             schedule: held.map_or(PipelineSchedule::OneFOneB, |p| p.schedule),
             dp_overlap: held.is_none_or(|p| p.dp_overlap),
+            sequence_parallel: run.sequence_parallel,
             ..PlanOptions::searching(run.gpus)
         };
         let e = evaluate(&workload, arch, &options, cache)?;
@@ -332,25 +406,31 @@ pub fn validate_runs(
             run.global_batch,
             recompute,
         );
-        let predicted = flops / (e.plan.time_per_batch_s * f64::from(run.gpus)) / 1e12;
+        let gpus = f64::from(run.gpus);
+        let predicted = flops / (e.plan.time_per_batch_s * gpus) / 1e12;
+        let (measured_tflops_per_gpu, measured_time_per_batch_s) = match measured {
+            Measured::TflopsPerGpu(tflops) => (tflops, flops / (tflops * 1e12 * gpus)),
+            Measured::IterationS(seconds) => (flops / (seconds * gpus) / 1e12, seconds),
+        };
         let split = e.plan.time_split;
         out.push(RunError {
-            source: format!("{}:{row} ({})", runs_csv.display(), run.source),
+            source: format!("{}:{row}", runs_csv.display()),
+            publication: run.source,
             model: run.model,
             gpus: run.gpus,
             tp: run.tp,
             pp: run.pp,
             dp: run.dp,
             recompute,
+            sequence_parallel: run.sequence_parallel,
             micro_batch: e.plan.micro_batch,
             micro_batch_held: held.is_some(),
             dp_overlap: options.dp_overlap,
             schedule: e.plan.schedule,
             virtual_stages: e.plan.virtual_stages,
-            measured_tflops_per_gpu: run.measured_tflops_per_gpu,
+            measured_tflops_per_gpu,
             predicted_tflops_per_gpu: predicted,
-            measured_time_per_batch_s: flops
-                / (run.measured_tflops_per_gpu * 1e12 * f64::from(run.gpus)),
+            measured_time_per_batch_s,
             time_per_batch_s: e.plan.time_per_batch_s,
             compute_s: split.compute_s,
             bubble_s: split.bubble_s,
@@ -359,10 +439,17 @@ pub fn validate_runs(
             optimizer_s: split.optimizer_s,
             dp_sync_s: e.plan.dp_sync_s(),
             dp_hidden_s: e.plan.dp_hidden_s(),
-            signed_error: (predicted - run.measured_tflops_per_gpu) / run.measured_tflops_per_gpu,
+            signed_error: (predicted - measured_tflops_per_gpu) / measured_tflops_per_gpu,
         });
     }
-    Ok(out)
+    Ok(())
+}
+
+/// What a published run measured, as its publication gives it.
+#[derive(Debug, Clone, Copy)]
+enum Measured {
+    TflopsPerGpu(f64),
+    IterationS(f64),
 }
 
 /// The training precision of a measurement taken with `elem_bytes`-byte operands.

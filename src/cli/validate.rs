@@ -29,15 +29,18 @@ pub struct Args {
     /// Directory of measured kernels (calibration/collect.py output or the LLMCompass A100 files).
     #[arg(long)]
     kernels: Option<PathBuf>,
-    /// Published end-to-end runs (CSV with the columns of data/reference/published_runs.csv).
+    /// Published end-to-end runs (CSV with the columns of data/reference/published_runs.csv,
+    /// or of data/reference/korthikanti2022_runs.csv: an iteration time instead of TFLOP/s and
+    /// sequence parallelism); repeat for several files.
     #[arg(long)]
-    runs: Option<PathBuf>,
-    /// What the runs' publication leaves out of their plans (CSV `model,micro_batch,dp_overlap`
+    runs: Vec<PathBuf>,
+    /// What the runs' publications leave out of their plans (CSV `model,micro_batch,dp_overlap`
     /// and optionally `schedule` (1f1b or interleaved) and `virtual_stages`, e.g.
-    /// calibration/published_run_plans.csv): held for the runs it names; the others get the
-    /// best micro-batch the model finds, an overlapped gradient all-reduce and 1F1B.
+    /// calibration/published_run_plans.csv; repeat for several files): held for the runs they
+    /// name; the others get the best micro-batch the model finds, an overlapped gradient
+    /// all-reduce and 1F1B.
     #[arg(long, requires = "runs")]
-    run_plans: Option<PathBuf>,
+    run_plans: Vec<PathBuf>,
     /// Directory for kernels.csv, steps.csv (the training iterations, with the GPU time
     /// collect.py profiled), gemms.csv (profiled blocks and iterations split into their GEMMs
     /// and the rest), classes.csv (profiled blocks and iterations by kernel class), runs.csv,
@@ -57,7 +60,7 @@ struct SummaryRow<'a> {
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
-    if args.kernels.is_none() && args.runs.is_none() {
+    if args.kernels.is_none() && args.runs.is_empty() {
         bail!("nothing to validate: give --kernels DIR and/or --runs CSV");
     }
     let arch = load_chip(&args.arch)?;
@@ -196,14 +199,13 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         }
     }
     let mut run_rows = Vec::new();
-    if let Some(runs) = &args.runs {
-        let plans = match &args.run_plans {
-            Some(file) => RunPlans::load(file)?,
-            None => RunPlans::default(),
-        };
-        run_rows = validate_runs(runs, &plans, &arch, &cache)?;
+    if !args.runs.is_empty() {
+        let plans = RunPlans::load_all(&args.run_plans)?;
+        let files: Vec<&Path> = args.runs.iter().map(PathBuf::as_path).collect();
+        run_rows = validate_runs(&files, &plans, &arch, &cache)?;
         let rows: Vec<Vec<String>> = run_rows.iter().map(run_row).collect();
         let header = [
+            "publication",
             "model",
             "gpus",
             "t",
@@ -215,15 +217,25 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "dp overlap",
             "measured",
             "predicted",
+            "iteration measured",
+            "predicted",
             "error",
         ];
-        println!("end-to-end runs ({}): TFLOP/s per GPU", runs.display());
+        let names: Vec<String> = files.iter().map(|f| format!("`{}`", f.display())).collect();
+        println!(
+            "end-to-end runs ({}): TFLOP/s per GPU and seconds per iteration",
+            names.join(", ")
+        );
         println!("{}", table(&header, rows.clone()));
-        let s = summarise_errors(run_rows.iter().map(|r| ("end_to_end", r.signed_error)));
+        let s = summarise_errors(
+            run_rows
+                .iter()
+                .map(|r| (r.publication.as_str(), r.signed_error)),
+        );
         println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
         markdown += &format!(
-            "## End-to-end runs (`{}`), TFLOP/s per GPU\n\n",
-            runs.display()
+            "## End-to-end runs ({}), TFLOP/s per GPU and seconds per iteration\n\n",
+            names.join(", ")
         );
         markdown += &markdown_table(&header, &rows);
         markdown += "\n";
@@ -244,7 +256,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         if !class_rows.is_empty() {
             write_csv(&out.join("classes.csv"), &class_rows)?;
         }
-        if args.runs.is_some() {
+        if !args.runs.is_empty() {
             write_csv(&out.join("runs.csv"), &run_rows)?;
         }
         let rows: Vec<SummaryRow> = summaries
@@ -382,12 +394,17 @@ fn step_row(r: &StepError) -> Vec<String> {
 
 fn run_row(r: &RunError) -> Vec<String> {
     vec![
+        r.publication.clone(),
         r.model.clone(),
         r.gpus.to_string(),
         r.tp.to_string(),
         r.pp.to_string(),
         r.dp.to_string(),
-        r.recompute.to_string(),
+        if r.sequence_parallel {
+            format!("{}, sequence parallel", r.recompute)
+        } else {
+            r.recompute.to_string()
+        },
         format!(
             "{}{}",
             r.micro_batch,
@@ -409,6 +426,8 @@ fn run_row(r: &RunError) -> Vec<String> {
         },
         format!("{:.1}", r.measured_tflops_per_gpu),
         format!("{:.1}", r.predicted_tflops_per_gpu),
+        seconds(r.measured_time_per_batch_s),
+        seconds(r.time_per_batch_s),
         format!("{:+.1} %", 100.0 * r.signed_error),
     ]
 }
