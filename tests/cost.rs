@@ -608,6 +608,7 @@ fn cost_model_memoises_and_matches_direct_models() {
         bytes_read: 0,
         bytes_written: 0,
         launches: Launches::default(),
+        asynchronous: false,
     };
     let c = model.op_cost(&gemm);
     assert_eq!(c.core, CoreType::Tensor);
@@ -639,6 +640,7 @@ fn cost_model_memoises_and_matches_direct_models() {
             bytes_read: 0,
             bytes_written: 0,
             launches: Launches::default(),
+            asynchronous: false,
         })
         .collect();
     let fresh = CostModel::new(&a100);
@@ -666,6 +668,7 @@ fn cost_model_memoises_and_matches_direct_models() {
         bytes_read: 0,
         bytes_written: 0,
         launches: Launches::default(),
+        asynchronous: false,
     };
     let c = model.op_cost(&link);
     assert_eq!(c.core, CoreType::Link);

@@ -23,6 +23,7 @@ fn op(name: &str, core: CoreType, one_core_s: f64, all_cores_s: f64) -> SchedOp 
         all_cores_s,
         one_core_energy_j: 1.0,
         all_cores_energy_j: 1.5,
+        asynchronous: false,
     }
 }
 
@@ -218,6 +219,7 @@ fn random_problem() -> impl Strategy<Value = ScheduleProblem> {
                         all_cores_s: one_core_s * f64::from(all_tenths) / 10.0,
                         one_core_energy_j: f64::from(one),
                         all_cores_energy_j: f64::from(one) * 1.2,
+                        asynchronous: false,
                     }
                 })
                 .collect();
@@ -517,6 +519,52 @@ fn serial_execution_runs_operators_back_to_back() {
     assert!(s.ops[..3]
         .iter()
         .all(|o| o.assignment == Assignment::AllCores));
+}
+
+/// A GPU's asynchronous collective (Megatron-LM's input-gradient all-reduce beside the weight
+/// gradient) runs on the link while the compute stream goes on; what reads it waits. dgrad
+/// (2 µs), then the all-reduce (3 µs, from 2 µs) beside wgrad (1 µs) and a bias sum (0.5
+/// µs); the norm's backward (1 µs) reads the all-reduce: 2 + 3 + 1 = 6 µs, where blocking it
+/// is 2 + 1 + 0.5 + 3 + 1 = 7.5 µs. A second asynchronous collective waits for the link: its
+/// 2 µs start at 5 µs, and the last kernel, which reads it, ends at 8 µs. Bounds closed.
+#[test]
+fn serial_execution_overlaps_asynchronous_collectives() {
+    let ops = |asynchronous: bool| {
+        vec![
+            op("dgrad", CoreType::Tensor, 2.0 * US, 2.0 * US),
+            op("wgrad", CoreType::Tensor, 1.0 * US, 1.0 * US),
+            op("bias_grad", CoreType::Vector, 0.5 * US, 0.5 * US),
+            SchedOp {
+                asynchronous,
+                ..op("ar", CoreType::Link, 3.0 * US, 3.0 * US)
+            },
+            op("ln_bwd", CoreType::Vector, 1.0 * US, 1.0 * US),
+        ]
+    };
+    let edges = vec![(0, 1), (0, 2), (0, 3), (3, 4)];
+    let serial = |ops: Vec<SchedOp>, edges: Vec<(usize, usize)>| ScheduleProblem {
+        execution: KernelExecution::Serial,
+        ..concurrent(ops, edges, 2, 2)
+    };
+    for (asynchronous, makespan_us) in [(true, 6.0), (false, 7.5)] {
+        let problem = serial(ops(asynchronous), edges.clone());
+        let s = schedule(&problem, &exact()).unwrap();
+        assert_sound(&problem, &s);
+        assert!(close(s.makespan_s, makespan_us * US), "{}", s.makespan_s);
+        assert!(close(lower_bound(&problem).unwrap(), s.makespan_s));
+        assert!(matches!(s.status, SolveStatus::BoundsMet), "{}", s.status);
+    }
+    let mut two = ops(true);
+    two.push(SchedOp {
+        asynchronous: true,
+        ..op("ar2", CoreType::Link, 2.0 * US, 2.0 * US)
+    });
+    two.push(op("last", CoreType::Vector, 1.0 * US, 1.0 * US));
+    let problem = serial(two, vec![(0, 1), (0, 2), (0, 3), (3, 4), (2, 5), (5, 6)]);
+    let s = list_schedule(&problem).unwrap();
+    assert_sound(&problem, &s);
+    assert!(close(s.ops[5].start_s, 5.0 * US), "{}", s.ops[5].start_s);
+    assert!(close(s.makespan_s, 8.0 * US), "{}", s.makespan_s);
 }
 
 /// Two collectives share the one link; a GEMM overlaps them: 3 + 2 = 5 µs.

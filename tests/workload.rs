@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use tandem::calibrate::megatron_flops_per_iteration;
 use tandem::placement::RecomputeMode;
 use tandem::workload::{
-    Checkpoint, CollectiveKind, Layer, LayerGraph, OpGraph, OpKind, Optimizer, ParamKernels, Pass,
-    Precision, VectorOp, Workload,
+    Checkpoint, CollectiveKind, Layer, LayerGraph, Op, OpGraph, OpKind, Optimizer, ParamKernels,
+    Pass, Precision, VectorOp, Workload,
 };
 
 fn load(name: &str) -> Workload {
@@ -1378,6 +1378,7 @@ fn equal_signatures_mean_equal_graphs_across_settings() {
         "precision = \"fp16\"\n",
         "bias = false\n",
         "parallel_block = true\n",
+        "tp_grad_overlap = true\n",
     ];
     let mut by_signature: std::collections::BTreeMap<String, (String, String)> =
         std::collections::BTreeMap::new();
@@ -1438,6 +1439,82 @@ fn qkv_bias_add_kernel_streams_the_projection_output_once_forward() {
         &e,
         &["bias-typo.toml", "unknown variant `add`", "add_kernel"],
     );
+}
+
+/// `tp_grad_overlap = true` (Megatron-LM's asynchronous input-gradient collective) makes
+/// exactly the backward collectives of the column-parallel linears' inputs asynchronous: the
+/// block's two (before the QKV and the MLP) and the head's one, an all-reduce each, or under
+/// sequence parallelism a reduce-scatter each; every operator and edge is otherwise the
+/// default's, and a single device has none. A value that is not a boolean is refused.
+#[test]
+fn tp_grad_overlap_makes_the_column_parallel_input_gradients_asynchronous() {
+    let plain = Workload::load(&write_temp("blocking.toml", GOOD)).expect("loads");
+    let text = format!("{GOOD}tp_grad_overlap = true\n");
+    let overlapped = Workload::load(&write_temp("overlapped.toml", &text)).expect("loads");
+    for (tp, sp, kind) in [
+        (2, false, CollectiveKind::AllReduce),
+        (2, true, CollectiveKind::ReduceScatter),
+    ] {
+        let (a, b) = (
+            plain.layer_graph(tp, 2, sp).expect("graph"),
+            overlapped.layer_graph(tp, 2, sp).expect("graph"),
+        );
+        let mut asynchronous = Vec::new();
+        for (p, o) in a.layers.iter().zip(&b.layers) {
+            assert_ne!(p.signature, o.signature);
+            assert_eq!(p.fwd, o.fwd);
+            assert_eq!(p.bwd.edges, o.bwd.edges);
+            for (x, y) in p.bwd.ops.iter().zip(&o.bwd.ops) {
+                assert!(!x.asynchronous);
+                assert_eq!(
+                    *x,
+                    Op {
+                        asynchronous: false,
+                        ..y.clone()
+                    }
+                );
+                if y.asynchronous {
+                    match y.kind {
+                        OpKind::Collective {
+                            collective, group, ..
+                        } => {
+                            assert_eq!((collective, group), (kind, 2), "{}", y.name)
+                        }
+                        _ => panic!("{} is not a collective", y.name),
+                    }
+                    asynchronous.push(y.name.clone());
+                }
+            }
+        }
+        let names = [
+            "tp_mlp_in",
+            "tp_attn_in",
+            "tp_mlp_in",
+            "tp_attn_in",
+            "tp_head_in",
+        ];
+        let expected: Vec<String> = names
+            .iter()
+            .map(|n| {
+                if sp {
+                    format!("{n}.bwd")
+                } else {
+                    n.to_string()
+                }
+            })
+            .collect();
+        assert_eq!(asynchronous, expected, "sequence parallel {sp}");
+    }
+    let single = overlapped.layer_graph(1, 2, false).expect("graph");
+    assert!(single
+        .layers
+        .iter()
+        .all(|l| l.bwd.ops.iter().all(|op| !op.asynchronous)));
+    let e = load_error(
+        "overlap-typo.toml",
+        &format!("{GOOD}tp_grad_overlap = \"yes\"\n"),
+    );
+    assert_mentions(&e, &["overlap-typo.toml", "tp_grad_overlap"]);
 }
 
 /// The layout copies every Megatron-LM (and PyTorch) block runs: the attention context back to

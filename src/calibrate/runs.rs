@@ -71,6 +71,9 @@ pub struct RunError {
     /// model chunks per stage.
     pub schedule: PipelineSchedule,
     pub virtual_stages: u32,
+    /// Whether the column-parallel linears' input-gradient collective overlapped their weight
+    /// gradient (from the run-plans file; false otherwise).
+    pub tp_grad_overlap: bool,
     /// The measured throughput, or the publication's FLOPs per iteration
     /// ([`megatron_flops_per_iteration`]) over the measured iteration time where it gave that.
     pub measured_tflops_per_gpu: f64,
@@ -139,11 +142,15 @@ struct RunPlan {
     /// run gave `--num-layers-per-virtual-pipeline-stage`, else 1F1B.
     schedule: PipelineSchedule,
     virtual_stages: Option<u32>,
+    /// The column-parallel linears' input-gradient collective overlapped with their weight
+    /// gradient ([`crate::workload::BlockShape::tp_grad_overlap`]; Megatron-LM from September
+    /// 2021).
+    tp_grad_overlap: bool,
 }
 
 /// Run plans by model name, read from CSVs of `model,micro_batch,dp_overlap` and optionally
-/// `schedule` (`1f1b` or `interleaved`) and `virtual_stages` (`#` starts a comment line, for
-/// the plans' provenance); each plan with the file it came from.
+/// `schedule` (`1f1b` or `interleaved`), `virtual_stages` and `tp_grad_overlap` (`#` starts a
+/// comment line, for the plans' provenance); each plan with the file it came from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunPlans {
     by_model: BTreeMap<String, (PathBuf, RunPlan)>,
@@ -158,6 +165,8 @@ struct RunPlanRow {
     schedule: Option<PipelineSchedule>,
     #[serde(default)]
     virtual_stages: Option<u32>,
+    #[serde(default)]
+    tp_grad_overlap: bool,
 }
 
 impl RunPlans {
@@ -203,6 +212,7 @@ impl RunPlans {
                 dp_overlap: plan.dp_overlap,
                 schedule,
                 virtual_stages: plan.virtual_stages,
+                tp_grad_overlap: plan.tp_grad_overlap,
             };
             if by_model
                 .insert(plan.model.clone(), (file.to_path_buf(), held))
@@ -376,12 +386,14 @@ fn validate_file_runs(
         // kernel per step over the fp32 logits; the QKV bias is added by a kernel of its own
         // (2021: PyTorch's `linear` on a 3-D input, `matmul` then `add_`; 2022: Megatron-LM's
         // own linear function, `output + bias`).
+        let held = plans.by_model.get(&run.model).map(|(_, plan)| *plan);
+        let tp_grad_overlap = held.is_some_and(|p| p.tp_grad_overlap);
         if let Model::Template(template) = &mut workload.model {
             template.block.softmax = AttentionSoftmax::FusedCausal;
             template.block.cross_entropy = CrossEntropyKernels::VocabParallel;
             template.block.qkv_bias = QkvBias::AddKernel;
+            template.block.tp_grad_overlap = tp_grad_overlap;
         }
-        let held = plans.by_model.get(&run.model).map(|(_, plan)| *plan);
         let options = PlanOptions {
             micro_batches: held.map_or(vec![1, 2, 4, 8, 16], |p| vec![p.micro_batch]),
             recompute: vec![recompute],
@@ -428,6 +440,7 @@ fn validate_file_runs(
             dp_overlap: options.dp_overlap,
             schedule: e.plan.schedule,
             virtual_stages: e.plan.virtual_stages,
+            tp_grad_overlap,
             measured_tflops_per_gpu,
             predicted_tflops_per_gpu: predicted,
             measured_time_per_batch_s,
@@ -723,7 +736,7 @@ pub fn gpt_step_class_s(
 /// The model's kernel launches by class ([`model_kernel_class`]) of a measured block pass or
 /// training step, to set beside the kernels its profile counts: a block pass's operators
 /// ([`gpt_block_graphs`]); a step's every forward, the forwards full recompute reruns, every
-/// backward and the optimizer step's kernels ([`gpt_step_class_s`]'s operators), each
+/// backward and the optimizer step's kernels (`gpt_step_class_s`'s operators), each
 /// [`Op::launches`](crate::workload::Op::launches) times. `None` for other measurements, a
 /// step under selective recompute, or a shape that cannot be built.
 pub fn measured_class_launches(m: &Measurement) -> Option<BTreeMap<&'static str, f64>> {
@@ -763,7 +776,7 @@ pub fn measured_gemm_s(arch: &ArchConfig, cache: &ScheduleCache, m: &Measurement
 }
 
 /// The model's time by kernel class of a measured block pass ([`gpt_block_class_s`]) or
-/// training step ([`gpt_step_class_s`]); `None` for other measurements, a step under
+/// training step (`gpt_step_class_s`); `None` for other measurements, a step under
 /// selective recompute, or a shape that cannot be planned.
 pub fn measured_class_s(
     arch: &ArchConfig,

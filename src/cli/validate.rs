@@ -215,6 +215,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "b",
             "schedule",
             "dp overlap",
+            "tp grad overlap",
             "measured",
             "predicted",
             "iteration measured",
@@ -424,6 +425,7 @@ fn run_row(r: &RunError) -> Vec<String> {
         } else {
             "no".to_string()
         },
+        if r.tp_grad_overlap { "yes" } else { "no" }.to_string(),
         format!("{:.1}", r.measured_tflops_per_gpu),
         format!("{:.1}", r.predicted_tflops_per_gpu),
         seconds(r.measured_time_per_batch_s),

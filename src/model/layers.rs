@@ -37,7 +37,7 @@ pub struct UniqueLayerSchedule {
     pub selective_recompute_s: f64,
     pub selective_recompute_energy_j: f64,
     /// Of the forward, the time and energy full recompute does not rerun
-    /// ([`recompute_skipped`]).
+    /// (`recompute_skipped`).
     pub recompute_skipped_s: f64,
     pub recompute_skipped_energy_j: f64,
     /// The optimizer step over one layer's parameters (once per iteration), and its energy.

@@ -66,6 +66,10 @@ pub struct SchedOp {
     pub all_cores_s: f64,
     pub one_core_energy_j: f64,
     pub all_cores_energy_j: f64,
+    /// Issued asynchronously ([`crate::workload::Op::asynchronous`]): under
+    /// [`KernelExecution::Serial`] the operators after it run while it does.
+    #[serde(default)]
+    pub asynchronous: bool,
 }
 
 /// Cores of each type on the device. The link is a single network resource.
@@ -94,7 +98,8 @@ pub struct ScheduleProblem {
     pub edges: Vec<(usize, usize)>,
     pub cores: CoreCounts,
     /// Under [`KernelExecution::Serial`] the operators run one at a time in their (topological)
-    /// order, each in its fastest variant: the schedule is forced, no search is needed.
+    /// order, each in its fastest variant, an asynchronous one beside the others: the
+    /// schedule is forced, no search is needed.
     pub execution: KernelExecution,
 }
 
@@ -114,6 +119,7 @@ impl ScheduleProblem {
                     all_cores_s: c.all_cores_s,
                     one_core_energy_j: c.one_core_energy_j,
                     all_cores_energy_j: c.all_cores_energy_j,
+                    asynchronous: op.asynchronous,
                 }
             })
             .collect();
@@ -466,22 +472,49 @@ pub fn schedule(
     Ok(solve_valid(problem, options))
 }
 
-/// The forced schedule of [`KernelExecution::Serial`]: operators back to back in index order
-/// (a topological order), each in its fastest variant. It is optimal for that execution model,
-/// so both bounds are its makespan.
+/// The forced schedule of [`KernelExecution::Serial`]: operators in index order (a
+/// topological order), each in its fastest variant, on two streams. The compute stream runs
+/// one operator at a time, each once its inputs are done; so does the link, where a
+/// synchronous collective also holds the compute stream and an asynchronous one
+/// ([`SchedOp::asynchronous`]) does not: it starts once its inputs are done and the link is
+/// free, and the operators after it wait only if they read it. Without asynchronous
+/// operators the operators run back to back. It is optimal for that execution model, so
+/// both bounds are its makespan.
 fn serial(prep: &Prepared, started: Instant) -> Schedule {
     let mut starts_s = Vec::with_capacity(prep.len());
+    let mut ends_s: Vec<f64> = Vec::with_capacity(prep.len());
     let mut modes = Vec::with_capacity(prep.len());
-    let mut clock_s = 0.0;
-    for op_modes in &prep.modes {
+    let mut compute_free_s = 0.0_f64;
+    let mut link_free_s = 0.0_f64;
+    for (i, op_modes) in prep.modes.iter().enumerate() {
         let (mode, fastest) = op_modes
             .iter()
             .enumerate()
             .min_by(|a, b| a.1.duration_s.total_cmp(&b.1.duration_s))
             .expect("every operator has at least one mode");
-        starts_s.push(clock_s);
+        let inputs_done_s = prep.preds[i]
+            .iter()
+            .map(|&p| ends_s[p])
+            .fold(0.0_f64, f64::max);
+        let op = &prep.problem.ops[i];
+        let on_link = op.core == CoreType::Link;
+        let start_s = if on_link && op.asynchronous {
+            inputs_done_s.max(link_free_s)
+        } else if on_link {
+            inputs_done_s.max(link_free_s).max(compute_free_s)
+        } else {
+            inputs_done_s.max(compute_free_s)
+        };
+        let end_s = start_s + fastest.duration_s;
+        if on_link {
+            link_free_s = end_s;
+        }
+        if !(on_link && op.asynchronous) {
+            compute_free_s = end_s;
+        }
+        starts_s.push(start_s);
+        ends_s.push(end_s);
         modes.push(mode);
-        clock_s += fastest.duration_s;
     }
     let plan = realise::assign(prep, starts_s, modes)
         .expect("operators that never overlap fit on any non-empty core set");

@@ -107,6 +107,12 @@ pub struct Op {
     /// How its kernels are launched.
     #[serde(default)]
     pub launches: Launches,
+    /// Issued asynchronously on a stream of its own (a collective Megatron-LM launches with
+    /// `async_op=True`): under serial kernel execution the kernels after it in the graph's
+    /// order run while it does, each waiting only for its own inputs. Concurrent execution
+    /// overlaps every operator anyway.
+    #[serde(default)]
+    pub asynchronous: bool,
 }
 
 impl Op {

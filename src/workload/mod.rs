@@ -26,7 +26,7 @@ use crate::error::{parse_json, parse_toml, read_input, InputError};
 pub use crate::vocab::{Pass, VectorOp, VectorTraffic};
 pub use dag::{Dag, DagGraph, DagLayer, DagOp, Scale};
 pub use graph::*;
-pub use template::{AttentionSoftmax, CrossEntropyKernels, QkvBias, Template};
+pub use template::{AttentionSoftmax, BlockShape, CrossEntropyKernels, QkvBias, Template};
 use template::{RawTemplate, Shape};
 
 /// Transformer families the templates generate.

@@ -50,6 +50,7 @@ pub(crate) fn gemm(name: &str, batch: u64, m: u64, n: u64, k: u64, elem_bytes: u
         bytes_read: mul(&[batch, m.saturating_mul(k).saturating_add(mul(&[k, n])), e]),
         bytes_written: mul(&[batch, m, n, e]),
         launches: Launches::default(),
+        asynchronous: false,
     }
 }
 
@@ -90,6 +91,7 @@ pub(crate) fn vector_in_pass(
         bytes_written: mul(&[elements, traffic.writes * e + traffic.extra_write_bytes])
             .saturating_add(reduced_output_bytes),
         launches: Launches::Kernels(op.kernels(pass, elements, row_len)),
+        asynchronous: false,
     }
 }
 
@@ -113,6 +115,7 @@ pub(crate) fn collective(
         bytes_read: bytes,
         bytes_written: bytes,
         launches: Launches::default(),
+        asynchronous: false,
     }
 }
 

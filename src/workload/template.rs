@@ -14,8 +14,8 @@ use super::graph::{
     ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, ReplicatedParams, TiedUse,
 };
 use super::ops::{
-    build_graphs, collective, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul, vector,
-    vector_in_pass, Feeds, Node,
+    build_graphs, collective, collective_backward, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul,
+    vector, vector_in_pass, Feeds, Node,
 };
 use super::{Checkpoint, Family, GptSizes, Model, Optimizer, ParamKernels, Precision, Workload};
 use crate::error::InputError;
@@ -54,6 +54,7 @@ pub(crate) struct RawTemplate {
     attention_softmax: Option<AttentionSoftmax>,
     cross_entropy: Option<CrossEntropyKernels>,
     qkv_bias: Option<QkvBias>,
+    tp_grad_overlap: Option<bool>,
     moe: Option<RawMoe>,
 }
 
@@ -135,6 +136,7 @@ impl RawTemplate {
             attention_softmax: None,
             cross_entropy: None,
             qkv_bias: None,
+            tp_grad_overlap: None,
             moe: None,
         }
     }
@@ -298,15 +300,21 @@ pub struct BlockShape {
     pub softmax: AttentionSoftmax,
     pub cross_entropy: CrossEntropyKernels,
     pub qkv_bias: QkvBias,
+    /// The tensor group's collective on a column-parallel linear's input gradient (an
+    /// all-reduce; a reduce-scatter under sequence parallelism) runs while the linear's
+    /// weight gradient is computed (Megatron-LM since September 2021, `async_op=True`; on by
+    /// default there as `--async-tensor-model-parallel-allreduce`, and always under sequence
+    /// parallelism), instead of blocking the kernels after it.
+    pub tp_grad_overlap: bool,
 }
 
 impl BlockShape {
     /// A short name of every choice, for layer signatures (the fused softmax, the
-    /// vocabulary-parallel loss and the QKV bias kernel only where chosen, so the signatures of
-    /// the default stay as they were).
+    /// vocabulary-parallel loss, the QKV bias kernel and the overlapped input-gradient
+    /// collective only where chosen, so the signatures of the default stay as they were).
     fn tag(&self) -> String {
         format!(
-            "{}-{}-{} bias{} drop{} tied{} par{}{}{}{}",
+            "{}-{}-{} bias{} drop{} tied{} par{}{}{}{}{}",
             match self.norm {
                 Norm::LayerNorm => "ln",
                 Norm::RmsNorm => "rms",
@@ -336,6 +344,11 @@ impl BlockShape {
             match self.qkv_bias {
                 QkvBias::Epilogue => "",
                 QkvBias::AddKernel => " qkv-bias-add",
+            },
+            if self.tp_grad_overlap {
+                " tp-grad-overlap"
+            } else {
+                ""
             }
         )
     }
@@ -366,6 +379,7 @@ impl BlockShape {
             softmax: AttentionSoftmax::Separate,
             cross_entropy: CrossEntropyKernels::Fused,
             qkv_bias: QkvBias::Epilogue,
+            tp_grad_overlap: false,
         }
     }
 }
@@ -606,6 +620,7 @@ impl RawTemplate {
             softmax: self.attention_softmax.unwrap_or(default.softmax),
             cross_entropy: self.cross_entropy.unwrap_or(default.cross_entropy),
             qkv_bias: self.qkv_bias.unwrap_or(default.qkv_bias),
+            tp_grad_overlap: self.tp_grad_overlap.unwrap_or(default.tp_grad_overlap),
         }
     }
 }
@@ -649,6 +664,8 @@ struct Builder {
     nodes: Vec<Node>,
     /// Hidden size: collectives move s·b·h elements.
     hidden: u64,
+    /// [`BlockShape::tp_grad_overlap`].
+    tp_grad_overlap: bool,
 }
 
 impl Builder {
@@ -686,27 +703,35 @@ impl Builder {
         node
     }
     /// Megatron's `f` before a column-parallel GEMM: identity forward and all-reduce backward;
-    /// under sequence parallelism an all-gather forward (reduce-scatter backward).
+    /// under sequence parallelism an all-gather forward (reduce-scatter backward). The
+    /// backward collective is asynchronous with [`BlockShape::tp_grad_overlap`].
     fn enter_parallel(&mut self, name: &str, input: usize, shape: &Shape) -> usize {
         if shape.tp == 1 {
             return input;
         }
-        let kind = if shape.sequence_parallel {
-            CollectiveKind::AllGather
+        let asynchronous = self.tp_grad_overlap;
+        let (fwd, grad) = if shape.sequence_parallel {
+            let gather = self.tp_collective(name, CollectiveKind::AllGather, shape);
+            let scatter = collective_backward(&gather);
+            (Some(gather), scatter)
         } else {
-            CollectiveKind::AllReduce
+            (
+                None,
+                self.tp_collective(name, CollectiveKind::AllReduce, shape),
+            )
         };
-        let op = self.tp_collective(name, kind, shape);
-        if shape.sequence_parallel {
-            self.op(op, &[input], false)
-        } else {
-            self.push(Node {
-                fwd: None,
-                preds: vec![input],
-                grad: vec![(op, Feeds::All)],
-                leaf: Vec::new(),
-            })
-        }
+        self.push(Node {
+            fwd,
+            preds: vec![input],
+            grad: vec![(
+                Op {
+                    asynchronous,
+                    ..grad
+                },
+                Feeds::All,
+            )],
+            leaf: Vec::new(),
+        })
     }
     /// Megatron's `g` after a row-parallel GEMM: all-reduce forward and identity backward;
     /// under sequence parallelism a reduce-scatter forward (all-gather backward).
@@ -1075,6 +1100,7 @@ impl Template {
         let mut bld = Builder {
             nodes: Vec::new(),
             hidden: self.hidden,
+            tp_grad_overlap: self.block.tp_grad_overlap,
         };
         let e = shape.elem_bytes();
         let (h, tp) = (self.hidden, shape.tp);
@@ -1346,6 +1372,7 @@ impl Template {
         let mut bld = Builder {
             nodes: Vec::new(),
             hidden: self.hidden,
+            tp_grad_overlap: self.block.tp_grad_overlap,
         };
         let e = shape.elem_bytes();
         let h = self.hidden;
@@ -1403,6 +1430,7 @@ impl Template {
         let mut bld = Builder {
             nodes: Vec::new(),
             hidden: self.hidden,
+            tp_grad_overlap: self.block.tp_grad_overlap,
         };
         let e = shape.elem_bytes();
         let h = self.hidden;
