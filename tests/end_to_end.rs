@@ -442,6 +442,37 @@ fn inspect_json_carries_params_and_flops() {
     ] {
         assert!(layers[1].get(field).is_some(), "missing {field}");
     }
+    // Each operator says whether it is asynchronous: with `tp_grad_overlap`, the block's two
+    // input-gradient all-reduces.
+    let asynchronous = |v: &serde_json::Value| -> Vec<String> {
+        let unique = v["unique_layers"].as_object().expect("unique layers");
+        let block = unique
+            .iter()
+            .find(|(signature, _)| signature.starts_with("gpt-block"))
+            .expect("a block")
+            .1;
+        block
+            .as_array()
+            .expect("operators")
+            .iter()
+            .filter(|op| op["asynchronous"].as_bool().expect("asynchronous"))
+            .map(|op| op["op"].as_str().expect("name").to_string())
+            .collect()
+    };
+    assert!(asynchronous(&v).is_empty());
+    let tmp = scratch("inspect-async");
+    let file = tmp.path().join("overlapped.toml");
+    let text = std::fs::read_to_string("workloads/gpt3-175b.toml").expect("workload");
+    std::fs::write(&file, format!("{text}tp_grad_overlap = true\n")).expect("write");
+    let overlapped = tandem_json(&[
+        "inspect",
+        "--workload",
+        file.to_str().expect("utf-8"),
+        "--tp",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(asynchronous(&overlapped), ["tp_mlp_in", "tp_attn_in"]);
 }
 
 #[test]

@@ -55,6 +55,8 @@ struct OpRow<'a> {
     op: &'a str,
     #[serde(flatten)]
     kind: &'a OpKind,
+    /// Issued asynchronously (`Op::asynchronous`): on a GPU, beside the kernels after it.
+    asynchronous: bool,
     flops: f64,
     bytes_read: u64,
     bytes_written: u64,
@@ -157,12 +159,22 @@ fn op_rows<'a>(
             direction,
             op: &op.name,
             kind: &op.kind,
+            asynchronous: op.asynchronous,
             flops: op.flops,
             bytes_read: op.bytes_read,
             bytes_written: op.bytes_written,
             cost: cost_model.map(|m| m.op_cost(op)),
         })
         .collect()
+}
+
+/// A row's kind (", async" where the operator is asynchronous) and shape.
+fn describe(row: &OpRow) -> (String, String) {
+    let (mut kind, shape) = shape(row.kind);
+    if row.asynchronous {
+        kind.push_str(", async");
+    }
+    (kind, shape)
 }
 
 fn shape(kind: &OpKind) -> (String, String) {
@@ -236,7 +248,7 @@ fn print_text(report: &Report, unique: &[(&Layer, usize)], priced: bool) {
         let rows = report.unique_layers[layer.signature.as_str()]
             .iter()
             .map(|r| {
-                let (kind, shape) = shape(r.kind);
+                let (kind, shape) = describe(r);
                 let mut row = vec![
                     format!("{} {}", r.direction, r.op),
                     kind,
@@ -293,7 +305,7 @@ fn write_csv(path: &std::path::Path, unique: &[(&Layer, usize)], report: &Report
     ])?;
     for (layer, count) in unique {
         for r in &report.unique_layers[layer.signature.as_str()] {
-            let (kind, shape) = shape(r.kind);
+            let (kind, shape) = describe(r);
             let (one, all, bound) = match &r.cost {
                 Some(c) => (
                     c.one_core_s.to_string(),
