@@ -414,14 +414,9 @@ fn place_cli_plans_the_example_costs_file() {
 
 #[test]
 fn inspect_json_carries_params_and_flops() {
-    let v = tandem_json(&[
-        "inspect",
-        "--workload",
-        "workloads/gpt3-175b.toml",
-        "--tp",
-        "8",
-        "--json",
-    ]);
+    let inspect =
+        |workload: &str| tandem_json(&["inspect", "--workload", workload, "--tp", "8", "--json"]);
+    let v = inspect("workloads/gpt3-175b.toml");
     let params = v["params"].as_f64().expect("params");
     assert!((params - 174.6e9).abs() <= 0.005 * 174.6e9);
     let (b, l, s, h, vocab) = (1536.0, 96.0, 2048.0, 12288.0, 50257.0);
@@ -464,14 +459,7 @@ fn inspect_json_carries_params_and_flops() {
     let file = tmp.path().join("overlapped.toml");
     let text = std::fs::read_to_string("workloads/gpt3-175b.toml").expect("workload");
     std::fs::write(&file, format!("{text}tp_grad_overlap = true\n")).expect("write");
-    let overlapped = tandem_json(&[
-        "inspect",
-        "--workload",
-        file.to_str().expect("utf-8"),
-        "--tp",
-        "8",
-        "--json",
-    ]);
+    let overlapped = inspect(file.to_str().expect("utf-8"));
     assert_eq!(asynchronous(&overlapped), ["tp_mlp_in", "tp_attn_in"]);
 }
 
