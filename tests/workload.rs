@@ -1517,6 +1517,57 @@ fn tp_grad_overlap_makes_the_column_parallel_input_gradients_asynchronous() {
     assert_mentions(&e, &["overlap-typo.toml", "tp_grad_overlap"]);
 }
 
+/// An operator DAG marks a collective `asynchronous`; its derived backward's collective
+/// blocks, the flag enters the layer's signature, and on any other operator it is refused
+/// naming the operator's field.
+#[test]
+fn dag_collectives_may_be_asynchronous() {
+    let dag = |asynchronous: bool, on: usize| {
+        let flag = |k: usize| {
+            if asynchronous && k == on {
+                r#", "asynchronous": true"#
+            } else {
+                ""
+            }
+        };
+        format!(
+            r#"{{"name": "async", "global_batch": 8, "seq_len": 16, "layers": [{{
+  "name": "l", "params": 4096,
+  "activation_bytes": {{"none": 64, "selective": 64, "full": 64}}, "output_bytes": 64,
+  "fwd": {{"ops": [
+    {{"name": "gemm", "kind": {{"kind": "gemm", "batch": 1, "m": 16, "n": 64, "k": 64}}{}}},
+    {{"name": "ar", "kind": {{"kind": "collective", "collective": "all_reduce", "bytes": 2048, "group": 2}}{}}},
+    {{"name": "add", "kind": {{"kind": "vector", "op": "add", "elements": 1024, "row_len": 1}}{}}}],
+  "edges": [[0, 1], [0, 2]]}}}}], "edges": []}}"#,
+            flag(0),
+            flag(1),
+            flag(2)
+        )
+    };
+    let layer = |text: &str| {
+        let w = Workload::load(&write_temp("async.json", text)).expect("loads");
+        w.layer_graph(1, 2, false).expect("graph").layers[0].clone()
+    };
+    let (blocking, overlapped) = (layer(&dag(false, 1)), layer(&dag(true, 1)));
+    let flags = |g: &OpGraph| -> Vec<bool> { g.ops.iter().map(|op| op.asynchronous).collect() };
+    assert_eq!(flags(&blocking.fwd), [false, false, false]);
+    assert_eq!(flags(&overlapped.fwd), [false, true, false]);
+    assert!(overlapped.bwd.ops.iter().all(|op| !op.asynchronous));
+    assert_eq!(overlapped.bwd.ops, blocking.bwd.ops);
+    assert_ne!(overlapped.signature, blocking.signature);
+    for on in [0, 2] {
+        let e = load_error("async-gemm.json", &dag(true, on));
+        assert_mentions(
+            &e,
+            &[
+                "async-gemm.json",
+                &format!("layers[0].fwd.ops[{on}].asynchronous"),
+                "collectives only",
+            ],
+        );
+    }
+}
+
 /// The layout copies every Megatron-LM (and PyTorch) block runs: the attention context back to
 /// token-major rows before the projection (its gradient is a view), and the QKV gradient
 /// assembled from the q, k and v gradients before the projection's backward; and the loss over

@@ -43,6 +43,10 @@ pub struct DagOp {
     /// the layer waits for (otherwise both gradients flow back to predecessors).
     #[serde(default = "default_true")]
     pub weight_operand: bool,
+    /// Collectives only: issued asynchronously ([`Op::asynchronous`]; in a backward derived
+    /// from `fwd`, the forward collective only).
+    #[serde(default)]
+    pub asynchronous: bool,
 }
 
 /// Operators and their dependencies, for one sample.
@@ -240,6 +244,13 @@ fn check_graph(file: &Path, field: &str, graph: &DagGraph) -> Result<(), InputEr
                 "`scale` and `weight_operand` apply to GEMMs only",
             ));
         }
+        if op.asynchronous && !matches!(op.kind, OpKind::Collective { .. }) {
+            return Err(InputError::invalid(
+                file,
+                format!("{at}.asynchronous"),
+                "applies to collectives only",
+            ));
+        }
     }
     check_edges(
         file,
@@ -403,13 +414,16 @@ fn scaled_op(op: &DagOp, micro_batch: u64, elem_bytes: u32) -> Op {
             collective: kind,
             bytes,
             group,
-        } => collective(
-            &op.name,
-            kind,
-            mul(&[bytes, micro_batch]),
-            group,
-            elem_bytes,
-        ),
+        } => Op {
+            asynchronous: op.asynchronous,
+            ..collective(
+                &op.name,
+                kind,
+                mul(&[bytes, micro_batch]),
+                group,
+                elem_bytes,
+            )
+        },
     }
 }
 
@@ -426,7 +440,14 @@ fn explicit_graph(graph: &DagGraph, micro_batch: u64, elem_bytes: u32) -> OpGrap
 
 /// A name-independent description of a graph's shapes and dependencies.
 fn graph_signature(graph: &OpGraph) -> String {
-    let ops: Vec<String> = graph.ops.iter().map(|o| format!("{:?}", o.kind)).collect();
+    let ops: Vec<String> = graph
+        .ops
+        .iter()
+        .map(|o| {
+            let overlap = if o.asynchronous { " async" } else { "" };
+            format!("{:?}{overlap}", o.kind)
+        })
+        .collect();
     format!("ops[{}] edges{:?}", ops.join("; "), graph.edges)
 }
 

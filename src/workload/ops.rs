@@ -164,10 +164,11 @@ pub(crate) fn gemm_grad_b(fwd: &Op, suffix: &str) -> Op {
 }
 
 /// The backward counterpart of a collective: all-gather and reduce-scatter swap, all-reduce
-/// and point-to-point stay.
+/// and point-to-point stay; it blocks the kernels after it whether or not the forward did.
 pub(crate) fn collective_backward(fwd: &Op) -> Op {
     let mut op = fwd.clone();
     op.name = format!("{}.bwd", fwd.name);
+    op.asynchronous = false;
     if let OpKind::Collective {
         collective,
         bytes,
