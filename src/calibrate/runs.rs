@@ -258,10 +258,11 @@ fn recompute_mode(file: &Path, row: usize, text: &str) -> Result<RecomputeMode, 
 }
 
 /// Every run of the `runs_csvs` planned on `arch` with its (t, p, d), recompute mode and
-/// sequence parallelism held, and its micro-batch, gradient all-reduce overlap and pipeline
-/// schedule held from `plans` where listed (else the micro-batch is searched and the
-/// all-reduce overlapped, the best the model finds); predicted TFLOP/s per GPU against the
-/// measured ones, file by file and row by row. Every model `plans` lists must have a run.
+/// sequence parallelism held, and its micro-batch, gradient all-reduce overlap, pipeline
+/// schedule and input-gradient collective overlap held from `plans` where listed (else the
+/// micro-batch is searched, the all-reduce overlapped, the best the model finds, and the
+/// tensor-parallel collectives block); predicted TFLOP/s per GPU against the measured ones,
+/// file by file and row by row. Every model `plans` lists must have a run.
 pub fn validate_runs(
     runs_csvs: &[&Path],
     plans: &RunPlans,
@@ -295,20 +296,20 @@ pub fn validate_runs(
     }
     let mut out = Vec::new();
     for (runs_csv, runs) in files {
-        validate_file_runs(runs_csv, runs, plans, arch, cache, &mut out)?;
+        out.extend(validate_file_runs(runs_csv, runs, plans, arch, cache)?);
     }
     Ok(out)
 }
 
-/// The runs of one file, appended to `out`.
+/// The runs of one file, in its order.
 fn validate_file_runs(
     runs_csv: &Path,
     runs: Vec<PublishedRun>,
     plans: &RunPlans,
     arch: &ArchConfig,
     cache: &ScheduleCache,
-    out: &mut Vec<RunError>,
-) -> Result<(), EvaluateError> {
+) -> Result<Vec<RunError>, EvaluateError> {
+    let mut out = Vec::with_capacity(runs.len());
     for (i, run) in runs.into_iter().enumerate() {
         let row = i + 1;
         let recompute = recompute_mode(runs_csv, row, &run.recompute)?;
@@ -455,7 +456,7 @@ fn validate_file_runs(
             signed_error: (predicted - measured_tflops_per_gpu) / measured_tflops_per_gpu,
         });
     }
-    Ok(())
+    Ok(out)
 }
 
 /// What a published run measured, as its publication gives it.
