@@ -313,9 +313,10 @@ fn validate_file_runs(
     for (i, run) in runs.into_iter().enumerate() {
         let row = i + 1;
         let recompute = recompute_mode(runs_csv, row, &run.recompute)?;
-        let measured = match (run.measured_tflops_per_gpu, run.measured_iteration_s) {
-            (Some(tflops), None) => Measured::TflopsPerGpu(tflops),
-            (None, Some(seconds)) => Measured::IterationS(seconds),
+        let (measured, field, value) = match (run.measured_tflops_per_gpu, run.measured_iteration_s)
+        {
+            (Some(v), None) => (Measured::TflopsPerGpu(v), "measured_tflops_per_gpu", v),
+            (None, Some(v)) => (Measured::IterationS(v), "measured_iteration_s", v),
             (both, _) => {
                 return Err(InputError::invalid(
                     runs_csv,
@@ -328,10 +329,6 @@ fn validate_file_runs(
                 )
                 .into())
             }
-        };
-        let (field, value) = match measured {
-            Measured::TflopsPerGpu(v) => ("measured_tflops_per_gpu", v),
-            Measured::IterationS(v) => ("measured_iteration_s", v),
         };
         if !(value.is_finite() && value > 0.0) {
             return Err(InputError::invalid(

@@ -35,10 +35,10 @@ pub struct Args {
     #[arg(long)]
     runs: Vec<PathBuf>,
     /// What the runs' publications leave out of their plans (CSV `model,micro_batch,dp_overlap`
-    /// and optionally `schedule` (1f1b or interleaved) and `virtual_stages`, e.g.
-    /// calibration/published_run_plans.csv; repeat for several files): held for the runs they
-    /// name; the others get the best micro-batch the model finds, an overlapped gradient
-    /// all-reduce and 1F1B.
+    /// and optionally `schedule` (1f1b or interleaved), `virtual_stages` and `tp_grad_overlap`,
+    /// e.g. calibration/published_run_plans.csv; repeat for several files): held for the runs
+    /// they name; the others get the best micro-batch the model finds, an overlapped gradient
+    /// all-reduce, 1F1B and blocking tensor-parallel collectives.
     #[arg(long, requires = "runs")]
     run_plans: Vec<PathBuf>,
     /// Directory for kernels.csv, steps.csv (the training iterations, with the GPU time

@@ -498,18 +498,19 @@ fn serial(prep: &Prepared, started: Instant) -> Schedule {
             .fold(0.0_f64, f64::max);
         let op = &prep.problem.ops[i];
         let on_link = op.core == CoreType::Link;
-        let start_s = if on_link && op.asynchronous {
-            inputs_done_s.max(link_free_s)
-        } else if on_link {
-            inputs_done_s.max(link_free_s).max(compute_free_s)
-        } else {
-            inputs_done_s.max(compute_free_s)
-        };
+        let holds_compute = !(on_link && op.asynchronous);
+        let mut start_s = inputs_done_s;
+        if on_link {
+            start_s = start_s.max(link_free_s);
+        }
+        if holds_compute {
+            start_s = start_s.max(compute_free_s);
+        }
         let end_s = start_s + fastest.duration_s;
         if on_link {
             link_free_s = end_s;
         }
-        if !(on_link && op.asynchronous) {
+        if holds_compute {
             compute_free_s = end_s;
         }
         starts_s.push(start_s);

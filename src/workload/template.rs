@@ -759,6 +759,15 @@ impl Builder {
 }
 
 impl Template {
+    /// An empty graph builder for this template's layers.
+    fn builder(&self) -> Builder {
+        Builder {
+            nodes: Vec::new(),
+            hidden: self.hidden,
+            tp_grad_overlap: self.block.tp_grad_overlap,
+        }
+    }
+
     /// Width of the queries (and of the attention output): heads × head size, which equals
     /// the hidden size unless the file gives `head_dim` (PaLM 540B: 48 × 256 < 18432).
     fn attention_width(&self) -> u64 {
@@ -1097,11 +1106,7 @@ impl Template {
     }
 
     fn block_nodes(&self, shape: &Shape, experts: bool) -> Vec<Node> {
-        let mut bld = Builder {
-            nodes: Vec::new(),
-            hidden: self.hidden,
-            tp_grad_overlap: self.block.tp_grad_overlap,
-        };
+        let mut bld = self.builder();
         let e = shape.elem_bytes();
         let (h, tp) = (self.hidden, shape.tp);
         let (s, b) = (shape.seq_len, shape.micro_batch);
@@ -1369,11 +1374,7 @@ impl Template {
     }
 
     fn embedding_nodes(&self, shape: &Shape) -> Vec<Node> {
-        let mut bld = Builder {
-            nodes: Vec::new(),
-            hidden: self.hidden,
-            tp_grad_overlap: self.block.tp_grad_overlap,
-        };
+        let mut bld = self.builder();
         let e = shape.elem_bytes();
         let h = self.hidden;
         let local = shape.local_tokens() * h;
@@ -1427,11 +1428,7 @@ impl Template {
     }
 
     fn head_nodes(&self, shape: &Shape) -> Vec<Node> {
-        let mut bld = Builder {
-            nodes: Vec::new(),
-            hidden: self.hidden,
-            tp_grad_overlap: self.block.tp_grad_overlap,
-        };
+        let mut bld = self.builder();
         let e = shape.elem_bytes();
         let h = self.hidden;
         let local_tokens = shape.local_tokens();
