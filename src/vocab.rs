@@ -60,11 +60,14 @@ pub enum VectorOp {
     Scale,
     /// The sum of squares of a tensor into one number: the gradient norm that clipping needs.
     Norm,
+    /// One value written to every element, nothing read: a gradient buffer zeroed before an
+    /// iteration's first micro-batch.
+    Fill,
 }
 
 impl VectorOp {
     /// Every primitive, in declaration order.
-    pub const ALL: [VectorOp; 20] = [
+    pub const ALL: [VectorOp; 21] = [
         VectorOp::Add,
         VectorOp::Mul,
         VectorOp::Gelu,
@@ -85,6 +88,7 @@ impl VectorOp {
         VectorOp::Cast,
         VectorOp::Scale,
         VectorOp::Norm,
+        VectorOp::Fill,
     ];
 
     /// The snake_case name chip files and CSVs use.
@@ -110,6 +114,7 @@ impl VectorOp {
             VectorOp::Cast => "cast",
             VectorOp::Scale => "scale",
             VectorOp::Norm => "norm",
+            VectorOp::Fill => "fill",
         }
     }
 }
@@ -189,7 +194,12 @@ impl VectorOp {
     pub fn saves_for_backward(self) -> bool {
         !matches!(
             self,
-            VectorOp::Add | VectorOp::Scale | VectorOp::Copy | VectorOp::Stack | VectorOp::Cast
+            VectorOp::Add
+                | VectorOp::Scale
+                | VectorOp::Copy
+                | VectorOp::Stack
+                | VectorOp::Cast
+                | VectorOp::Fill
         )
     }
 
@@ -259,6 +269,7 @@ impl VectorOp {
             // or in only (one number out).
             (VectorOp::Scale, _) => tensors(1, 1),
             (VectorOp::Norm, _) => tensors(1, 0),
+            (VectorOp::Fill, _) => tensors(0, 1),
         }
     }
 }

@@ -538,7 +538,7 @@ fn bad_chip_files_name_file_field_and_reason() {
         "tensor_compute = 1.0",
         "tensor_compute = 1.2",
     );
-    assert_mentions(&m, &["efficiency.tensor_compute", "(0, 1]", "1.2"]);
+    assert_mentions(&m, &["efficiency.tensor_compute", "[0.001, 1]", "1.2"]);
 
     let m = chip_error(
         "a100.toml",
@@ -606,7 +606,7 @@ fn bad_chip_files_name_file_field_and_reason() {
         &m,
         &[
             "efficiency.vector_op_hbm_bandwidth.softmax",
-            "(0, 1]",
+            "[0.001, 1]",
             "1.5",
         ],
     );
@@ -621,7 +621,7 @@ fn bad_chip_files_name_file_field_and_reason() {
         &m,
         &[
             "efficiency.vector_op_backward_hbm_bandwidth.softmax",
-            "(0, 1]",
+            "[0.001, 1]",
         ],
     );
 
@@ -645,7 +645,7 @@ fn bad_chip_files_name_file_field_and_reason() {
             "row_table_fraction.toml",
             "row_len = [512, 2048]\nhbm_bandwidth = [0.9, 1.2]".to_string(),
             "[0]",
-            "(0, 1]",
+            "[0.001, 1]",
         ),
         (
             "row_table_twice.toml",
@@ -876,7 +876,7 @@ fn bad_space_files_name_file_field_and_reason() {
         "tensor_compute = 1.0",
         "tensor_compute = 0.0",
     );
-    assert_mentions(&m, &["base.efficiency.tensor_compute", "(0, 1]"]);
+    assert_mentions(&m, &["base.efficiency.tensor_compute", "[0.001, 1]"]);
 
     let m = space_error(
         "unknown_key.toml",

@@ -24,7 +24,7 @@ use tandem::schedule::{
     list_schedule, lower_bound, verify, ScheduleCache, ScheduleProblem, SolverOptions,
 };
 use tandem::workload::{
-    CollectiveKind, GptSizes, Op, OpGraph, OpKind, ParamKernels, Pass, Precision, VectorOp,
+    CollectiveKind, Ddp, GptSizes, Op, OpGraph, OpKind, ParamKernels, Pass, Precision, VectorOp,
     Workload,
 };
 
@@ -483,9 +483,9 @@ fn published_runs_csv() -> &'static Path {
 }
 
 /// Narayanan et al. 2021, Table 1, on `a100.toml` with each run's whole plan held: (t, p, d)
-/// from the table, micro-batch and gradient all-reduce overlap from the authors' scripts
-/// (calibration/published_run_plans.csv). Printed per row; the accuracy target itself is
-/// tracked by `tandem validate` (BENCHMARKS.md).
+/// from the table, micro-batch, gradient all-reduce overlap and data-parallel wrapper from the
+/// authors' scripts (calibration/published_run_plans.csv). Printed per row; the accuracy
+/// target itself is tracked by `tandem validate` (BENCHMARKS.md).
 #[test]
 fn published_megatron_runs_with_their_plans_held() {
     let runs = a100_runs_with_plans(published_runs_csv(), "calibration/published_run_plans.csv");
@@ -510,20 +510,29 @@ fn published_megatron_runs_with_their_plans_held() {
         // The largest error the model reaches today (BENCHMARKS.md says where the gap lies):
         // an absolute bound, so a change that makes a run pessimistic is held to it too.
         assert!(
-            r.signed_error.abs() < 0.16,
+            r.signed_error.abs() < 0.155,
             "{}: predicted {:.1} against measured {:.1} TFLOP/s",
             r.model,
             r.predicted_tflops_per_gpu,
             r.measured_tflops_per_gpu
         );
     }
-    let held: Vec<(u32, bool)> = runs.iter().map(|r| (r.micro_batch, r.dp_overlap)).collect();
+    let held: Vec<(u32, bool, Ddp)> = runs
+        .iter()
+        .map(|r| (r.micro_batch, r.dp_overlap, r.ddp))
+        .collect();
     assert_eq!(
         held,
-        [(16, true), (16, true), (16, true), (8, true), (4, false)]
+        [
+            (16, true, Ddp::Torch),
+            (16, true, Ddp::Torch),
+            (16, true, Ddp::Torch),
+            (8, true, Ddp::Torch),
+            (4, false, Ddp::MegatronCoalesced)
+        ]
     );
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.11, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.107, "mean error {:.1} %", 100.0 * mean);
 }
 
 /// The runs of `runs_csv` on `a100.toml` with the plans of `plans_csv` held.
@@ -536,10 +545,10 @@ fn a100_runs_with_plans(runs_csv: &Path, plans_csv: &str) -> Vec<RunError> {
 /// Korthikanti et al. 2022, the iteration times of its eight end-to-end runs (22B to 1T on 8
 /// to 512 A100s, t = 8, d = 1; full recompute against selective recompute with sequence
 /// parallelism), on `a100.toml` with each run's plan held (calibration/
-/// korthikanti2022_run_plans.csv: the input-gradient collectives overlapped, as the
-/// Megatron-LM of 2022 ran them). The model is on both sides of them: 2.7 % mean absolute
-/// error, 8.7 % at most (22B under selective recompute with sequence parallelism, predicted
-/// fast; the others within 2.8 %), +1.3 % signed. The measured iteration time is the file's,
+/// korthikanti2022_run_plans.csv: the input-gradient collectives overlapped and the gradient
+/// buffer zeroed and added into, as the Megatron-LM of 2022 ran them). The model is on both
+/// sides of them: 2.3 % mean absolute error, 6.5 % at most (22B under selective recompute with
+/// sequence parallelism, predicted fast; the others within 2.7 %), +0.8 % signed. The measured iteration time is the file's,
 /// and the throughput the one the paper's FLOP count over it gives.
 #[test]
 fn korthikanti2022_runs_with_their_plans_held() {
@@ -562,7 +571,7 @@ fn korthikanti2022_runs_with_their_plans_held() {
         assert_eq!(r.publication, "korthikanti2022");
         assert_eq!((r.tp, r.dp, r.tp * r.pp), (8, 1, r.gpus));
         assert!(
-            r.micro_batch_held && !r.dp_overlap && r.tp_grad_overlap,
+            r.micro_batch_held && !r.dp_overlap && r.tp_grad_overlap && r.ddp == Ddp::Megatron,
             "{}",
             r.model
         );
@@ -577,7 +586,7 @@ fn korthikanti2022_runs_with_their_plans_held() {
         let time_error = measured_s / r.time_per_batch_s - 1.0;
         assert!((r.signed_error - time_error).abs() < 1e-12, "{}", r.model);
         assert!(
-            r.signed_error.abs() < 0.09,
+            r.signed_error.abs() < 0.07,
             "{}: {:.3} s predicted against {:.3} s measured",
             r.model,
             r.time_per_batch_s,
@@ -607,7 +616,7 @@ fn korthikanti2022_runs_with_their_plans_held() {
     let tflops = flops / (1.42 * 8.0) / 1e12;
     assert!((runs[0].measured_tflops_per_gpu - tflops).abs() < 1e-9 * tflops);
     let mean = runs.iter().map(|r| r.signed_error.abs()).sum::<f64>() / runs.len() as f64;
-    assert!(mean < 0.03, "mean error {:.1} %", 100.0 * mean);
+    assert!(mean < 0.025, "mean error {:.1} %", 100.0 * mean);
 }
 
 /// With `tp_grad_overlap`, each column-parallel linear's input-gradient all-reduce runs beside
@@ -756,8 +765,11 @@ fn run_plans_hold_each_run_s_pipeline_schedule() {
     };
     let a100 = chip("a100");
     let plain = RunPlans::load(Path::new("calibration/published_run_plans.csv")).expect("plans");
-    let interleaved =
-        RunPlans::load(&write("v2.csv", "gpt-39.1b,4,false,interleaved,2")).expect("plans");
+    let interleaved = RunPlans::load(&write(
+        "v2.csv",
+        "gpt-39.1b,4,false,interleaved,2,megatron_coalesced",
+    ))
+    .expect("plans");
     let one = &validate_runs(&[published_runs_csv()], &plain, &a100, &cache).expect("runs")[4];
     let two =
         &validate_runs(&[published_runs_csv()], &interleaved, &a100, &cache).expect("runs")[4];
@@ -782,8 +794,11 @@ fn run_plans_hold_each_run_s_pipeline_schedule() {
         one.pp_comm_s
     );
     for (row, reason) in [
-        ("gpt-39.1b,4,false,interleaved,", "row 5, virtual_stages"),
-        ("gpt-39.1b,4,false,1f1b,2", "row 5, virtual_stages"),
+        (
+            "gpt-39.1b,4,false,interleaved,,torch",
+            "row 5, virtual_stages",
+        ),
+        ("gpt-39.1b,4,false,1f1b,2,torch", "row 5, virtual_stages"),
     ] {
         let err = RunPlans::load(&write("bad.csv", row)).expect_err("refused");
         assert!(err.to_string().contains(reason), "{err}");
@@ -847,6 +862,11 @@ fn bad_run_plans_name_file_row_and_field() {
             "yes.csv",
             "model,micro_batch,dp_overlap\ngpt-1.7b,16,yes\n",
             "malformed CSV",
+        ),
+        (
+            "wrapper.csv",
+            "model,micro_batch,dp_overlap,ddp\ngpt-1.7b,16,true,fsdp\n",
+            "unknown variant `fsdp`",
         ),
     ];
     // A model's plan in two files: the second is refused, naming the first.
@@ -2187,8 +2207,9 @@ fn a_training_steps_gemms_are_its_layers_gemm_operators() {
 /// n hidden, k heads, group layers, elements vocabulary) is predicted as one device's whole
 /// iteration. For GPT-1.7B at micro-batch 16 under full recompute that is the per-GPU work of
 /// the first published run: its compute and optimizer step (its all-reduce is hidden), but for
-/// the run's bookkeeping, its weights copied back layer by layer, its fused causal softmax and
-/// the last add of each block, which Megatron-LM's recompute reruns and PyTorch's does not.
+/// the run's bookkeeping, its weights copied back layer by layer, its fused causal softmax, the
+/// last add of each block, which Megatron-LM's recompute reruns and PyTorch's does not, and
+/// PyTorch DDP's gradient bucket copies.
 #[test]
 fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
     let tmp = scratch("train-step");
@@ -2310,18 +2331,27 @@ fn a_training_step_is_one_gpus_iteration_of_a_published_run() {
         .latency_s;
     // About 24 ms: 0.9 GB each way per pass at 0.83 of 2039 GB/s.
     assert!((0.02..0.03).contains(&qkv_bias_s), "{qkv_bias_s} s");
+    // And the run's PyTorch DDP copies every fp16 gradient into its bucket and back: 4 B per
+    // parameter each way, a kernel per parameter tensor each way.
+    let ddp_s = params as f64 * 8.0 / (2039e9 * 0.83)
+        + 2.0
+            * GPT_1_7B_PARAM_TENSORS as f64
+            * a100
+                .efficiency
+                .vector_overhead_for(VectorOp::Scale, Pass::Forward);
     let run_s = run.compute_s + run.optimizer_s;
     assert!(
         (full_s + bookkeeping_s - per_tensor_s - fused_saves_s
             + rerun_add_s
             + vocab_parallel_adds_s
             + qkv_bias_s
+            + ddp_s
             - run_s)
             .abs()
             < 1e-9 * full_s,
         "step {full_s} s + {bookkeeping_s} s - {per_tensor_s} s - {fused_saves_s} s + \
-         {rerun_add_s} s + {vocab_parallel_adds_s} s + {qkv_bias_s} s, run 1 without its \
-         all-reduce {run_s} s"
+         {rerun_add_s} s + {vocab_parallel_adds_s} s + {qkv_bias_s} s + {ddp_s} s, run 1 \
+         without its all-reduce {run_s} s"
     );
     // Without recompute (which does not fit in 80 GB, but a measured step ran) the backward
     // drops the 24 blocks' forwards but their last adds, exactly: full recompute reruns
@@ -3053,6 +3083,85 @@ fn energy_per_sample_adds_static_power_over_the_time_per_batch() {
             e.static_energy_per_sample_j
         );
         assert!(e.energy_per_sample_j > e.static_energy_per_sample_j);
+    }
+}
+
+/// A data-parallel wrapper's work on the gradients, once per iteration, on GPT-1.7B's block
+/// on one A100 (fp16-sized bf16 gradients, 2 B): PyTorch DDP copies each parameter tensor into
+/// its bucket and back (4 B per element each way, a kernel per tensor); Megatron-LM zeroes
+/// its buffer (2 B per element written, at the A100's fill fraction 0.99) and, without
+/// gradient-accumulation fusion, adds the first micro-batch's gradients into it (the
+/// accumulation kernel of every later one); its coalescing variant flattens and divides
+/// (4 B each, one kernel per layer) and copies back (a kernel per tensor). Every other
+/// kernel streams at 0.83 × 2039 GB/s and pays the 12.6 µs vector-kernel overhead. The
+/// iteration pays each layer's work once, every copy the whole of it: ZeRO-1 divides the
+/// step among the copies but not the gradient buffer.
+#[test]
+fn data_parallel_wrappers_price_their_gradient_work_once_per_iteration() {
+    let gpt = workload("gpt-1.7b");
+    let tensors = gpt.layer_graph(1, 16, false).expect("graph").layers[1]
+        .param_tensors
+        .clone();
+    let params: u64 = tensors.iter().sum();
+    let stream_s = |bytes_per_element: f64, n: u64, fraction: f64| {
+        n as f64 * bytes_per_element / (2039e9 * fraction) + 12.6e-6
+    };
+    let per_tensor_s = |copies: f64| -> f64 {
+        tensors
+            .iter()
+            .map(|&n| copies * stream_s(4.0, n, 0.83))
+            .sum()
+    };
+    let a100 = chip("a100");
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let block_s = |w: &Workload| {
+        let costs = layer_costs(w, &CostModel::new(&a100), &cache, 1, 16, false).expect("costs");
+        let block = costs.graph.layers[1].clone();
+        assert_eq!(block.params, params);
+        (block.grad_buffer_s, block.grad_accumulation_s)
+    };
+    let with = |ddp: Ddp, fusion: bool| Workload {
+        ddp,
+        gradient_accumulation_fusion: fusion,
+        ..gpt.clone()
+    };
+    let fill_s = stream_s(2.0, params, 0.99);
+    let unfused_accumulation_s = block_s(&with(Ddp::None, false)).1;
+    assert!(unfused_accumulation_s > 0.0);
+    let expected = [
+        (Ddp::None, true, 0.0),
+        (Ddp::None, false, 0.0),
+        (Ddp::Torch, true, per_tensor_s(2.0)),
+        (Ddp::Megatron, true, fill_s),
+        (Ddp::Megatron, false, fill_s + unfused_accumulation_s),
+        (
+            Ddp::MegatronCoalesced,
+            true,
+            2.0 * stream_s(4.0, params, 0.83) + per_tensor_s(1.0),
+        ),
+    ];
+    for (ddp, fusion, expected_s) in expected {
+        let (buffer_s, _) = block_s(&with(ddp, fusion));
+        assert!(
+            (buffer_s - expected_s).abs() <= 1e-9 * expected_s.max(1e-12),
+            "{ddp:?} fusion {fusion}: {buffer_s} s vs {expected_s} s"
+        );
+    }
+    // Once per iteration, on every copy whole.
+    let torch = with(Ddp::Torch, true);
+    let costs = layer_costs(&torch, &CostModel::new(&a100), &cache, 1, 16, false).expect("costs");
+    let per_iteration_s: f64 = costs.graph.layers.iter().map(|l| l.grad_buffer_s).sum();
+    for (dp, zero) in [(1, ZeroStage::Replicated), (2, ZeroStage::Optimizer)] {
+        let (wrapped, bare) = (
+            one_stage_a100_plan(&torch, dp, zero, &cache),
+            one_stage_a100_plan(&gpt, dp, zero, &cache),
+        );
+        let extra_s = wrapped.plan.time_per_batch_s - bare.plan.time_per_batch_s;
+        assert!(
+            (extra_s - per_iteration_s).abs() <= 1e-9 * per_iteration_s,
+            "d = {dp}: {extra_s} s vs {per_iteration_s} s"
+        );
+        assert!(wrapped.energy_per_sample_j > bare.energy_per_sample_j);
     }
 }
 

@@ -282,6 +282,7 @@ fn transformer(blocks: usize, tp: u32) -> LayerCostGraph {
         output_bytes: 16 << 20,
         optimizer_step_s: 1e-4 / t,
         grad_accumulation_s: 5e-5 / t,
+        grad_buffer_s: 0.0,
         replica_grad_sync_s: 0.0,
         expert_params: 0,
         all_to_all_bytes: 0,
@@ -406,6 +407,7 @@ fn an_interleaved_stage_holding_the_tied_head_keeps_a_copy() {
         params: Q,
         optimizer_step_s: 1e-4,
         grad_accumulation_s: 0.0,
+        grad_buffer_s: 0.0,
         // Summing the two gradients happens only where both uses share a stage: not here.
         grad_sum_s: 1e-3,
     });

@@ -39,6 +39,7 @@ fn layer(name: &str, fwd_s: f64, bwd_s: f64, params: u64, act: u64) -> LayerCost
         output_bytes: 1 << 20,
         optimizer_step_s: 0.0,
         grad_accumulation_s: 0.0,
+        grad_buffer_s: 0.0,
         replica_grad_sync_s: 0.0,
         expert_params: 0,
         all_to_all_bytes: 0,
@@ -263,10 +264,12 @@ fn tied_parameters_split_between_stages_are_copied_and_all_reduced() {
     // (STEP) and accumulates its gradient on every micro-batch after the first (ACC); after
     // the backward both stages all-reduce the copies' 2-byte gradients, a ring of two:
     // 2Q bytes at NVLINK_BW plus two latencies. Neither stage sums the two uses' gradients
-    // (SUM), which only a stage holding both does.
+    // (SUM), which only a stage holding both does. The copy's gradient buffer costs its
+    // stage BUF once per iteration, before the step.
     const Q: u64 = 400_000;
     const STEP: f64 = 0.3e-3;
     const ACC: f64 = 0.2e-3;
+    const BUF: f64 = 0.05e-3;
     const SUM: f64 = 0.15e-3;
     let mut problem = uniform_problem(2, 8);
     let split = fixed_plan(1, 1, &[(&[0, 1], 1), (&[2, 3], 1)]);
@@ -276,6 +279,7 @@ fn tied_parameters_split_between_stages_are_copied_and_all_reduced() {
         params: Q,
         optimizer_step_s: STEP,
         grad_accumulation_s: ACC,
+        grad_buffer_s: BUF,
         grad_sum_s: SUM,
     });
     let tied = evaluate_fixed(&problem, &split).unwrap();
@@ -289,14 +293,14 @@ fn tied_parameters_split_between_stages_are_copied_and_all_reduced() {
     assert_close(tied.stages[0].dp_comm_s, sync);
     assert_close(tied.stages[1].dp_comm_s, sync);
     assert_eq!(tied.stages[0].optimizer_s, 0.0);
-    assert_close(tied.stages[1].optimizer_s, STEP);
+    assert_close(tied.stages[1].optimizer_s, STEP + BUF);
     assert_close(tied.stages[1].grad_accumulation_s, ACC);
     assert_close(tied.stages[1].load_s, plain.stages[1].load_s + ACC);
     // The second stage is the bottleneck (it also sends nothing less): 8 + 1 slots of its
     // load, then its tail, the longer of the two.
     assert_close(
         tied.time_per_batch_s,
-        plain.time_per_batch_s + 9.0 * ACC + sync + STEP,
+        plain.time_per_batch_s + 9.0 * ACC + sync + STEP + BUF,
     );
     // Two copies of the pipeline with their all-reduces overlapped at 60 %: each stage's
     // data-parallel ring of two (its 2-byte gradients once at NVLINK_BW, two latencies) hides
@@ -554,6 +558,31 @@ fn zero_1_divides_optimizer_state_by_d() {
     problem.overlap_efficiency = 1.5;
     let err = evaluate_fixed(&problem, &fixed).expect_err("not a fraction");
     assert!(err.to_string().contains("overlap_efficiency"), "{err}");
+}
+
+#[test]
+fn zero_divides_the_optimizer_step_but_not_the_gradient_buffer_work() {
+    // Each layer's step costs STEP and its gradient buffer's work BUF (a data-parallel
+    // wrapper's bucket copies or buffer zeroing) once per iteration. Four copies of one stage
+    // of four layers: without ZeRO each device steps all 4 layers; with ZeRO-1 a quarter of
+    // them, but each still holds, and so zeroes or copies, every gradient.
+    const STEP: f64 = 0.4e-3;
+    const BUF: f64 = 0.1e-3;
+    let mut problem = uniform_problem(4, 8);
+    for l in &mut problem.graphs[0].layers {
+        l.optimizer_step_s = STEP;
+        l.grad_buffer_s = BUF;
+    }
+    let fixed = fixed_plan(1, 4, &[(&[0, 1, 2, 3], 1)]);
+    let replicated = evaluate_fixed(&problem, &fixed).unwrap();
+    assert_close(replicated.stages[0].optimizer_s, 4.0 * (STEP + BUF));
+    problem.zero = ZeroStage::Optimizer;
+    let sharded = evaluate_fixed(&problem, &fixed).unwrap();
+    assert_close(sharded.stages[0].optimizer_s, 4.0 * STEP / 4.0 + 4.0 * BUF);
+    assert_close(
+        replicated.time_per_batch_s - sharded.time_per_batch_s,
+        3.0 * STEP,
+    );
 }
 
 #[test]
@@ -865,6 +894,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
                 params: owner.params / 2,
                 optimizer_step_s: owner.optimizer_step_s / 2.0,
                 grad_accumulation_s: owner.grad_accumulation_s / 2.0,
+                grad_buffer_s: owner.grad_buffer_s / 2.0,
                 grad_sum_s: owner.grad_accumulation_s / 3.0,
             });
         }

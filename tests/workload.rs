@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use tandem::calibrate::megatron_flops_per_iteration;
 use tandem::placement::RecomputeMode;
 use tandem::workload::{
-    Checkpoint, CollectiveKind, Layer, LayerGraph, Op, OpGraph, OpKind, Optimizer, ParamKernels,
-    Pass, Precision, VectorOp, Workload,
+    Checkpoint, CollectiveKind, Ddp, Layer, LayerGraph, Op, OpGraph, OpKind, Optimizer,
+    ParamKernels, Pass, Precision, VectorOp, Workload,
 };
 
 fn load(name: &str) -> Workload {
@@ -1132,6 +1132,16 @@ fn bad_inputs_name_file_field_and_reason() {
         &e,
         &["kernels.json", "`param_kernels`", "unknown value `per_op`"],
     );
+    let wrapped = write_temp(
+        "wrapped.json",
+        &dag.replace("\"layers\": [", "\"ddp\": \"megatron\", \"layers\": ["),
+    );
+    assert_eq!(Workload::load(&wrapped).unwrap().ddp, Ddp::Megatron);
+    let e = load_error(
+        "wrapper.json",
+        &dag.replace("\"layers\": [", "\"ddp\": \"fsdp\", \"layers\": ["),
+    );
+    assert_mentions(&e, &["wrapper.json", "`ddp`", "unknown value `fsdp`"]);
     let per_tensor = write_temp(
         "per-tensor.json",
         &tensors("[65536, 65536, 65536, 65536, 256, 256]").replace(
@@ -1759,4 +1769,86 @@ fn checkpoint_stop_early_skips_the_forward_tail_that_saves_nothing() {
             .filter(|l| !l.activation_bytes.recomputed_under_full())
             .all(|l| !l.name.starts_with("block")));
     }
+}
+
+/// `ddp` names the data-parallel wrapper (none by default) in template and DAG files alike,
+/// and its once-per-iteration kernels over a layer's gradients: PyTorch DDP's two bucket copies
+/// per tensor, Megatron-LM's buffer zeroing (one fill over the layer, plus the first
+/// micro-batch's add without gradient-accumulation fusion), its coalescing variant's flatten,
+/// division and per-tensor copy back. An unknown wrapper is refused, naming file and field.
+#[test]
+fn ddp_names_the_wrapper_and_its_gradient_kernels() {
+    let tiny = write_temp("tiny-ddp.toml", GOOD);
+    let plain = Workload::load(&tiny).unwrap();
+    assert_eq!(plain.ddp, Ddp::None);
+    let tensors = [4096, 64, 8192];
+    assert!(plain.grad_buffer_ops(&tensors).is_empty());
+    let kernels = |ddp: &str, fusion: bool| {
+        let text = format!("{GOOD}ddp = \"{ddp}\"\ngradient_accumulation_fusion = {fusion}\n");
+        let w = Workload::load(&write_temp("ddp.toml", &text)).unwrap();
+        assert_eq!(w.ddp.name(), ddp);
+        w.grad_buffer_ops(&tensors)
+            .iter()
+            .map(|op| {
+                let OpKind::Vector {
+                    op: kind, elements, ..
+                } = op.kind
+                else {
+                    panic!("{} is not a vector kernel", op.name);
+                };
+                (
+                    op.name.clone(),
+                    kind,
+                    elements,
+                    op.bytes_read,
+                    op.bytes_written,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let kernel = |name: &str, kind: VectorOp, n: u64, read: u64, written: u64| {
+        (name.to_string(), kind, n, read, written)
+    };
+    // bf16 gradients: 2 B per element.
+    let torch: Vec<_> = tensors
+        .iter()
+        .flat_map(|&n| {
+            [
+                kernel("ddp_bucket_in", VectorOp::Scale, n, 2 * n, 2 * n),
+                kernel("ddp_bucket_out", VectorOp::Scale, n, 2 * n, 2 * n),
+            ]
+        })
+        .collect();
+    assert_eq!(kernels("torch", true), torch);
+    let fill = kernel("grad_buffer_zero", VectorOp::Fill, 12352, 0, 2 * 12352);
+    assert_eq!(kernels("megatron", true), std::slice::from_ref(&fill));
+    assert_eq!(
+        kernels("megatron", false),
+        [
+            fill,
+            kernel(
+                "grad_accumulate_first",
+                VectorOp::Add,
+                12352,
+                4 * 12352,
+                2 * 12352
+            )
+        ]
+    );
+    let mut coalesced = vec![
+        kernel("ddp_flatten", VectorOp::Scale, 12352, 2 * 12352, 2 * 12352),
+        kernel("ddp_divide", VectorOp::Scale, 12352, 2 * 12352, 2 * 12352),
+    ];
+    coalesced.extend(tensors.map(|n| kernel("ddp_unflatten", VectorOp::Scale, n, 2 * n, 2 * n)));
+    assert_eq!(kernels("megatron_coalesced", true), coalesced);
+    let e = load_error("wrapper.toml", &format!("{GOOD}ddp = \"fsdp\"\n"));
+    assert_mentions(
+        &e,
+        &[
+            "wrapper.toml",
+            "`ddp`",
+            "unknown value `fsdp`",
+            "megatron_coalesced",
+        ],
+    );
 }

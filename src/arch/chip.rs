@@ -128,11 +128,11 @@ pub(crate) fn validate_environment(
         ("efficiency.hbm_bandwidth", eff.hbm_bandwidth),
         ("efficiency.link_bandwidth", eff.link_bandwidth),
     ] {
-        if !(value > 0.0 && value <= 1.0) {
+        if !fraction_of_peak(value) {
             return Err(InputError::invalid(
                 file,
                 field(name),
-                format!("must be a fraction of peak in (0, 1], got {value}"),
+                format!("must be a fraction of peak in {FRACTION_RANGE}, got {value}"),
             ));
         }
     }
@@ -208,11 +208,11 @@ pub(crate) fn validate_environment(
             ),
         ] {
             if let Some(value) = values.get(op) {
-                if !(value > 0.0 && value <= 1.0) {
+                if !fraction_of_peak(value) {
                     return Err(InputError::invalid(
                         file,
                         field(&format!("efficiency.{table}.{name}")),
-                        format!("must be a fraction of peak in (0, 1], got {value}"),
+                        format!("must be a fraction of peak in {FRACTION_RANGE}, got {value}"),
                     ));
                 }
             }
@@ -247,13 +247,9 @@ pub(crate) fn validate_environment(
                 table.row_len
             ));
         }
-        if let Some(value) = table
-            .hbm_bandwidth
-            .iter()
-            .find(|&&v| !(v > 0.0 && v <= 1.0))
-        {
+        if let Some(value) = table.hbm_bandwidth.iter().find(|&&v| !fraction_of_peak(v)) {
             return bad(format!(
-                "hbm_bandwidth must be fractions of peak in (0, 1], got {value}"
+                "hbm_bandwidth must be fractions of peak in {FRACTION_RANGE}, got {value}"
             ));
         }
         if eff.row_hbm_bandwidth[..i]
@@ -359,10 +355,19 @@ const BANDWIDTH_BYTES_PER_S: (f64, f64) = (1e3, 1e16);
 const ENERGY_J: f64 = 1e-6;
 const STATIC_POWER_W_PER_MM2: f64 = 100.0;
 const TIME_S: f64 = 1.0;
+/// Achievable fractions of a peak rate: a thousandth at least, below which no kernel runs
+/// (and latencies of large tensors would overflow).
+const MIN_FRACTION: f64 = 1e-3;
+const FRACTION_RANGE: &str = "[0.001, 1]";
 const VECTOR_CYCLES: f64 = 1e6;
 /// A vector kernel's rate in training relative to its lone replays.
 const VECTOR_RATE: (f64, f64) = (0.25, 4.0);
 const DIE_AREA_MM2: f64 = 1e5;
+
+/// Whether `value` is an achievable fraction of a peak rate, in [`MIN_FRACTION`, 1].
+fn fraction_of_peak(value: f64) -> bool {
+    (MIN_FRACTION..=1.0).contains(&value)
+}
 
 /// `value` within `[min, max]`.
 fn within(file: &Path, field: &str, value: f64, (min, max): (f64, f64)) -> Result<(), InputError> {

@@ -346,6 +346,8 @@ pub struct PerVectorOp {
     pub scale: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub norm: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill: Option<f64>,
 }
 
 impl PerVectorOp {
@@ -377,6 +379,7 @@ impl PerVectorOp {
             VectorOp::Cast => self.cast,
             VectorOp::Scale => self.scale,
             VectorOp::Norm => self.norm,
+            VectorOp::Fill => self.fill,
         }
     }
 
@@ -403,6 +406,7 @@ impl PerVectorOp {
             VectorOp::Cast => &mut self.cast,
             VectorOp::Scale => &mut self.scale,
             VectorOp::Norm => &mut self.norm,
+            VectorOp::Fill => &mut self.fill,
         };
         *slot = value;
     }

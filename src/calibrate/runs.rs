@@ -11,8 +11,8 @@ use crate::model::{evaluate, layer_costs, EvaluateError, PlanOptions};
 use crate::placement::{Fixed, PipelineSchedule, RecomputeMode};
 use crate::schedule::{Schedule, ScheduleCache, ScheduleProblem};
 use crate::workload::{
-    AttentionSoftmax, Checkpoint, CrossEntropyKernels, GptSizes, Layer, Model, Op, OpGraph, OpKind,
-    ParamKernels, Precision, QkvBias, VectorOp, Workload,
+    AttentionSoftmax, Checkpoint, CrossEntropyKernels, Ddp, GptSizes, Layer, Model, Op, OpGraph,
+    OpKind, ParamKernels, Precision, QkvBias, VectorOp, Workload,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -74,6 +74,9 @@ pub struct RunError {
     /// Whether the column-parallel linears' input-gradient collective overlapped their weight
     /// gradient (from the run-plans file; false otherwise).
     pub tp_grad_overlap: bool,
+    /// The data-parallel wrapper whose per-iteration gradient work is priced (from the
+    /// run-plans file; none otherwise).
+    pub ddp: Ddp,
     /// The measured throughput, or the publication's FLOPs per iteration
     /// ([`megatron_flops_per_iteration`]) over the measured iteration time where it gave that.
     pub measured_tflops_per_gpu: f64,
@@ -146,11 +149,15 @@ struct RunPlan {
     /// gradient ([`crate::workload::BlockShape::tp_grad_overlap`]; Megatron-LM from September
     /// 2021).
     tp_grad_overlap: bool,
+    /// The data-parallel wrapper (`--DDP-impl torch` or `local`) and so its per-iteration
+    /// work on the gradients ([`Ddp`]).
+    ddp: Ddp,
 }
 
 /// Run plans by model name, read from CSVs of `model,micro_batch,dp_overlap` and optionally
-/// `schedule` (`1f1b` or `interleaved`), `virtual_stages` and `tp_grad_overlap` (`#` starts a
-/// comment line, for the plans' provenance); each plan with the file it came from.
+/// `schedule` (`1f1b` or `interleaved`), `virtual_stages`, `tp_grad_overlap` and `ddp`
+/// (`none`, `torch` or `megatron`) (`#` starts a comment line, for the plans' provenance);
+/// each plan with the file it came from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunPlans {
     by_model: BTreeMap<String, (PathBuf, RunPlan)>,
@@ -167,6 +174,8 @@ struct RunPlanRow {
     virtual_stages: Option<u32>,
     #[serde(default)]
     tp_grad_overlap: bool,
+    #[serde(default)]
+    ddp: Ddp,
 }
 
 impl RunPlans {
@@ -213,6 +222,7 @@ impl RunPlans {
                 schedule,
                 virtual_stages: plan.virtual_stages,
                 tp_grad_overlap: plan.tp_grad_overlap,
+                ddp: plan.ddp,
             };
             if by_model
                 .insert(plan.model.clone(), (file.to_path_buf(), held))
@@ -386,6 +396,8 @@ fn validate_file_runs(
         // own linear function, `output + bias`).
         let held = plans.by_model.get(&run.model).map(|(_, plan)| *plan);
         let tp_grad_overlap = held.is_some_and(|p| p.tp_grad_overlap);
+        let ddp = held.map_or(Ddp::None, |p| p.ddp);
+        workload.ddp = ddp;
         if let Model::Template(template) = &mut workload.model {
             template.block.softmax = AttentionSoftmax::FusedCausal;
             template.block.cross_entropy = CrossEntropyKernels::VocabParallel;
@@ -439,6 +451,7 @@ fn validate_file_runs(
             schedule: e.plan.schedule,
             virtual_stages: e.plan.virtual_stages,
             tp_grad_overlap,
+            ddp,
             measured_tflops_per_gpu,
             predicted_tflops_per_gpu: predicted,
             measured_time_per_batch_s,

@@ -35,10 +35,12 @@ pub struct Args {
     #[arg(long)]
     runs: Vec<PathBuf>,
     /// What the runs' publications leave out of their plans (CSV `model,micro_batch,dp_overlap`
-    /// and optionally `schedule` (1f1b or interleaved), `virtual_stages` and `tp_grad_overlap`,
+    /// and optionally `schedule` (1f1b or interleaved), `virtual_stages`, `tp_grad_overlap` and
+    /// `ddp` (none, torch or megatron),
     /// e.g. calibration/published_run_plans.csv; repeat for several files): held for the runs
     /// they name; the others get the best micro-batch the model finds, an overlapped gradient
-    /// all-reduce, 1F1B and blocking tensor-parallel collectives.
+    /// all-reduce, 1F1B, blocking tensor-parallel collectives and no data-parallel wrapper's
+    /// gradient work.
     #[arg(long, requires = "runs")]
     run_plans: Vec<PathBuf>,
     /// Directory for kernels.csv, steps.csv (the training iterations, with the GPU time
@@ -214,6 +216,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             "recompute",
             "b",
             "schedule",
+            "ddp",
             "dp overlap",
             "tp grad overlap",
             "measured",
@@ -420,6 +423,7 @@ fn run_row(r: &RunError) -> Vec<String> {
         } else {
             r.schedule.name().to_string()
         },
+        r.ddp.name().to_string(),
         if r.dp_overlap {
             format!("yes, hides {}", seconds(r.dp_hidden_s))
         } else {

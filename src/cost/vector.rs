@@ -88,7 +88,7 @@ pub fn vector_cycles_per_element(op: VectorOp, vc: &VectorCycles, row_len: u64) 
         // One add per element into its column's running sum.
         VectorOp::ColumnSum => vc.add,
         // Data movement only.
-        VectorOp::Copy | VectorOp::Stack => 0.0,
+        VectorOp::Copy | VectorOp::Stack | VectorOp::Fill => 0.0,
         // One conversion instruction per element.
         VectorOp::Cast => vc.add,
         // Multiply, and compare against infinity.

@@ -4,7 +4,8 @@
 
 use super::evaluate::{placement_problem, tensor_widths};
 use super::layers::{
-    attention_core, grad_accumulation, optimizer_step, recompute_skipped, tied_use_costs,
+    attention_core, grad_accumulation, grad_buffer, optimizer_step, recompute_skipped,
+    tied_use_costs,
 };
 use super::{EvaluateError, PlanOptions};
 use crate::arch::Tier;
@@ -56,10 +57,10 @@ fn lower_bound_graph(
     sequence_parallel: bool,
 ) -> Result<LayerCostGraph, EvaluateError> {
     let graph = workload.layer_graph(tp, micro_batch, sequence_parallel)?;
-    let mut bounds: BTreeMap<&str, [f64; 6]> = BTreeMap::new();
+    let mut bounds: BTreeMap<&str, [f64; 7]> = BTreeMap::new();
     let mut layers = Vec::with_capacity(graph.layers.len());
     for layer in &graph.layers {
-        let [fwd_s, bwd_s, selective_recompute_s, recompute_skipped_s, optimizer_step_s, grad_accumulation_s] =
+        let [fwd_s, bwd_s, selective_recompute_s, recompute_skipped_s, optimizer_step_s, grad_accumulation_s, grad_buffer_s] =
             match bounds.get(layer.signature.as_str()) {
                 Some(&b) => b,
                 None => {
@@ -71,6 +72,7 @@ fn lower_bound_graph(
                         skipped,
                         optimizer_step(workload, cost, &layer.param_tensors).0,
                         grad_accumulation(workload, cost, &layer.param_tensors).0,
+                        grad_buffer(workload, cost, &layer.param_tensors).0,
                     ];
                     bounds.insert(&layer.signature, b);
                     b
@@ -87,6 +89,7 @@ fn lower_bound_graph(
             output_bytes: layer.output_bytes,
             optimizer_step_s,
             grad_accumulation_s,
+            grad_buffer_s,
             // Communication is free in the bound.
             replica_grad_sync_s: 0.0,
             expert_params: layer.expert_params,

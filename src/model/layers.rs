@@ -46,6 +46,10 @@ pub struct UniqueLayerSchedule {
     /// Adding one micro-batch's weight gradients into the iteration's, and its energy.
     pub grad_accumulation_s: f64,
     pub grad_accumulation_energy_j: f64,
+    /// The data-parallel wrapper's work on the layer's gradients (once per iteration), and
+    /// its energy.
+    pub grad_buffer_s: f64,
+    pub grad_buffer_energy_j: f64,
 }
 
 /// Per-layer costs of a workload at one (t, micro-batch) on one chip: the placement input,
@@ -70,6 +74,8 @@ pub struct LayerEnergy {
     pub optimizer_step_j: f64,
     /// One micro-batch's gradient accumulation (every micro-batch after a copy's first).
     pub grad_accumulation_j: f64,
+    /// The data-parallel wrapper's work on the gradients (once per iteration and copy).
+    pub grad_buffer_j: f64,
     /// The all-reduce of the gradients its tensor group replicates (once per iteration).
     pub replica_grad_sync_j: f64,
     /// What the parameters it is tied to (`LayerCost::tied`) cost it besides its passes.
@@ -83,6 +89,8 @@ pub struct TiedEnergy {
     pub optimizer_step_j: f64,
     /// One micro-batch's gradient accumulation into that copy.
     pub grad_accumulation_j: f64,
+    /// The data-parallel wrapper's work on the copy's gradients.
+    pub grad_buffer_j: f64,
     /// Where the owner shares the stage: one micro-batch's sum of the two uses' gradients.
     pub grad_sum_j: f64,
 }
@@ -179,6 +187,7 @@ impl LayerCosts {
                         + replicas_j
                         + step_copies * layer.optimizer_step_j
                         + accumulations * layer.grad_accumulation_j
+                        + copies_f * layer.grad_buffer_j
                 } else {
                     // The dense part is copied `d·k` times, each device's 1/ep of the experts
                     // `d·k/ep` times; steps and accumulations scale with what a device holds.
@@ -195,6 +204,7 @@ impl LayerCosts {
                         + replicas_j
                         + steps_j
                         + accumulations * held * layer.grad_accumulation_j
+                        + copies_f * held * layer.grad_buffer_j
                 };
             }
             // Tied parameters split between this stage and another: the all-reduce of the
@@ -219,6 +229,7 @@ impl LayerCosts {
                     sync_j(tied.params, copies)
                         + step_copies * layer.tied.optimizer_step_j
                         + accumulations * layer.tied.grad_accumulation_j
+                        + copies_f * layer.tied.grad_buffer_j
                         + tied_sync_j
                 } else {
                     tied_sync_j
@@ -278,6 +289,8 @@ pub fn layer_costs(
                     optimizer_step(workload, cost, &layer.param_tensors);
                 let (grad_accumulation_s, grad_accumulation_energy_j) =
                     grad_accumulation(workload, cost, &layer.param_tensors);
+                let (grad_buffer_s, grad_buffer_energy_j) =
+                    grad_buffer(workload, cost, &layer.param_tensors);
                 index_of.insert(&layer.signature, unique.len());
                 unique.push(UniqueLayerSchedule {
                     signature: layer.signature.clone(),
@@ -297,6 +310,8 @@ pub fn layer_costs(
                     optimizer_step_energy_j,
                     grad_accumulation_s,
                     grad_accumulation_energy_j,
+                    grad_buffer_s,
+                    grad_buffer_energy_j,
                 });
                 unique.len() - 1
             }
@@ -320,6 +335,7 @@ pub fn layer_costs(
             output_bytes: layer.output_bytes,
             optimizer_step_s: s.optimizer_step_s,
             grad_accumulation_s: s.grad_accumulation_s,
+            grad_buffer_s: s.grad_buffer_s,
             replica_grad_sync_s: replica_sync.latency_s,
             expert_params: layer.expert_params,
             all_to_all_bytes: layer.all_to_all_bytes,
@@ -332,6 +348,7 @@ pub fn layer_costs(
             recompute_skipped_j: s.recompute_skipped_energy_j,
             optimizer_step_j: s.optimizer_step_energy_j,
             grad_accumulation_j: s.grad_accumulation_energy_j,
+            grad_buffer_j: s.grad_buffer_energy_j,
             replica_grad_sync_j: replica_sync.energy_j,
             tied: tied.map_or_else(TiedEnergy::default, |t| t.1),
         });
@@ -373,6 +390,7 @@ pub(super) fn tied_use_costs(
 ) -> (TiedParams, TiedEnergy) {
     let (step_s, optimizer_step_j) = optimizer_step(workload, cost, &tied.tensors);
     let (accumulation_s, grad_accumulation_j) = grad_accumulation(workload, cost, &tied.tensors);
+    let (buffer_s, grad_buffer_j) = grad_buffer(workload, cost, &tied.tensors);
     let (grad_sum_s, grad_sum_j) =
         kernels_in_turn(cost, &workload.tied_grad_sum_ops(&tied.tensors));
     let params = TiedParams {
@@ -380,11 +398,13 @@ pub(super) fn tied_use_costs(
         params: tied.params(),
         optimizer_step_s: step_s,
         grad_accumulation_s: accumulation_s,
+        grad_buffer_s: buffer_s,
         grad_sum_s,
     };
     let energy = TiedEnergy {
         optimizer_step_j,
         grad_accumulation_j,
+        grad_buffer_j,
         grad_sum_j,
     };
     (params, energy)
@@ -415,6 +435,16 @@ pub(super) fn grad_accumulation(
     param_tensors: &[u64],
 ) -> (f64, f64) {
     kernels_in_turn(cost, &workload.grad_accumulation_ops(param_tensors))
+}
+
+/// Time and energy of the data-parallel wrapper's once-per-iteration work on a layer's
+/// gradients.
+pub(super) fn grad_buffer(
+    workload: &Workload,
+    cost: &CostModel,
+    param_tensors: &[u64],
+) -> (f64, f64) {
+    kernels_in_turn(cost, &workload.grad_buffer_ops(param_tensors))
 }
 
 /// Time and energy of `ops` on the chip's vector cores: one after another, each in its

@@ -103,6 +103,7 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                 [
                     ("tied.optimizer_step_s", tied.optimizer_step_s),
                     ("tied.grad_accumulation_s", tied.grad_accumulation_s),
+                    ("tied.grad_buffer_s", tied.grad_buffer_s),
                     ("tied.grad_sum_s", tied.grad_sum_s),
                 ]
             });
@@ -113,6 +114,7 @@ pub fn parse_costs(file: &Path, text: &str) -> Result<PlacementProblem, InputErr
                 ("recompute_skipped_s", layer.recompute_skipped_s),
                 ("optimizer_step_s", layer.optimizer_step_s),
                 ("grad_accumulation_s", layer.grad_accumulation_s),
+                ("grad_buffer_s", layer.grad_buffer_s),
             ];
             for (name, value) in times.into_iter().chain(tied_times.into_iter().flatten()) {
                 if !value.is_finite() || value < 0.0 {

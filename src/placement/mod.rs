@@ -315,6 +315,11 @@ pub struct LayerCost {
     /// every micro-batch after a copy's first does (0 where the GEMMs accumulate themselves).
     #[serde(default)]
     pub grad_accumulation_s: f64,
+    /// The data-parallel wrapper's work on the layer's gradients on one device, once per
+    /// iteration (`workload::Ddp`: bucket copies, the buffer's zeroing); never divided among
+    /// the copies, each of which holds all its gradients.
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub grad_buffer_s: f64,
     /// All-reducing, once per iteration, the gradients of the parameters the tensor group
     /// replicates (`workload::ReplicatedParams`: K/V projections when t exceeds the key/value
     /// heads), before the optimizer step.
@@ -354,6 +359,9 @@ pub struct TiedParams {
     /// Adding one micro-batch's gradient into the copy's (0 where the GEMM accumulates it).
     #[serde(default)]
     pub grad_accumulation_s: f64,
+    /// The data-parallel wrapper's work on the copy's gradients, once per iteration.
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub grad_buffer_s: f64,
     /// Where the owner shares the layer's stage: summing the two uses' gradients, each
     /// micro-batch's backward (autograd's add without gradient-accumulation fusion; 0 with it).
     #[serde(default)]

@@ -23,6 +23,8 @@ pub(crate) struct StageMetrics {
     pub params: u64,
     /// Optimizer step of the stage's layers on one device (unsharded).
     pub optimizer_s: f64,
+    /// The data-parallel wrapper's per-iteration gradient work on one device.
+    pub grad_buffer_s: f64,
     /// One micro-batch's gradient accumulation over the stage's layers on one device.
     pub grad_accumulation_s: f64,
     /// All-reduce of the gradients the tensor group replicates, once per iteration.
@@ -56,6 +58,7 @@ impl StageMetrics {
         self.params += layer.params + copy_params;
         self.tied_sync_params += copy_params;
         self.optimizer_s += layer.optimizer_step_s + copy.map_or(0.0, |c| c.optimizer_step_s);
+        self.grad_buffer_s += layer.grad_buffer_s + copy.map_or(0.0, |c| c.grad_buffer_s);
         self.grad_accumulation_s +=
             layer.grad_accumulation_s + copy.map_or(0.0, |c| c.grad_accumulation_s);
         self.replica_sync_s += layer.replica_grad_sync_s;
@@ -83,6 +86,7 @@ impl StageMetrics {
             device.bwd_s += sm.bwd_s;
             device.params += sm.params;
             device.optimizer_s += sm.optimizer_s;
+            device.grad_buffer_s += sm.grad_buffer_s;
             device.grad_accumulation_s += sm.grad_accumulation_s;
             device.replica_sync_s += sm.replica_sync_s;
             device.tied_sync_params += sm.tied_sync_params;
@@ -658,14 +662,16 @@ impl Ctx<'_> {
             <= self.problem.hbm_bytes
     }
 
-    /// The optimizer step of a stage with `k` replicas on one device.
+    /// The optimizer step of a stage with `k` replicas on one device, and before it the
+    /// data-parallel wrapper's work on the gradients the device holds (all of them at every
+    /// ZeRO stage: the step's share is divided, the gradient buffer is not).
     pub fn stage_optimizer_s(&self, sm: &StageMetrics, k: u32) -> f64 {
         self.per_held_param_s(
             sm,
             k,
             sm.optimizer_s,
             self.problem.zero >= ZeroStage::Optimizer,
-        )
+        ) + self.per_held_param_s(sm, k, sm.grad_buffer_s, false)
     }
 
     /// Exposed gradient synchronisation of a stage with `k` replicas: of the data-parallel
@@ -848,6 +854,7 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
                 l.recompute_skipped_s,
                 l.optimizer_step_s,
                 l.grad_accumulation_s,
+                l.grad_buffer_s,
                 l.replica_grad_sync_s,
             ];
             if l.recompute_skipped_s > l.fwd_s {
@@ -872,6 +879,7 @@ pub(crate) fn validate(problem: &PlacementProblem) -> Result<(), String> {
                 let times = [
                     tied.optimizer_step_s,
                     tied.grad_accumulation_s,
+                    tied.grad_buffer_s,
                     tied.grad_sum_s,
                 ];
                 if times.iter().any(|x| !x.is_finite() || *x < 0.0) {
@@ -1396,6 +1404,7 @@ mod tests {
                 output_bytes: 10,
                 optimizer_step_s: 0.001 * i as f64,
                 grad_accumulation_s: 0.0005 * i as f64,
+                grad_buffer_s: 0.0002 * i as f64,
                 replica_grad_sync_s: 0.0,
                 expert_params: 0,
                 all_to_all_bytes: 0,
@@ -1409,6 +1418,7 @@ mod tests {
                 params,
                 optimizer_step_s: 0.0007 * params as f64 / 1000.0,
                 grad_accumulation_s: 0.0003,
+                grad_buffer_s: 0.00004,
                 grad_sum_s: 0.00011 * params as f64 / 1000.0,
             })
         };

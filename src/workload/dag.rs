@@ -12,7 +12,7 @@ use super::graph::{
     ActivationBytes, Launches, Layer, LayerGraph, Op, OpGraph, OpKind, ReplicatedParams,
 };
 use super::ops::{build_graphs, collective, gemm, mul, vector, Node};
-use super::{Checkpoint, Model, Optimizer, ParamKernels, Precision, Workload};
+use super::{Checkpoint, Ddp, Model, Optimizer, ParamKernels, Precision, Workload};
 use crate::error::InputError;
 
 /// Which GEMM dimension holds the samples (and grows with the micro-batch).
@@ -103,6 +103,7 @@ pub(crate) struct RawDag {
     #[serde(default = "fuses_accumulation")]
     gradient_accumulation_fusion: bool,
     param_kernels: Option<String>,
+    ddp: Option<String>,
     checkpoint: Option<String>,
     layers: Vec<DagLayer>,
     edges: Vec<(usize, usize, u64)>,
@@ -270,6 +271,7 @@ impl RawDag {
         let seq_len = positive(file, "seq_len", self.seq_len)?;
         at_most(file, "seq_len", seq_len, MAX_BATCH)?;
         let param_kernels = ParamKernels::read(file, self.param_kernels.as_deref())?;
+        let ddp = Ddp::read(file, self.ddp.as_deref())?;
         let checkpoint = Checkpoint::read(file, self.checkpoint.as_deref())?;
         let mut total_params = 0u64;
         if self.layers.is_empty() {
@@ -370,6 +372,7 @@ impl RawDag {
             gradient_clipping: self.gradient_clipping,
             gradient_accumulation_fusion: self.gradient_accumulation_fusion,
             param_kernels,
+            ddp,
             checkpoint,
             source: file.to_path_buf(),
             model: Model::Dag(Dag {

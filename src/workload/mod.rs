@@ -189,6 +189,54 @@ impl ParamKernels {
     }
 }
 
+/// The data-parallel wrapper that owns the gradients, and the work it does on them every
+/// iteration besides the all-reduce (`ddp` in a workload file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ddp {
+    /// The gradients are the parameters' own, released after each step (PyTorch's
+    /// `zero_grad(set_to_none=True)`): the first micro-batch's are kept as computed, with no
+    /// kernel of their own.
+    #[default]
+    None,
+    /// PyTorch's `DistributedDataParallel`: in the last micro-batch's backward each gradient is
+    /// copied into its all-reduce bucket, divided by the copies (`mul_out`), and copied back
+    /// after the bucket's all-reduce, a kernel per parameter tensor each way.
+    Torch,
+    /// Megatron-LM's own `DistributedDataParallel` (`--DDP-impl local`, Megatron-Core's):
+    /// the gradients live in one contiguous buffer, zeroed before each iteration
+    /// (`zero_grad_buffer`, one kernel over the buffer); without gradient-accumulation fusion
+    /// every micro-batch, the first too, adds its gradients into it.
+    Megatron,
+    /// The same without contiguous buffers (Megatron-LM's `--DDP-impl local` before they
+    /// became the default in 2022): after the backward the gradients are flattened into one
+    /// tensor (`_flatten_dense_tensors`), divided by the copies, all-reduced and copied back
+    /// tensor by tensor.
+    MegatronCoalesced,
+}
+
+impl Ddp {
+    /// The name workload files and CSVs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ddp::None => "none",
+            Ddp::Torch => "torch",
+            Ddp::Megatron => "megatron",
+            Ddp::MegatronCoalesced => "megatron_coalesced",
+        }
+    }
+
+    /// The `ddp` field of workload `file` (absent: none).
+    fn read(file: &Path, text: Option<&str>) -> Result<Ddp, InputError> {
+        read_choice(
+            file,
+            "ddp",
+            text,
+            &[Ddp::None, Ddp::Torch, Ddp::Megatron, Ddp::MegatronCoalesced].map(|d| (d.name(), d)),
+        )
+    }
+}
+
 /// What full recompute reruns of a checkpointed layer's forward in the backward
 /// (`checkpoint` in a workload file).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -292,6 +340,8 @@ pub struct Workload {
     /// Whether the per-parameter casts and gradient accumulation run a kernel per layer or
     /// per parameter tensor (`param_kernels`; default per layer).
     pub param_kernels: ParamKernels,
+    /// The data-parallel wrapper's per-iteration gradient work (`ddp`; default none).
+    pub ddp: Ddp,
     /// What full recompute reruns of a layer's forward (`checkpoint`; default the whole of
     /// it).
     pub checkpoint: Checkpoint,
@@ -582,6 +632,53 @@ impl Workload {
     pub fn grad_accumulation_ops(&self, param_tensors: &[u64]) -> Vec<Op> {
         let sizes = self.param_kernel_sizes(param_tensors, true);
         self.unfused_grad_adds("grad_accumulate", sizes)
+    }
+
+    /// The data-parallel wrapper's kernels over a layer's gradients once per iteration, at
+    /// the gradients' precision ([`Workload::ddp`]), each a read and a write per element
+    /// unless said (a same-precision copy is a device-to-device memcpy, priced as that
+    /// traffic): PyTorch DDP's copy of each gradient into its bucket (divided by the copies,
+    /// `mul_out`) and back after the all-reduce, a kernel per tensor each; Megatron-LM's
+    /// zeroing of the gradient buffer (a write per element, one kernel over all layers) and,
+    /// without gradient-accumulation fusion, the first micro-batch's add into it, which
+    /// [`Workload::grad_accumulation_ops`] leaves out; its coalescing variant's flatten and
+    /// division (each one kernel over all layers) and copy back (a kernel per tensor). None
+    /// without a wrapper or parameters.
+    pub fn grad_buffer_ops(&self, param_tensors: &[u64]) -> Vec<Op> {
+        let grads = self.bytes_per_param().grads;
+        let params: u64 = param_tensors.iter().sum();
+        match self.ddp {
+            Ddp::None => Vec::new(),
+            Ddp::Torch => param_tensors
+                .iter()
+                .filter(|&&n| n > 0)
+                .flat_map(|&n| {
+                    ["ddp_bucket_in", "ddp_bucket_out"]
+                        .map(|name| ops::vector(name, VectorOp::Scale, n, 1, grads))
+                })
+                .collect(),
+            Ddp::Megatron | Ddp::MegatronCoalesced if params == 0 => Vec::new(),
+            Ddp::Megatron => {
+                let zero = ops::vector("grad_buffer_zero", VectorOp::Fill, params, 1, grads);
+                let first_adds = self.unfused_grad_adds(
+                    "grad_accumulate_first",
+                    self.param_kernel_sizes(param_tensors, true),
+                );
+                std::iter::once(multi_tensor(zero))
+                    .chain(first_adds)
+                    .collect()
+            }
+            Ddp::MegatronCoalesced => ["ddp_flatten", "ddp_divide"]
+                .map(|name| multi_tensor(ops::vector(name, VectorOp::Scale, params, 1, grads)))
+                .into_iter()
+                .chain(
+                    param_tensors
+                        .iter()
+                        .filter(|&&n| n > 0)
+                        .map(|&n| ops::vector("ddp_unflatten", VectorOp::Scale, n, 1, grads)),
+                )
+                .collect(),
+        }
     }
 
     /// The kernels summing the two gradients of tied parameters where their owner and the

@@ -21,7 +21,7 @@ pub(crate) fn mul(factors: &[u64]) -> u64 {
 /// Floating-point operations per element of a vector primitive (a multiply-add counts 2).
 fn flops_per_element(op: VectorOp) -> f64 {
     match op {
-        VectorOp::Copy | VectorOp::Stack | VectorOp::Cast => 0.0,
+        VectorOp::Copy | VectorOp::Stack | VectorOp::Cast | VectorOp::Fill => 0.0,
         VectorOp::Add
         | VectorOp::Mul
         | VectorOp::Relu

@@ -17,7 +17,9 @@ use super::ops::{
     build_graphs, collective, collective_backward, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul,
     vector, vector_in_pass, Feeds, Node,
 };
-use super::{Checkpoint, Family, GptSizes, Model, Optimizer, ParamKernels, Precision, Workload};
+use super::{
+    Checkpoint, Ddp, Family, GptSizes, Model, Optimizer, ParamKernels, Precision, Workload,
+};
 use crate::error::InputError;
 use crate::vocab::{Pass, VectorOp};
 
@@ -43,6 +45,7 @@ pub(crate) struct RawTemplate {
     gradient_clipping: Option<bool>,
     gradient_accumulation_fusion: Option<bool>,
     param_kernels: Option<String>,
+    ddp: Option<String>,
     checkpoint: Option<String>,
     norm: Option<Norm>,
     activation: Option<Activation>,
@@ -125,6 +128,7 @@ impl RawTemplate {
             gradient_clipping: None,
             gradient_accumulation_fusion: None,
             param_kernels: None,
+            ddp: None,
             checkpoint: None,
             norm: None,
             activation: None,
@@ -506,6 +510,7 @@ impl RawTemplate {
             })?,
         };
         let param_kernels = ParamKernels::read(file, self.param_kernels.as_deref())?;
+        let ddp = Ddp::read(file, self.ddp.as_deref())?;
         let checkpoint = Checkpoint::read(file, self.checkpoint.as_deref())?;
         let block = self.block_shape(family);
         if block.qkv_bias == QkvBias::AddKernel && !block.bias {
@@ -537,6 +542,7 @@ impl RawTemplate {
             gradient_clipping: self.gradient_clipping.unwrap_or(true),
             gradient_accumulation_fusion: self.gradient_accumulation_fusion.unwrap_or(true),
             param_kernels,
+            ddp,
             checkpoint,
             source: file.to_path_buf(),
             model: Model::Template(Template {
