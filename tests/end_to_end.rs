@@ -681,6 +681,108 @@ fn overlapped_input_gradient_all_reduces_hide_behind_the_weight_gradients() {
     );
 }
 
+/// Under sequence parallelism the backward gathers each sharded block input again for the
+/// weight gradients that read it (Megatron-LM keeps only the shard): GPT-3 175B's block at
+/// t = 8 and micro-batch 1 runs two such all-gathers (attention and feed-forward inputs, the
+/// forward gathers' bytes), asynchronous with `tp_grad_overlap`, issued where the backward
+/// reaches the projection and read by its weight gradient alone. On the A100 each takes less
+/// than the input-gradient GEMM beside it and hides wholly; on a link a tenth as fast each
+/// leaves exactly its excess over that GEMM exposed.
+#[test]
+fn sequence_parallel_backward_gathers_sharded_inputs_again_beside_the_input_gradient() {
+    let mut gpt3 = workload("gpt3-175b");
+    if let tandem::workload::Model::Template(t) = &mut gpt3.model {
+        t.block.tp_grad_overlap = true;
+    }
+    let block = gpt3.layer_graph(8, 1, true).expect("graph").layers[1].clone();
+    let gathers: Vec<usize> = (0..block.bwd.ops.len())
+        .filter(|&i| block.bwd.ops[i].name.ends_with(".regather"))
+        .collect();
+    assert_eq!(gathers.len(), 2);
+    let forward_gather_bytes = |name: &str| {
+        let op = block.fwd.ops.iter().find(|o| o.name == name).expect(name);
+        op.bytes_read
+    };
+    // Without the re-gathers: the same backward, their edges dropped.
+    let without = {
+        let kept: Vec<usize> = (0..block.bwd.ops.len())
+            .filter(|i| !gathers.contains(i))
+            .collect();
+        let index = |i: usize| kept.iter().position(|&k| k == i);
+        OpGraph {
+            ops: kept.iter().map(|&i| block.bwd.ops[i].clone()).collect(),
+            edges: block
+                .bwd
+                .edges
+                .iter()
+                .filter_map(|&(a, b)| Some((index(a)?, index(b)?)))
+                .collect(),
+        }
+    };
+    let mut excess_s = Vec::new();
+    let mut slow = chip("a100");
+    for tier in &mut slow.interconnect {
+        tier.bandwidth_bytes_per_s /= 10.0;
+    }
+    for &g in &gathers {
+        let op = &block.bwd.ops[g];
+        let name = op.name.trim_end_matches(".regather");
+        assert!(op.asynchronous, "{}", op.name);
+        assert!(matches!(
+            op.kind,
+            OpKind::Collective {
+                collective: CollectiveKind::AllGather,
+                ..
+            }
+        ));
+        assert_eq!(op.bytes_read, forward_gather_bytes(name));
+        let readers: Vec<&str> = block
+            .bwd
+            .edges
+            .iter()
+            .filter(|&&(from, _)| from == g)
+            .map(|&(_, to)| block.bwd.ops[to].name.as_str())
+            .collect();
+        let projection = if name == "tp_attn_in" {
+            "qkv"
+        } else {
+            "ffn_up"
+        };
+        assert_eq!(readers, [format!("{projection}.wgrad")]);
+        // The input-gradient GEMM runs right after it, beside it.
+        let dgrad = &block.bwd.ops[g + 1];
+        assert_eq!(dgrad.name, format!("{projection}.dgrad"));
+        let duration_s = |arch: &tandem::arch::ArchConfig, op: &Op| {
+            let c = CostModel::new(arch).op_cost(op);
+            c.one_core_s.min(c.all_cores_s)
+        };
+        assert!(duration_s(&chip("a100"), op) < duration_s(&chip("a100"), dgrad));
+        excess_s.push(duration_s(&slow, op) - duration_s(&slow, dgrad));
+    }
+    let makespan_s = |graph: &OpGraph, arch: &tandem::arch::ArchConfig| {
+        list_schedule(&ScheduleProblem::from_op_graph(
+            graph,
+            &CostModel::new(arch),
+        ))
+        .expect("schedule")
+        .makespan_s
+    };
+    let a100 = chip("a100");
+    assert_eq!(makespan_s(&block.bwd, &a100), makespan_s(&without, &a100));
+    assert!(excess_s.iter().all(|&x| x > 0.0), "{excess_s:?}");
+    let exposed_s = makespan_s(&block.bwd, &slow) - makespan_s(&without, &slow);
+    let expected_s: f64 = excess_s.iter().sum();
+    println!(
+        "175B block backward, link / 10: re-gathers expose {:.1} µs, expected {:.1} µs",
+        exposed_s * 1e6,
+        expected_s * 1e6
+    );
+    assert!(
+        (exposed_s - expected_s).abs() < 1e-9 * expected_s,
+        "{exposed_s} s vs {expected_s} s"
+    );
+}
+
 /// A chip whose computation hides none of an overlapped collective (`efficiency.comm_overlap
 /// = 0`, all of its SMs and HBM contended) pays the overlapped gradient all-reduce in full:
 /// the published runs with their plans come out exactly as with every all-reduce after the

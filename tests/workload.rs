@@ -430,13 +430,14 @@ fn collectives_present_iff_tp_with_megatron_sizes() {
     assert!(fwd
         .edges
         .contains(&(op_index(fwd, "proj"), op_index(fwd, "tp_attn_out"))));
-    // Sequence parallel: all-gather before, reduce-scatter after; duals in backward.
+    // Sequence parallel: all-gather before, reduce-scatter after; duals in backward, where
+    // each column-parallel projection's input is also gathered again for its weight gradient.
     let sp = w.layer_graph(8, 1, true).unwrap();
     let b = block(&sp);
     let ag = (CollectiveKind::AllGather, sbh2, 8);
     let rs = (CollectiveKind::ReduceScatter, sbh2, 8);
     assert_eq!(collectives(&b.fwd), vec![ag, rs, ag, rs]);
-    assert_eq!(collectives(&b.bwd), vec![ag, rs, ag, rs]);
+    assert_eq!(collectives(&b.bwd), vec![ag, ag, rs, ag, ag, rs]);
     // Layernorm work is divided by t under sequence parallelism.
     let ln = &b.fwd.ops[op_index(&b.fwd, "ln1")];
     assert!(matches!(ln.kind, OpKind::Vector { elements, .. } if elements == 2048 * 12288 / 8));
@@ -1454,16 +1455,21 @@ fn qkv_bias_add_kernel_streams_the_projection_output_once_forward() {
 /// `tp_grad_overlap = true` (Megatron-LM's asynchronous input-gradient collective) makes
 /// exactly the backward collectives of the column-parallel linears' inputs asynchronous: the
 /// block's two (before the QKV and the MLP) and the head's one, an all-reduce each, or under
-/// sequence parallelism a reduce-scatter each; every operator and edge is otherwise the
-/// default's, and a single device has none. A value that is not a boolean is refused.
+/// sequence parallelism a reduce-scatter each and the all-gather that gathers the linear's
+/// input again for its weight gradient; every operator and edge is otherwise the default's,
+/// and a single device has none. A value that is not a boolean is refused.
 #[test]
 fn tp_grad_overlap_makes_the_column_parallel_input_gradients_asynchronous() {
     let plain = Workload::load(&write_temp("blocking.toml", GOOD)).expect("loads");
     let text = format!("{GOOD}tp_grad_overlap = true\n");
     let overlapped = Workload::load(&write_temp("overlapped.toml", &text)).expect("loads");
-    for (tp, sp, kind) in [
-        (2, false, CollectiveKind::AllReduce),
-        (2, true, CollectiveKind::ReduceScatter),
+    for (tp, sp, kinds) in [
+        (2, false, [CollectiveKind::AllReduce; 2]),
+        (
+            2,
+            true,
+            [CollectiveKind::AllGather, CollectiveKind::ReduceScatter],
+        ),
     ] {
         let (a, b) = (
             plain.layer_graph(tp, 2, sp).expect("graph"),
@@ -1488,6 +1494,9 @@ fn tp_grad_overlap_makes_the_column_parallel_input_gradients_asynchronous() {
                         OpKind::Collective {
                             collective, group, ..
                         } => {
+                            // Under sequence parallelism the re-gather of the input, then the
+                            // input gradient's reduce-scatter.
+                            let kind = kinds[usize::from(!y.name.ends_with(".regather"))];
                             assert_eq!((collective, group), (kind, 2), "{}", y.name)
                         }
                         _ => panic!("{} is not a collective", y.name),
@@ -1505,11 +1514,11 @@ fn tp_grad_overlap_makes_the_column_parallel_input_gradients_asynchronous() {
         ];
         let expected: Vec<String> = names
             .iter()
-            .map(|n| {
+            .flat_map(|n| {
                 if sp {
-                    format!("{n}.bwd")
+                    vec![format!("{n}.regather"), format!("{n}.bwd")]
                 } else {
-                    n.to_string()
+                    vec![n.to_string()]
                 }
             })
             .collect();

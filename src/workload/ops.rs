@@ -218,6 +218,14 @@ pub(crate) struct Node {
     pub grad: Vec<(Op, Feeds)>,
     /// Backward operators nothing in the layer waits for (weight gradients).
     pub leaf: Vec<Op>,
+    /// Of `leaf`, how many (the first ones) read the node's forward input: a weight gradient
+    /// does, a bias gradient does not.
+    pub input_leaves: usize,
+    /// A collective the backward runs again before the weight gradients of the node's
+    /// consumers read its output: a sequence-parallel all-gather, whose result the forward
+    /// does not keep (Megatron-LM keeps the shard and gathers it again in the backward). It is
+    /// issued where the backward reaches the last of those consumers.
+    pub regather: Option<Op>,
 }
 
 impl Node {
@@ -228,7 +236,21 @@ impl Node {
             fwd: Some(fwd),
             preds,
             grad,
+            input_leaves: leaf.len(),
             leaf,
+            regather: None,
+        }
+    }
+
+    /// A node without a forward operator (a backward-only hook): `grad` for its predecessors.
+    pub fn hook(preds: Vec<usize>, grad: Vec<(Op, Feeds)>) -> Node {
+        Node {
+            fwd: None,
+            preds,
+            grad,
+            leaf: Vec::new(),
+            input_leaves: 0,
+            regather: None,
         }
     }
 }
@@ -318,6 +340,8 @@ fn build_backward(nodes: &[Node]) -> OpGraph {
     // gradient sources (used when it passes gradients through).
     let mut grad_ops: Vec<Vec<(usize, Feeds)>> = vec![Vec::new(); nodes.len()];
     let mut incoming: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); nodes.len()];
+    // Per node with a `regather`: the backward op index of it, once issued.
+    let mut regathered: Vec<Option<usize>> = vec![None; nodes.len()];
     for i in (0..nodes.len()).rev() {
         let mut sources = BTreeSet::new();
         for &j in &succs[i] {
@@ -333,16 +357,34 @@ fn build_backward(nodes: &[Node]) -> OpGraph {
             }
         }
         let node = &nodes[i];
+        // The re-gathers this node's weight gradients read, issued with the backward of the
+        // last consumer of each (the first one this reverse walk meets).
+        let mut gathered = Vec::new();
+        for &p in &node.preds {
+            let Some(op) = &nodes[p].regather else {
+                continue;
+            };
+            let idx = *regathered[p].get_or_insert_with(|| {
+                let idx = graph.ops.len();
+                graph.ops.push(op.clone());
+                edges.extend(sources.iter().map(|&s| (s, idx)));
+                idx
+            });
+            gathered.push(idx);
+        }
         for (op, feeds) in &node.grad {
             let idx = graph.ops.len();
             graph.ops.push(op.clone());
             edges.extend(sources.iter().map(|&s| (s, idx)));
             grad_ops[i].push((idx, feeds.clone()));
         }
-        for op in &node.leaf {
+        for (k, op) in node.leaf.iter().enumerate() {
             let idx = graph.ops.len();
             graph.ops.push(op.clone());
             edges.extend(sources.iter().map(|&s| (s, idx)));
+            if k < node.input_leaves {
+                edges.extend(gathered.iter().map(|&g| (g, idx)));
+            }
         }
         incoming[i] = sources;
     }

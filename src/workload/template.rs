@@ -687,9 +687,7 @@ impl Builder {
     fn forward_only(&mut self, op: Op, input: usize) -> usize {
         self.push(Node {
             fwd: Some(op),
-            preds: vec![input],
-            grad: Vec::new(),
-            leaf: Vec::new(),
+            ..Node::hook(vec![input], Vec::new())
         })
     }
     /// A GEMM by a weight; with `bias`, its backward also sums the output gradient over the
@@ -709,34 +707,39 @@ impl Builder {
         node
     }
     /// Megatron's `f` before a column-parallel GEMM: identity forward and all-reduce backward;
-    /// under sequence parallelism an all-gather forward (reduce-scatter backward). The
-    /// backward collective is asynchronous with [`BlockShape::tp_grad_overlap`].
+    /// under sequence parallelism an all-gather forward (reduce-scatter backward), whose result
+    /// the backward gathers again for the consumers' weight gradients (Megatron-LM keeps only
+    /// the shard: `.regather`). The backward collectives are asynchronous with
+    /// [`BlockShape::tp_grad_overlap`].
     fn enter_parallel(&mut self, name: &str, input: usize, shape: &Shape) -> usize {
         if shape.tp == 1 {
             return input;
         }
         let asynchronous = self.tp_grad_overlap;
-        let (fwd, grad) = if shape.sequence_parallel {
+        let (fwd, grad, regather) = if shape.sequence_parallel {
             let gather = self.tp_collective(name, CollectiveKind::AllGather, shape);
             let scatter = collective_backward(&gather);
-            (Some(gather), scatter)
+            let regather = Op {
+                name: format!("{name}.regather"),
+                asynchronous,
+                ..gather.clone()
+            };
+            (Some(gather), scatter, Some(regather))
         } else {
             (
                 None,
                 self.tp_collective(name, CollectiveKind::AllReduce, shape),
+                None,
             )
+        };
+        let grad = Op {
+            asynchronous,
+            ..grad
         };
         self.push(Node {
             fwd,
-            preds: vec![input],
-            grad: vec![(
-                Op {
-                    asynchronous,
-                    ..grad
-                },
-                Feeds::All,
-            )],
-            leaf: Vec::new(),
+            regather,
+            ..Node::hook(vec![input], vec![(grad, Feeds::All)])
         })
     }
     /// Megatron's `g` after a row-parallel GEMM: all-reduce forward and identity backward;
@@ -1152,12 +1155,7 @@ impl Template {
             1,
             e,
         );
-        let qkv = bld.push(Node {
-            fwd: None,
-            preds: vec![qkv],
-            grad: vec![(concat, Feeds::All)],
-            leaf: Vec::new(),
-        });
+        let qkv = bld.push(Node::hook(vec![qkv], vec![(concat, Feeds::All)]));
         let qk_in = if self.block.positions == Positions::Rotary {
             let rotary = vector(
                 "rotary",
@@ -1178,12 +1176,10 @@ impl Template {
             let op = vector_in_pass(name, VectorOp::Scale, Pass::Backward, heads * s * d, 1, e);
             (op, Feeds::All)
         };
-        let qk_in = bld.push(Node {
-            fwd: None,
-            preds: vec![qk_in],
-            grad: vec![operand_grad("q_scale.bwd"), operand_grad("k_scale.bwd")],
-            leaf: Vec::new(),
-        });
+        let qk_in = bld.push(Node::hook(
+            vec![qk_in],
+            vec![operand_grad("q_scale.bwd"), operand_grad("k_scale.bwd")],
+        ));
         let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
         let scores = heads * s * s;
         let softmax_op = match self.block.softmax {
@@ -1200,14 +1196,13 @@ impl Template {
         // Probabilities × V: the gradient of the probabilities goes back to the softmax side,
         // the gradient of V to the QKV projection.
         let av = gemm("av", heads, s, d, s, e);
+        let grad = vec![
+            (gemm_grad_a(&av, "grad_a"), Feeds::Only(vec![probs])),
+            (gemm_grad_b(&av, "grad_b"), Feeds::Only(vec![qkv])),
+        ];
         let av = bld.push(Node {
-            grad: vec![
-                (gemm_grad_a(&av, "grad_a"), Feeds::Only(vec![probs])),
-                (gemm_grad_b(&av, "grad_b"), Feeds::Only(vec![qkv])),
-            ],
             fwd: Some(av),
-            preds: vec![probs, qkv],
-            leaf: Vec::new(),
+            ..Node::hook(vec![probs, qkv], grad)
         });
         // The context, batched by head, goes back to token-major rows for the projection. Its
         // gradient goes the other way as a view: the batched GEMMs' backward reads it strided,
@@ -1409,9 +1404,8 @@ impl Template {
             // table's gradient sums it over the sequences.
             x = bld.push(Node {
                 fwd: Some(vector("embedding_position", VectorOp::Add, local, 1, e)),
-                preds: vec![x],
-                grad: Vec::new(),
                 leaf: vec![column_sum("embedding_position.wgrad", local, h, e)],
+                ..Node::hook(vec![x], Vec::new())
             });
         }
         let x = if self.family == Family::Bert {
