@@ -242,10 +242,11 @@ impl Node {
         }
     }
 
-    /// A node without a forward operator (a backward-only hook): `grad` for its predecessors.
-    pub fn hook(preds: Vec<usize>, grad: Vec<(Op, Feeds)>) -> Node {
+    /// A node of `fwd` (`None`: a backward-only hook) on `preds` whose backward is `grad`
+    /// alone: no weight gradients, nothing gathered again.
+    pub fn new(fwd: Option<Op>, preds: Vec<usize>, grad: Vec<(Op, Feeds)>) -> Node {
         Node {
-            fwd: None,
+            fwd,
             preds,
             grad,
             leaf: Vec::new(),

@@ -685,10 +685,7 @@ impl Builder {
     /// A forward operator on `input` whose gradient passes straight through (no backward
     /// kernel of its own).
     fn forward_only(&mut self, op: Op, input: usize) -> usize {
-        self.push(Node {
-            fwd: Some(op),
-            ..Node::hook(vec![input], Vec::new())
-        })
+        self.push(Node::new(Some(op), vec![input], Vec::new()))
     }
     /// A GEMM by a weight; with `bias`, its backward also sums the output gradient over the
     /// tokens (Megatron's linear layers: `grad_output.sum(0)`, a kernel of its own).
@@ -737,9 +734,8 @@ impl Builder {
             ..grad
         };
         self.push(Node {
-            fwd,
             regather,
-            ..Node::hook(vec![input], vec![(grad, Feeds::All)])
+            ..Node::new(fwd, vec![input], vec![(grad, Feeds::All)])
         })
     }
     /// Megatron's `g` after a row-parallel GEMM: all-reduce forward and identity backward;
@@ -1155,7 +1151,7 @@ impl Template {
             1,
             e,
         );
-        let qkv = bld.push(Node::hook(vec![qkv], vec![(concat, Feeds::All)]));
+        let qkv = bld.push(Node::new(None, vec![qkv], vec![(concat, Feeds::All)]));
         let qk_in = if self.block.positions == Positions::Rotary {
             let rotary = vector(
                 "rotary",
@@ -1176,7 +1172,8 @@ impl Template {
             let op = vector_in_pass(name, VectorOp::Scale, Pass::Backward, heads * s * d, 1, e);
             (op, Feeds::All)
         };
-        let qk_in = bld.push(Node::hook(
+        let qk_in = bld.push(Node::new(
+            None,
             vec![qk_in],
             vec![operand_grad("q_scale.bwd"), operand_grad("k_scale.bwd")],
         ));
@@ -1200,10 +1197,7 @@ impl Template {
             (gemm_grad_a(&av, "grad_a"), Feeds::Only(vec![probs])),
             (gemm_grad_b(&av, "grad_b"), Feeds::Only(vec![qkv])),
         ];
-        let av = bld.push(Node {
-            fwd: Some(av),
-            ..Node::hook(vec![probs, qkv], grad)
-        });
+        let av = bld.push(Node::new(Some(av), vec![probs, qkv], grad));
         // The context, batched by head, goes back to token-major rows for the projection. Its
         // gradient goes the other way as a view: the batched GEMMs' backward reads it strided,
         // and no copy kernel runs (PyTorch's profile of an iteration: one transpose per block
@@ -1402,10 +1396,10 @@ impl Template {
             // Learned positions are added to the rows (a kernel of their own, as Megatron-LM
             // and PyTorch run it); the add passes its gradient through, and the position
             // table's gradient sums it over the sequences.
+            let add = vector("embedding_position", VectorOp::Add, local, 1, e);
             x = bld.push(Node {
-                fwd: Some(vector("embedding_position", VectorOp::Add, local, 1, e)),
                 leaf: vec![column_sum("embedding_position.wgrad", local, h, e)],
-                ..Node::hook(vec![x], Vec::new())
+                ..Node::new(Some(add), vec![x], Vec::new())
             });
         }
         let x = if self.family == Family::Bert {
