@@ -834,6 +834,7 @@ fn random_problem(seed: u64) -> PlacementProblem {
                     l.selective_recompute_s = 0.3 * f * scale;
                     l.optimizer_step_s = 0.05 * b * scale;
                     l.grad_accumulation_s = 0.5 * b * scale;
+                    l.grad_buffer_s = 0.02 * b * scale;
                     l
                 })
                 .collect(),
