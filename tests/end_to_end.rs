@@ -3263,6 +3263,14 @@ fn data_parallel_wrappers_price_their_gradient_work_once_per_iteration() {
             (extra_s - per_iteration_s).abs() <= 1e-9 * per_iteration_s,
             "d = {dp}: {extra_s} s vs {per_iteration_s} s"
         );
+        // The time split names it, inside the optimizer step.
+        let split = wrapped.plan.time_split;
+        assert!((split.grad_buffer_s - per_iteration_s).abs() <= 1e-12 * per_iteration_s);
+        assert_eq!(bare.plan.time_split.grad_buffer_s, 0.0);
+        assert!(
+            (split.optimizer_s - bare.plan.time_split.optimizer_s - per_iteration_s).abs()
+                <= 1e-9 * per_iteration_s
+        );
         assert!(wrapped.energy_per_sample_j > bare.energy_per_sample_j);
     }
 }

@@ -579,6 +579,8 @@ fn zero_divides_the_optimizer_step_but_not_the_gradient_buffer_work() {
     problem.zero = ZeroStage::Optimizer;
     let sharded = evaluate_fixed(&problem, &fixed).unwrap();
     assert_close(sharded.stages[0].optimizer_s, 4.0 * STEP / 4.0 + 4.0 * BUF);
+    assert_close(sharded.stages[0].grad_buffer_s, 4.0 * BUF);
+    assert_close(sharded.time_split.grad_buffer_s, 4.0 * BUF);
     assert_close(
         replicated.time_per_batch_s - sharded.time_per_batch_s,
         3.0 * STEP,

@@ -94,6 +94,8 @@ pub struct RunError {
     pub pp_comm_s: f64,
     pub dp_comm_s: f64,
     pub optimizer_s: f64,
+    /// Of `optimizer_s`, the data-parallel wrapper's work on the gradients (`ddp`).
+    pub grad_buffer_s: f64,
     /// The slowest stage's whole gradient all-reduce, hidden or not.
     pub dp_sync_s: f64,
     /// The most of it a stage's last backward hides (`dp_overlap`; 0 without): `dp_comm_s`
@@ -461,6 +463,7 @@ fn validate_file_runs(
             pp_comm_s: split.pp_comm_s,
             dp_comm_s: split.dp_comm_s,
             optimizer_s: split.optimizer_s,
+            grad_buffer_s: split.grad_buffer_s,
             dp_sync_s: e.plan.dp_sync_s(),
             dp_hidden_s: e.plan.dp_hidden_s(),
             signed_error: (predicted - measured_tflops_per_gpu) / measured_tflops_per_gpu,

@@ -294,8 +294,16 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
     } else {
         String::new()
     };
+    let buffer = if split.grad_buffer_s > 0.0 {
+        format!(
+            " (of it the data-parallel wrapper's gradient work {})",
+            seconds(split.grad_buffer_s)
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}{shard}, data-parallel sync {}{hidden}, optimizer step {}",
+        "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}{shard}, data-parallel sync {}{hidden}, optimizer step {}{buffer}",
         seconds(plan.time_per_batch_s),
         seconds(split.compute_s),
         seconds(split.bubble_s),

@@ -138,6 +138,7 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
             dp_sync_s: ctx.dp_sync_s(&device, 1),
             dp_hidden_s: ctx.dp_hidden_s(&device, 1),
             optimizer_s: ctx.stage_optimizer_s(&device, 1),
+            grad_buffer_s: ctx.stage_grad_buffer_s(&device, 1),
             memory: MemoryBreakdown {
                 weights,
                 grads,
@@ -201,6 +202,7 @@ fn price(ctx: &Ctx, metrics: &[StageMetrics], ranges: &[[usize; 2]], p: usize) -
             dp_group_comm_s,
             dp_comm_s,
             optimizer_s,
+            grad_buffer_s: stages[tail].grad_buffer_s,
         },
         stages,
         time_per_batch_s,

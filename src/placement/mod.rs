@@ -527,8 +527,13 @@ pub struct Stage {
     /// The part of `dp_sync_s` the last backward hides (0 without overlap).
     #[serde(default)]
     pub dp_hidden_s: f64,
-    /// Its optimizer step, after the synchronisation.
+    /// Its optimizer step, after the synchronisation, with the data-parallel wrapper's work
+    /// on the gradients before it.
     pub optimizer_s: f64,
+    /// Of `optimizer_s`, the data-parallel wrapper's work on the gradients
+    /// (`LayerCost::grad_buffer_s` of what the device holds).
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub grad_buffer_s: f64,
     pub memory: MemoryBreakdown,
     /// The interleaved schedule's model chunks, in the order the stage holds them; empty for
     /// the other schedules.
@@ -569,9 +574,12 @@ pub struct TimeSplit {
     pub dp_group_comm_s: f64,
     /// The exposed gradient synchronisation of the stage that ends the iteration.
     pub dp_comm_s: f64,
-    /// That stage's optimizer step.
+    /// That stage's optimizer step (with its data-parallel wrapper's gradient work).
     #[serde(default)]
     pub optimizer_s: f64,
+    /// Of `optimizer_s`, the data-parallel wrapper's work on the gradients.
+    #[serde(default, skip_serializing_if = "is_zero_s")]
+    pub grad_buffer_s: f64,
 }
 
 /// A complete parallel plan and its predicted cost.

@@ -671,7 +671,13 @@ impl Ctx<'_> {
             k,
             sm.optimizer_s,
             self.problem.zero >= ZeroStage::Optimizer,
-        ) + self.per_held_param_s(sm, k, sm.grad_buffer_s, false)
+        ) + self.stage_grad_buffer_s(sm, k)
+    }
+
+    /// Of [`Ctx::stage_optimizer_s`], the data-parallel wrapper's work on the gradients one
+    /// device holds.
+    pub fn stage_grad_buffer_s(&self, sm: &StageMetrics, k: u32) -> f64 {
+        self.per_held_param_s(sm, k, sm.grad_buffer_s, false)
     }
 
     /// Exposed gradient synchronisation of a stage with `k` replicas: of the data-parallel
@@ -1121,6 +1127,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             dp_sync_s: ctx.dp_sync_s(sm, k),
             dp_hidden_s: ctx.dp_hidden_s(sm, k),
             optimizer_s: ctx.stage_optimizer_s(sm, k),
+            grad_buffer_s: ctx.stage_grad_buffer_s(sm, k),
             memory: ctx.memory(sm, k, in_flight),
             chunks: Vec::new(),
         });
@@ -1175,6 +1182,7 @@ pub(crate) fn build_plan(ctx: &Ctx, parts: &[PartStage]) -> Plan {
             dp_group_comm_s,
             dp_comm_s: stages[tail].dp_comm_s,
             optimizer_s: stages[tail].optimizer_s,
+            grad_buffer_s: stages[tail].grad_buffer_s,
         },
         stages,
         time_per_batch_s,
