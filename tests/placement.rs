@@ -1263,6 +1263,16 @@ fn costs_json_errors_name_file_field_and_reason() {
         "costs.json: field `graphs[0].layers[0].grad_accumulation_s`: latency must be finite \
          and non-negative, got -0.0001"
     );
+    let buffer = parse_err(&GOOD.replacen(
+        r#""bwd_s": 0.002"#,
+        r#""bwd_s": 0.002, "grad_buffer_s": -3e-4"#,
+        1,
+    ));
+    assert_eq!(
+        buffer,
+        "costs.json: field `graphs[0].layers[0].grad_buffer_s`: latency must be finite \
+         and non-negative, got -0.0003"
+    );
     let skipped = parse_err(&GOOD.replacen(
         r#""bwd_s": 0.002"#,
         r#""bwd_s": 0.002, "recompute_skipped_s": 0.0015"#,
@@ -1377,6 +1387,11 @@ fn costs_json_errors_name_file_field_and_reason() {
         tied_to_first(r#""optimizer_step_s": 0.0, "grad_sum_s": -2.0"#),
         "costs.json: field `graphs[0].layers[1].tied.grad_sum_s`: latency must be finite \
          and non-negative, got -2"
+    );
+    assert_eq!(
+        tied_to_first(r#""optimizer_step_s": 0.0, "grad_buffer_s": -0.5"#),
+        "costs.json: field `graphs[0].layers[1].tied.grad_buffer_s`: latency must be finite \
+         and non-negative, got -0.5"
     );
     let io = load_costs_file(Path::new("/nonexistent/costs.json")).unwrap_err();
     assert!(io
