@@ -451,7 +451,7 @@ fn inspect_json_carries_params_and_flops() {
             .expect("operators")
             .iter()
             .filter(|op| op["asynchronous"].as_bool().expect("asynchronous"))
-            .map(|op| op["op"].as_str().expect("name").to_string())
+            .map(|op| op["name"].as_str().expect("name").to_string())
             .collect()
     };
     assert!(asynchronous(&v).is_empty());
@@ -461,6 +461,37 @@ fn inspect_json_carries_params_and_flops() {
     std::fs::write(&file, format!("{text}tp_grad_overlap = true\n")).expect("write");
     let overlapped = inspect(file.to_str().expect("utf-8"));
     assert_eq!(asynchronous(&overlapped), ["tp_mlp_in", "tp_attn_in"]);
+    // And the kernels over the block's parameters: none per micro-batch where the GEMMs
+    // accumulate (the default), and once per iteration the bf16 step (gradients cast up, their
+    // norm, Adam, weights cast back), after Megatron-LM's buffer zeroing where `ddp` says so.
+    let param_kernels = |v: &serde_json::Value, direction: &str| -> Vec<String> {
+        let unique = v["unique_layers"].as_object().expect("unique layers");
+        let (_, block) = unique
+            .iter()
+            .find(|(signature, _)| signature.starts_with("gpt-block"))
+            .expect("a block");
+        block
+            .as_array()
+            .expect("operators")
+            .iter()
+            .filter(|op| op["direction"] == direction)
+            .map(|op| op["name"].as_str().expect("name").to_string())
+            .collect()
+    };
+    let step = [
+        "grads_to_fp32",
+        "grad_norm",
+        "optimizer_step",
+        "weights_from_fp32",
+    ];
+    assert!(param_kernels(&v, "accum").is_empty());
+    assert_eq!(param_kernels(&v, "step"), step);
+    let wrapped = tmp.path().join("wrapped.toml");
+    std::fs::write(&wrapped, format!("{text}ddp = \"megatron\"\n")).expect("write");
+    let wrapped = inspect(wrapped.to_str().expect("utf-8"));
+    let mut expected = vec!["grad_buffer_zero"];
+    expected.extend(step);
+    assert_eq!(param_kernels(&wrapped, "step"), expected);
 }
 
 #[test]

@@ -12,6 +12,9 @@ use tandem::workload::{ActivationBytes, Layer, Op, OpGraph, OpKind, Workload};
 
 /// Show a workload's layers and operators: kind, shape, FLOPs and bytes; with `--arch`, each
 /// operator's latency on one core and intra-operator parallel on all cores of its type.
+/// Besides each layer's forward (`fwd`) and backward (`bwd`), the kernels over its parameters:
+/// `accum`, every micro-batch after a copy's first (gradient accumulation), and `step`, once
+/// per iteration (the data-parallel wrapper's gradient work, then the optimizer step).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workload file: a model template (TOML) or an operator DAG (JSON).
@@ -48,12 +51,13 @@ struct LayerSummary<'a> {
     output_bytes: u64,
 }
 
+/// One operator, in JSON as an operator DAG names it (`name`, and `kind` with the kind's own
+/// fields under it).
 #[derive(Serialize)]
 struct OpRow<'a> {
     layer: &'a str,
     direction: &'static str,
-    op: &'a str,
-    #[serde(flatten)]
+    name: &'a str,
     kind: &'a OpKind,
     /// Issued asynchronously (`Op::asynchronous`): on a GPU, beside the kernels after it.
     asynchronous: bool,
@@ -91,10 +95,17 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         activations.full += layer.activation_bytes.full;
     }
     let unique = unique_layers(&graph.layers);
+    let param_kernels: Vec<_> = unique
+        .iter()
+        .map(|(layer, _)| param_graphs(&workload, layer))
+        .collect();
     let mut unique_rows = BTreeMap::new();
-    for (layer, _) in &unique {
+    for ((layer, _), param_kernels) in unique.iter().zip(&param_kernels) {
         let mut rows = op_rows(layer, "fwd", &layer.fwd, cost_model.as_ref());
         rows.extend(op_rows(layer, "bwd", &layer.bwd, cost_model.as_ref()));
+        for (direction, graph) in param_kernels {
+            rows.extend(op_rows(layer, direction, graph, cost_model.as_ref()));
+        }
         unique_rows.insert(layer.signature.as_str(), rows);
     }
     let report = Report {
@@ -145,6 +156,26 @@ fn unique_layers(layers: &[Layer]) -> Vec<(&Layer, usize)> {
     out
 }
 
+/// The kernels over a layer's parameters outside its passes, as the placement prices them:
+/// `accum`, a micro-batch's gradient accumulation; `step`, the data-parallel wrapper's work
+/// on the gradients and the optimizer step. None for a layer without parameters.
+fn param_graphs(workload: &Workload, layer: &Layer) -> [(&'static str, OpGraph); 2] {
+    let tensors = &layer.param_tensors;
+    let graph = |ops: Vec<Op>| OpGraph {
+        ops,
+        edges: Vec::new(),
+    };
+    if tensors.iter().all(|&n| n == 0) {
+        return [("accum", graph(Vec::new())), ("step", graph(Vec::new()))];
+    }
+    let mut step = workload.grad_buffer_ops(tensors);
+    step.extend(workload.optimizer_step_ops(tensors));
+    [
+        ("accum", graph(workload.grad_accumulation_ops(tensors))),
+        ("step", graph(step)),
+    ]
+}
+
 fn op_rows<'a>(
     layer: &'a Layer,
     direction: &'static str,
@@ -157,7 +188,7 @@ fn op_rows<'a>(
         .map(|op: &'a Op| OpRow {
             layer: &layer.signature,
             direction,
-            op: &op.name,
+            name: &op.name,
             kind: &op.kind,
             asynchronous: op.asynchronous,
             flops: op.flops,
@@ -250,7 +281,7 @@ fn print_text(report: &Report, unique: &[(&Layer, usize)], priced: bool) {
             .map(|r| {
                 let (kind, shape) = describe(r);
                 let mut row = vec![
-                    format!("{} {}", r.direction, r.op),
+                    format!("{} {}", r.direction, r.name),
                     kind,
                     shape,
                     report::si(r.flops, ""),
@@ -319,7 +350,7 @@ fn write_csv(path: &std::path::Path, unique: &[(&Layer, usize)], report: &Report
                 &layer.name,
                 &count.to_string(),
                 r.direction,
-                r.op,
+                r.name,
                 &kind,
                 &shape,
                 &r.flops.to_string(),
