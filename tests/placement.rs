@@ -1253,26 +1253,24 @@ fn costs_json_errors_name_file_field_and_reason() {
         "costs.json: field `graphs[0].layers[0].bwd_s`: latency must be finite and \
          non-negative, got -0.002"
     );
-    let accumulation = parse_err(&GOOD.replacen(
-        r#""bwd_s": 0.002"#,
-        r#""bwd_s": 0.002, "grad_accumulation_s": -1e-4"#,
-        1,
-    ));
-    assert_eq!(
-        accumulation,
-        "costs.json: field `graphs[0].layers[0].grad_accumulation_s`: latency must be finite \
-         and non-negative, got -0.0001"
-    );
-    let buffer = parse_err(&GOOD.replacen(
-        r#""bwd_s": 0.002"#,
-        r#""bwd_s": 0.002, "grad_buffer_s": -3e-4"#,
-        1,
-    ));
-    assert_eq!(
-        buffer,
-        "costs.json: field `graphs[0].layers[0].grad_buffer_s`: latency must be finite \
-         and non-negative, got -0.0003"
-    );
+    // The optional per-layer times, each refused negative naming its field.
+    for (field, value, shown) in [
+        ("grad_accumulation_s", "-1e-4", "-0.0001"),
+        ("grad_buffer_s", "-3e-4", "-0.0003"),
+    ] {
+        let err = parse_err(&GOOD.replacen(
+            r#""bwd_s": 0.002"#,
+            &format!(r#""bwd_s": 0.002, "{field}": {value}"#),
+            1,
+        ));
+        assert_eq!(
+            err,
+            format!(
+                "costs.json: field `graphs[0].layers[0].{field}`: latency must be finite and \
+                 non-negative, got {shown}"
+            )
+        );
+    }
     let skipped = parse_err(&GOOD.replacen(
         r#""bwd_s": 0.002"#,
         r#""bwd_s": 0.002, "recompute_skipped_s": 0.0015"#,

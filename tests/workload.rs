@@ -1850,6 +1850,13 @@ fn ddp_names_the_wrapper_and_its_gradient_kernels() {
     ];
     coalesced.extend(tensors.map(|n| kernel("ddp_unflatten", VectorOp::Scale, n, 2 * n, 2 * n)));
     assert_eq!(kernels("megatron_coalesced", true), coalesced);
+    // Run-plans files read the wrapper through serde: the same names.
+    for ddp in Ddp::ALL {
+        assert_eq!(
+            serde_json::to_string(&ddp).unwrap(),
+            format!("\"{}\"", ddp.name())
+        );
+    }
     let e = load_error("wrapper.toml", &format!("{GOOD}ddp = \"fsdp\"\n"));
     assert_mentions(
         &e,

@@ -280,28 +280,29 @@ pub fn print_plan_body(plan: &Plan, names: &[String], hbm_bytes: u64) {
         )
     );
     let split = &plan.time_split;
-    let hidden_s = plan.dp_hidden_s();
-    let hidden = if hidden_s > 0.0 {
-        format!(" (after {} hidden behind the backward)", seconds(hidden_s))
-    } else {
-        String::new()
+    // A part of the split named only where the plan has it.
+    let part = |time_s: f64, before: &str, after: &str| {
+        if time_s > 0.0 {
+            format!("{before}{}{after}", seconds(time_s))
+        } else {
+            String::new()
+        }
     };
-    let shard = if split.dp_group_comm_s > 0.0 {
-        format!(
-            ", data-parallel-group collectives (ZeRO-2/3, expert all-to-all) {}",
-            seconds(split.dp_group_comm_s)
-        )
-    } else {
-        String::new()
-    };
-    let buffer = if split.grad_buffer_s > 0.0 {
-        format!(
-            " (of it the data-parallel wrapper's gradient work {})",
-            seconds(split.grad_buffer_s)
-        )
-    } else {
-        String::new()
-    };
+    let hidden = part(
+        plan.dp_hidden_s(),
+        " (after ",
+        " hidden behind the backward)",
+    );
+    let shard = part(
+        split.dp_group_comm_s,
+        ", data-parallel-group collectives (ZeRO-2/3, expert all-to-all) ",
+        "",
+    );
+    let buffer = part(
+        split.grad_buffer_s,
+        " (of it the data-parallel wrapper's gradient work ",
+        ")",
+    );
     println!(
         "time per batch {}: compute {}, pipeline bubble {}, pipeline sends {}{shard}, data-parallel sync {}{hidden}, optimizer step {}{buffer}",
         seconds(plan.time_per_batch_s),

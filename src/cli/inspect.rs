@@ -165,9 +165,6 @@ fn param_graphs(workload: &Workload, layer: &Layer) -> [(&'static str, OpGraph);
         ops,
         edges: Vec::new(),
     };
-    if tensors.iter().all(|&n| n == 0) {
-        return [("accum", graph(Vec::new())), ("step", graph(Vec::new()))];
-    }
     let mut step = workload.grad_buffer_ops(tensors);
     step.extend(workload.optimizer_step_ops(tensors));
     [

@@ -3,10 +3,7 @@
 //! bound of a workload's unique layers (`LayerWork`).
 
 use super::evaluate::{placement_problem, tensor_widths};
-use super::layers::{
-    attention_core, grad_accumulation, grad_buffer, optimizer_step, recompute_skipped,
-    tied_use_costs,
-};
+use super::layers::{attention_core, kernels_in_turn, recompute_skipped, tied_use_costs};
 use super::{EvaluateError, PlanOptions};
 use crate::arch::Tier;
 use crate::cost::CostModel;
@@ -70,9 +67,13 @@ fn lower_bound_graph(
                         b,
                         s,
                         skipped,
-                        optimizer_step(workload, cost, &layer.param_tensors).0,
-                        grad_accumulation(workload, cost, &layer.param_tensors).0,
-                        grad_buffer(workload, cost, &layer.param_tensors).0,
+                        kernels_in_turn(cost, &workload.optimizer_step_ops(&layer.param_tensors)).0,
+                        kernels_in_turn(
+                            cost,
+                            &workload.grad_accumulation_ops(&layer.param_tensors),
+                        )
+                        .0,
+                        kernels_in_turn(cost, &workload.grad_buffer_ops(&layer.param_tensors)).0,
                     ];
                     bounds.insert(&layer.signature, b);
                     b
@@ -188,7 +189,8 @@ impl LayerWork {
                 }
                 sum[2] += n * s;
             }
-            optimizer_j += n * optimizer_step(workload, cost, &layer.param_tensors).1;
+            optimizer_j +=
+                n * kernels_in_turn(cost, &workload.optimizer_step_ops(&layer.param_tensors)).1;
             all_to_all_bytes += *count as u64 * layer.all_to_all_bytes;
         }
         let t = f64::from(self.tp);

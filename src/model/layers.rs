@@ -286,11 +286,11 @@ pub fn layer_costs(
                     fwd.energy_j,
                 );
                 let (optimizer_step_s, optimizer_step_energy_j) =
-                    optimizer_step(workload, cost, &layer.param_tensors);
+                    kernels_in_turn(cost, &workload.optimizer_step_ops(&layer.param_tensors));
                 let (grad_accumulation_s, grad_accumulation_energy_j) =
-                    grad_accumulation(workload, cost, &layer.param_tensors);
+                    kernels_in_turn(cost, &workload.grad_accumulation_ops(&layer.param_tensors));
                 let (grad_buffer_s, grad_buffer_energy_j) =
-                    grad_buffer(workload, cost, &layer.param_tensors);
+                    kernels_in_turn(cost, &workload.grad_buffer_ops(&layer.param_tensors));
                 index_of.insert(&layer.signature, unique.len());
                 unique.push(UniqueLayerSchedule {
                     signature: layer.signature.clone(),
@@ -366,19 +366,6 @@ pub fn layer_costs(
     })
 }
 
-/// Time and energy of the optimizer step over a layer's parameter tensors on the chip's
-/// vector cores.
-pub(super) fn optimizer_step(
-    workload: &Workload,
-    cost: &CostModel,
-    param_tensors: &[u64],
-) -> (f64, f64) {
-    if param_tensors.iter().all(|&n| n == 0) {
-        return (0.0, 0.0);
-    }
-    kernels_in_turn(cost, &workload.optimizer_step_ops(param_tensors))
-}
-
 /// What a layer's use of the parameters `tied` names costs besides its passes: a stage
 /// keeping its own copy of them steps it and accumulates one micro-batch's gradient into it
 /// (as the owner's own tensors are priced); a stage holding the owner too sums the two uses'
@@ -388,11 +375,12 @@ pub(super) fn tied_use_costs(
     cost: &CostModel,
     tied: &TiedUse,
 ) -> (TiedParams, TiedEnergy) {
-    let (step_s, optimizer_step_j) = optimizer_step(workload, cost, &tied.tensors);
-    let (accumulation_s, grad_accumulation_j) = grad_accumulation(workload, cost, &tied.tensors);
-    let (buffer_s, grad_buffer_j) = grad_buffer(workload, cost, &tied.tensors);
-    let (grad_sum_s, grad_sum_j) =
-        kernels_in_turn(cost, &workload.tied_grad_sum_ops(&tied.tensors));
+    let kernels = |ops: Vec<Op>| kernels_in_turn(cost, &ops);
+    let (step_s, optimizer_step_j) = kernels(workload.optimizer_step_ops(&tied.tensors));
+    let (accumulation_s, grad_accumulation_j) =
+        kernels(workload.grad_accumulation_ops(&tied.tensors));
+    let (buffer_s, grad_buffer_j) = kernels(workload.grad_buffer_ops(&tied.tensors));
+    let (grad_sum_s, grad_sum_j) = kernels(workload.tied_grad_sum_ops(&tied.tensors));
     let params = TiedParams {
         owner: tied.owner,
         params: tied.params(),
@@ -427,29 +415,11 @@ pub(super) fn replica_grad_sync(
     )
 }
 
-/// Time and energy of one micro-batch's gradient accumulation over a layer's parameter
-/// tensors.
-pub(super) fn grad_accumulation(
-    workload: &Workload,
-    cost: &CostModel,
-    param_tensors: &[u64],
-) -> (f64, f64) {
-    kernels_in_turn(cost, &workload.grad_accumulation_ops(param_tensors))
-}
-
-/// Time and energy of the data-parallel wrapper's once-per-iteration work on a layer's
-/// gradients.
-pub(super) fn grad_buffer(
-    workload: &Workload,
-    cost: &CostModel,
-    param_tensors: &[u64],
-) -> (f64, f64) {
-    kernels_in_turn(cost, &workload.grad_buffer_ops(param_tensors))
-}
-
 /// Time and energy of `ops` on the chip's vector cores: one after another, each in its
-/// faster variant, launched as training launches them.
-fn kernels_in_turn(cost: &CostModel, ops: &[Op]) -> (f64, f64) {
+/// faster variant, launched as training launches them: the kernels over a layer's parameters
+/// (`Workload::optimizer_step_ops`, `grad_accumulation_ops`, `grad_buffer_ops`,
+/// `tied_grad_sum_ops`).
+pub(super) fn kernels_in_turn(cost: &CostModel, ops: &[Op]) -> (f64, f64) {
     let (gpu_s, energy_j) = ops
         .iter()
         .map(|op| {

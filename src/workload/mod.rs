@@ -216,7 +216,10 @@ pub enum Ddp {
 }
 
 impl Ddp {
-    /// The name workload files and CSVs use.
+    /// Every wrapper, in declaration order.
+    pub const ALL: [Ddp; 4] = [Ddp::None, Ddp::Torch, Ddp::Megatron, Ddp::MegatronCoalesced];
+
+    /// The name workload files and CSVs use (also its serde name, which run-plans files read).
     pub fn name(self) -> &'static str {
         match self {
             Ddp::None => "none",
@@ -228,12 +231,7 @@ impl Ddp {
 
     /// The `ddp` field of workload `file` (absent: none).
     fn read(file: &Path, text: Option<&str>) -> Result<Ddp, InputError> {
-        read_choice(
-            file,
-            "ddp",
-            text,
-            &[Ddp::None, Ddp::Torch, Ddp::Megatron, Ddp::MegatronCoalesced].map(|d| (d.name(), d)),
-        )
+        read_choice(file, "ddp", text, &Ddp::ALL.map(|d| (d.name(), d)))
     }
 }
 
@@ -571,8 +569,12 @@ impl Workload {
     /// unscaling and the norm are multi-tensor kernels (PyTorch's fused Adam and `_foreach`
     /// ops, apex's in Megatron-LM), launched over all layers' tensors together
     /// ([`Launches::MultiTensor`]), as is the copy of the weights back where it is not per tensor.
+    /// None for a layer without parameters.
     pub fn optimizer_step_ops(&self, param_tensors: &[u64]) -> Vec<Op> {
         let params: u64 = param_tensors.iter().sum();
+        if params == 0 {
+            return Vec::new();
+        }
         let e = self.precision.bytes();
         let mixed = self.optimizer == Optimizer::Adam && e < 4;
         // The gradients the bookkeeping and the update read: Adam's fp32 main copy.
