@@ -239,6 +239,20 @@ const INPUTS: &[Input] = &[
         file_name: None,
     },
     Input {
+        path: "data/reference/korthikanti2022_layer_times.csv",
+        format: Format::Csv,
+        commands: &[&[
+            "validate",
+            "--arch",
+            "arch_specs/a100.toml",
+            "--layer-times",
+            "{}",
+        ]],
+        thin: 1,
+        sample: whole,
+        file_name: None,
+    },
+    Input {
         path: "workloads/plans/phaze.toml",
         format: Format::Toml,
         commands: &[&[

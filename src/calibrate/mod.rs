@@ -15,9 +15,11 @@
 //! schedule from a run-plans file such as `calibration/published_run_plans.csv`; throughput
 //! counted with the publication's FLOP formula, or the iteration time where a run gives it).
 
+mod layer_times;
 mod measurements;
 mod runs;
 
+pub use layer_times::{split_iterations, validate_layer_times, IterationSplit, LayerTimeError};
 pub use measurements::{
     load_collected, load_measurements, profiled_kernel_class, BlockShape, CollectedRow,
     Measurement, OverlapPart, OverlapShape, PassProfile, Prelude, StepShape, Target, AFTER_GEMM,

@@ -59,12 +59,16 @@ pub struct RunError {
     pub tp: u32,
     pub pp: u32,
     pub dp: u32,
+    /// Transformer blocks of the model.
+    pub layers: u64,
     pub recompute: RecomputeMode,
     pub sequence_parallel: bool,
     /// The run's micro-batch: held from the run-plans file, or the one the search chose.
     pub micro_batch: u32,
     /// Whether `micro_batch` came from the run-plans file (else it was searched).
     pub micro_batch_held: bool,
+    /// Micro-batches each pipeline runs per iteration.
+    pub micro_batches_per_pipeline: u64,
     /// Whether the gradient all-reduce overlapped the last micro-batch's backward pass.
     pub dp_overlap: bool,
     /// The pipeline schedule the run used (from the run-plans file; 1F1B otherwise) and its
@@ -259,7 +263,44 @@ impl RunPlans {
     }
 }
 
-fn recompute_mode(file: &Path, row: usize, text: &str) -> Result<RecomputeMode, InputError> {
+/// A GPT as Megatron-LM's fp16 runs (the code of 2021 and of mid-2022 alike) run it: fp16
+/// weights and activations, Adam with fp32 master weights, its fused causal softmax
+/// (`--masked-softmax-fusion`, on by default, for score rows of up to 2048) and its
+/// vocabulary-parallel loss, a kernel per step over the fp32 logits; the QKV bias added by a
+/// kernel of its own (2021: PyTorch's `linear` on a 3-D input, `matmul` then `add_`; 2022:
+/// Megatron-LM's own linear function, `output + bias`). A kernel per gradient accumulation
+/// (`--gradient-accumulation-fusion` came in 2022 and stayed off in fp16 without
+/// `--accumulate-allreduce-grads-in-fp32` until September 2022): the gradients are accumulated
+/// (PyTorch's `AccumulateGrad`, or with `--DDP-impl local` a hook's `main_grad.add_`) and cast
+/// up to the fp32 main copy (`_copy_model_grads_to_main_grads`) one parameter at a time; the
+/// weights are copied back by a multi-tensor kernel (`_copy_main_params_to_model_params`).
+pub(super) fn megatron_gpt(
+    name: &str,
+    file: &Path,
+    sizes: GptSizes,
+    tp_grad_overlap: bool,
+    ddp: Ddp,
+) -> Result<Workload, InputError> {
+    let mut workload = Workload {
+        gradient_accumulation_fusion: false,
+        param_kernels: ParamKernels::PerTensorGrads,
+        ddp,
+        ..Workload::gpt(name, file, sizes, Precision::Fp16)?
+    };
+    if let Model::Template(template) = &mut workload.model {
+        template.block.softmax = AttentionSoftmax::FusedCausal;
+        template.block.cross_entropy = CrossEntropyKernels::VocabParallel;
+        template.block.qkv_bias = QkvBias::AddKernel;
+        template.block.tp_grad_overlap = tp_grad_overlap;
+    }
+    Ok(workload)
+}
+
+pub(super) fn recompute_mode(
+    file: &Path,
+    row: usize,
+    text: &str,
+) -> Result<RecomputeMode, InputError> {
     text.parse().map_err(|_| {
         InputError::invalid(
             file,
@@ -369,10 +410,6 @@ fn validate_file_runs(
             )
             .into());
         }
-        // Megatron-LM's runs (the code of 2021 and of mid-2022 alike): fp16 weights and
-        // activations, Adam with fp32 master weights, and a kernel per gradient accumulation
-        // (`--gradient-accumulation-fusion` came in 2022 and stayed off in fp16 without
-        // `--accumulate-allreduce-grads-in-fp32` until September 2022).
         let sizes = GptSizes {
             layers: run.layers,
             hidden: run.hidden,
@@ -381,31 +418,11 @@ fn validate_file_runs(
             seq_len: run.seq,
             global_batch: run.global_batch,
         };
-        // Its gradients are accumulated (PyTorch's `AccumulateGrad`, or with `--DDP-impl
-        // local` a hook's `main_grad.add_`) and cast up to the fp32 main copy
-        // (`_copy_model_grads_to_main_grads`) one parameter at a time; the weights are copied
-        // back by a multi-tensor kernel (`_copy_main_params_to_model_params`).
-        let mut workload = Workload {
-            gradient_accumulation_fusion: false,
-            param_kernels: ParamKernels::PerTensorGrads,
-            ..Workload::gpt(&run.model, runs_csv, sizes, Precision::Fp16)
-                .map_err(|e| in_row(row, e))?
-        };
-        // Megatron-LM's fp16 GPT runs its fused causal softmax (`--masked-softmax-fusion`,
-        // on by default, for score rows of up to 2048) and its vocabulary-parallel loss, a
-        // kernel per step over the fp32 logits; the QKV bias is added by a kernel of its own
-        // (2021: PyTorch's `linear` on a 3-D input, `matmul` then `add_`; 2022: Megatron-LM's
-        // own linear function, `output + bias`).
         let held = plans.by_model.get(&run.model).map(|(_, plan)| *plan);
         let tp_grad_overlap = held.is_some_and(|p| p.tp_grad_overlap);
         let ddp = held.map_or(Ddp::None, |p| p.ddp);
-        workload.ddp = ddp;
-        if let Model::Template(template) = &mut workload.model {
-            template.block.softmax = AttentionSoftmax::FusedCausal;
-            template.block.cross_entropy = CrossEntropyKernels::VocabParallel;
-            template.block.qkv_bias = QkvBias::AddKernel;
-            template.block.tp_grad_overlap = tp_grad_overlap;
-        }
+        let workload = megatron_gpt(&run.model, runs_csv, sizes, tp_grad_overlap, ddp)
+            .map_err(|e| in_row(row, e))?;
         let options = PlanOptions {
             micro_batches: held.map_or(vec![1, 2, 4, 8, 16], |p| vec![p.micro_batch]),
             recompute: vec![recompute],
@@ -445,10 +462,12 @@ fn validate_file_runs(
             tp: run.tp,
             pp: run.pp,
             dp: run.dp,
+            layers: run.layers,
             recompute,
             sequence_parallel: run.sequence_parallel,
             micro_batch: e.plan.micro_batch,
             micro_batch_held: held.is_some(),
+            micro_batches_per_pipeline: e.plan.micro_batches_per_pipeline,
             dp_overlap: options.dp_overlap,
             schedule: e.plan.schedule,
             virtual_stages: e.plan.virtual_stages,

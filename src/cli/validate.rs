@@ -9,9 +9,10 @@ use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
     class_splits, class_totals, composite_latency, gemm_splits, kernel_errors, load_measurements,
-    measured_class_launches, measured_class_s, step_errors, summarise, summarise_by_working_set,
-    summarise_errors, time_weighted_class_errors, validate_runs, with_in_block_kernels, ClassSplit,
-    ClassTotal, ErrorSummary, GemmSplit, KernelError, Measurement, RunError, RunPlans, StepError,
+    measured_class_launches, measured_class_s, split_iterations, step_errors, summarise,
+    summarise_by_working_set, summarise_errors, time_weighted_class_errors, validate_layer_times,
+    validate_runs, with_in_block_kernels, ClassSplit, ClassTotal, ErrorSummary, GemmSplit,
+    IterationSplit, KernelError, LayerTimeError, Measurement, RunError, RunPlans, StepError,
     GEMM_CLASS,
 };
 use tandem::output::write_atomic;
@@ -43,9 +44,16 @@ pub struct Args {
     /// gradient work.
     #[arg(long, requires = "runs")]
     run_plans: Vec<PathBuf>,
+    /// Published times of one transformer layer's forward and backward (CSV with the columns
+    /// of data/reference/korthikanti2022_layer_times.csv); repeat for several files. With
+    /// --runs, each run without a pipeline whose layer a row measured is also split into its
+    /// layers and the rest.
+    #[arg(long)]
+    layer_times: Vec<PathBuf>,
     /// Directory for kernels.csv, steps.csv (the training iterations, with the GPU time
     /// collect.py profiled), gemms.csv (profiled blocks and iterations split into their GEMMs
     /// and the rest), classes.csv (profiled blocks and iterations by kernel class), runs.csv,
+    /// layers.csv (single layers), splits.csv (runs split into their layers and the rest),
     /// summary.csv and summary.md.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -62,8 +70,8 @@ struct SummaryRow<'a> {
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
-    if args.kernels.is_none() && args.runs.is_empty() {
-        bail!("nothing to validate: give --kernels DIR and/or --runs CSV");
+    if args.kernels.is_none() && args.runs.is_empty() && args.layer_times.is_empty() {
+        bail!("nothing to validate: give --kernels DIR, --runs CSV and/or --layer-times CSV");
     }
     let arch = load_chip(&args.arch)?;
     let cache = ScheduleCache::new(SolverOptions::default())?;
@@ -246,6 +254,52 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
         summaries.extend(s.into_iter().map(|x| ("end_to_end", x)));
     }
+    let mut layer_rows = Vec::new();
+    for file in &args.layer_times {
+        layer_rows.extend(validate_layer_times(file, &arch, &cache)?);
+    }
+    let mut split_rows = Vec::new();
+    if !layer_rows.is_empty() {
+        let rows: Vec<Vec<String>> = layer_rows.iter().map(layer_row).collect();
+        let names: Vec<String> = args
+            .layer_times
+            .iter()
+            .map(|f| format!("`{}`", f.display()))
+            .collect();
+        println!("single layers ({}): forward and backward", names.join(", "));
+        println!("{}", table(&LAYER_HEADER, rows.clone()));
+        markdown += &format!(
+            "## Single layers ({}): forward and backward\n\n",
+            names.join(", ")
+        );
+        markdown += LAYER_NOTE;
+        markdown += &markdown_table(&LAYER_HEADER, &rows);
+        let mut errors: Vec<(String, f64)> = Vec::new();
+        for r in &layer_rows {
+            for (part, error) in [
+                ("forward", r.forward_error),
+                ("backward", r.backward_error),
+                ("layer", r.layer_error),
+            ] {
+                errors.push((format!("{} {part}", r.publication), error));
+            }
+        }
+        let mut s = summarise_errors(errors.iter().map(|(class, e)| (class.as_str(), *e)));
+        // The parts count each row thrice: no total over them.
+        s.retain(|x| x.class != "all");
+        println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
+        markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
+        summaries.extend(s.into_iter().map(|x| ("layer", x)));
+        split_rows = split_iterations(&run_rows, &layer_rows);
+        if !split_rows.is_empty() {
+            let rows: Vec<Vec<String>> = split_rows.iter().map(split_row).collect();
+            println!("end-to-end runs split into their layers and the rest");
+            println!("{}", table(&SPLIT_HEADER, rows.clone()));
+            markdown += "## End-to-end runs split into their layers and the rest\n\n";
+            markdown += SPLIT_NOTE;
+            markdown += &markdown_table(&SPLIT_HEADER, &rows);
+        }
+    }
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         if args.kernels.is_some() {
@@ -262,6 +316,12 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         }
         if !args.runs.is_empty() {
             write_csv(&out.join("runs.csv"), &run_rows)?;
+        }
+        if !layer_rows.is_empty() {
+            write_csv(&out.join("layers.csv"), &layer_rows)?;
+        }
+        if !split_rows.is_empty() {
+            write_csv(&out.join("splits.csv"), &split_rows)?;
         }
         let rows: Vec<SummaryRow> = summaries
             .iter()
@@ -435,6 +495,95 @@ fn run_row(r: &RunError) -> Vec<String> {
         seconds(r.measured_time_per_batch_s),
         seconds(r.time_per_batch_s),
         format!("{:+.1} %", 100.0 * r.signed_error),
+    ]
+}
+
+const LAYER_HEADER: [&str; 11] = [
+    "publication",
+    "model",
+    "t",
+    "b",
+    "recompute",
+    "forward measured",
+    "predicted",
+    "error",
+    "backward measured",
+    "predicted (rerun, gradient adds)",
+    "error",
+];
+
+const LAYER_NOTE: &str = "One transformer block of the row's sizes, built as Megatron-LM's \
+fp16 runs build it and scheduled at the row's tensor-parallel width and micro-batch. Its \
+backward holds what the layer's backward does in the iteration: the backward pass, the forward \
+it reruns (full recompute: the layer's; selective: the attention core) and the add of each \
+weight gradient into the gradient buffer (`main_grad.add_`, a hook per tensor). Errors are on \
+time, (predicted − measured) / measured: negative where the model is fast.\n\n";
+
+fn layer_row(r: &LayerTimeError) -> Vec<String> {
+    vec![
+        r.publication.clone(),
+        r.model.clone(),
+        r.tp.to_string(),
+        r.micro_batch.to_string(),
+        if r.sequence_parallel {
+            format!("{}, sequence parallel", r.recompute)
+        } else {
+            r.recompute.to_string()
+        },
+        seconds(r.measured_forward_s),
+        seconds(r.predicted_forward_s),
+        format!("{:+.1} %", 100.0 * r.forward_error),
+        seconds(r.measured_backward_s),
+        format!(
+            "{} ({}, {})",
+            seconds(r.predicted_backward_s),
+            seconds(r.predicted_recompute_s),
+            seconds(r.predicted_grad_accumulation_s)
+        ),
+        format!("{:+.1} %", 100.0 * r.backward_error),
+    ]
+}
+
+const SPLIT_HEADER: [&str; 9] = [
+    "model",
+    "recompute",
+    "iteration measured",
+    "predicted",
+    "layers measured",
+    "predicted",
+    "the rest measured",
+    "predicted",
+    "error",
+];
+
+const SPLIT_NOTE: &str = "Each end-to-end run without a pipeline whose layer the single \
+layers above measured (same model, t, micro-batch, recompute, sequence parallelism and \
+input-gradient overlap): its layers are blocks × micro-batches × one layer's forward and \
+backward, the rest (embedding, head, optimizer step, the wrapper's gradient work) is the \
+iteration less the layers. The iteration's time error, (predicted − measured) / measured, is \
+the sum of the two parts, each over the measured iteration.\n\n";
+
+fn split_row(r: &IterationSplit) -> Vec<String> {
+    let (layers, rest) = r.error_parts();
+    vec![
+        r.model.clone(),
+        if r.sequence_parallel {
+            format!("{}, sequence parallel", r.recompute)
+        } else {
+            r.recompute.to_string()
+        },
+        seconds(r.measured_iteration_s),
+        seconds(r.predicted_iteration_s),
+        seconds(r.measured_layers_s),
+        seconds(r.predicted_layers_s),
+        seconds(r.measured_rest_s),
+        seconds(r.predicted_rest_s),
+        format!(
+            "{:+.1} % (layers {:+.1} %, rest {:+.1} %)",
+            100.0 * (layers + rest),
+            100.0 * layers,
+            100.0 * rest
+        ),
     ]
 }
 

@@ -340,6 +340,22 @@ pub struct LayerCost {
     pub tied: Option<TiedParams>,
 }
 
+impl LayerCost {
+    /// The forward a micro-batch's backward reruns under `mode`: the attention core under
+    /// selective recompute; under full recompute the forward but what its checkpoint skips,
+    /// for a layer that drops activations for it.
+    pub fn recompute_s(&self, mode: RecomputeMode) -> f64 {
+        match mode {
+            RecomputeMode::None => 0.0,
+            RecomputeMode::Selective => self.selective_recompute_s,
+            RecomputeMode::Full if self.activation_bytes.recomputed_under_full() => {
+                self.fwd_s - self.recompute_skipped_s
+            }
+            RecomputeMode::Full => 0.0,
+        }
+    }
+}
+
 /// Parameters a layer shares with an earlier one, its `owner`. Where the two sit on different
 /// pipeline stages, the layer's stage keeps a copy of them (weights, gradients and optimizer
 /// state, stepped by its own optimizer, synchronised with its data-parallel copies like its

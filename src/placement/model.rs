@@ -119,14 +119,7 @@ fn backward_s(layer: &LayerCost, mode: RecomputeMode, owner_in_stage: bool) -> f
             .tied
             .filter(|_| owner_in_stage)
             .map_or(0.0, |t| t.grad_sum_s)
-        + match mode {
-            RecomputeMode::None => 0.0,
-            RecomputeMode::Selective => layer.selective_recompute_s,
-            RecomputeMode::Full if layer.activation_bytes.recomputed_under_full() => {
-                layer.fwd_s - layer.recompute_skipped_s
-            }
-            RecomputeMode::Full => 0.0,
-        }
+        + layer.recompute_s(mode)
 }
 
 /// Activation bytes a layer keeps per stashed micro-batch.
