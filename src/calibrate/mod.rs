@@ -15,22 +15,24 @@
 //! schedule from a run-plans file such as `calibration/published_run_plans.csv`; throughput
 //! counted with the publication's FLOP formula, or the iteration time where a run gives it).
 
+mod composite;
 mod layer_times;
 mod measurements;
 mod runs;
 
+use composite::measured_precision;
+pub use composite::{
+    composite_latency, gpt_block_class_s, gpt_block_gemm_s, gpt_block_graphs, gpt_block_latency,
+    gpt_step_gemm_s, gpt_step_latency, measured_class_launches, measured_class_s, measured_gemm_s,
+    model_kernel_class,
+};
 pub use layer_times::{split_iterations, validate_layer_times, IterationSplit, LayerTimeError};
 pub use measurements::{
     load_collected, load_measurements, profiled_kernel_class, BlockShape, CollectedRow,
     Measurement, OverlapPart, OverlapShape, PassProfile, Prelude, StepShape, Target, AFTER_GEMM,
     COLD, GEMM_CLASS, OTHER_CLASS,
 };
-use runs::measured_precision;
-pub use runs::{
-    composite_latency, gpt_block_class_s, gpt_block_gemm_s, gpt_block_graphs, gpt_block_latency,
-    gpt_step_gemm_s, gpt_step_latency, measured_class_launches, measured_class_s, measured_gemm_s,
-    megatron_flops_per_iteration, model_kernel_class, validate_runs, RunError, RunPlans,
-};
+pub use runs::{megatron_flops_per_iteration, validate_runs, RunError, RunPlans};
 
 use crate::arch::{ArchConfig, Efficiency, PerVectorOp};
 use crate::cost::{
