@@ -24,8 +24,8 @@ use tandem::schedule::{
     list_schedule, lower_bound, verify, ScheduleCache, ScheduleProblem, SolverOptions,
 };
 use tandem::workload::{
-    CollectiveKind, Ddp, GptSizes, Op, OpGraph, OpKind, ParamKernels, Pass, Precision, VectorOp,
-    Workload,
+    CollectiveKind, Ddp, GptSizes, GradPrecision, Op, OpGraph, OpKind, ParamKernels, Pass,
+    Precision, VectorOp, Workload,
 };
 
 const CHIPS: [&str; 4] = ["phaze-tpuv4-template", "tpuv4", "a100", "h100"];
@@ -3452,6 +3452,76 @@ fn data_parallel_wrappers_price_their_gradient_work_once_per_iteration() {
         );
         assert!(wrapped.energy_per_sample_j > bare.energy_per_sample_j);
     }
+}
+
+/// Gradients kept in fp32 beside bf16 weights (`grad_precision = "fp32"`: Megatron-LM's
+/// `--accumulate-allreduce-grads-in-fp32`, which it forces on in bf16): 18 B per parameter
+/// under Adam (2 weights, 4 gradients, 12 for the fp32 main weights and moments: Megatron-LM's
+/// own count), no cast of the gradients up to the main copy before the step (the weights are
+/// still cast back), Megatron-LM's buffer zeroed at 4 B, and GPT-1.7B's two copies on one
+/// NVLink node hold 2 B more per parameter and all-reduce 2 B more per parameter: a ring of
+/// two moves each byte once, at 0.8 × 300 GB/s.
+#[test]
+fn fp32_gradients_beside_bf16_weights() {
+    let bf16 = workload("gpt-1.7b");
+    assert_eq!(
+        (bf16.precision, bf16.grad_precision()),
+        (Precision::Bf16, Precision::Bf16)
+    );
+    let fp32 = Workload {
+        grads: GradPrecision::Fp32,
+        ..bf16.clone()
+    };
+    let bytes = fp32.bytes_per_param();
+    assert_eq!(
+        (bytes.weights, bytes.grads, bytes.optimizer, bytes.total()),
+        (2, 4, 12, 18)
+    );
+    assert_eq!(bf16.bytes_per_param().total(), 16);
+    let tensors = bf16.layer_graph(1, 16, false).expect("graph").layers[1]
+        .param_tensors
+        .clone();
+    let block_params: u64 = tensors.iter().sum();
+    let names = |w: &Workload| -> Vec<String> {
+        w.optimizer_step_ops(&tensors)
+            .into_iter()
+            .map(|op| op.name)
+            .collect()
+    };
+    let with_cast = names(&bf16);
+    assert_eq!(
+        with_cast,
+        [
+            "grads_to_fp32",
+            "grad_norm",
+            "optimizer_step",
+            "weights_from_fp32"
+        ]
+    );
+    assert_eq!(names(&fp32), with_cast[1..]);
+    let megatron = Workload {
+        ddp: Ddp::Megatron,
+        ..fp32.clone()
+    };
+    let zero = &megatron.grad_buffer_ops(&tensors)[0];
+    assert_eq!(
+        (zero.name.as_str(), zero.bytes_written),
+        ("grad_buffer_zero", 4 * block_params)
+    );
+
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let (params, _) = gpt_1_7b_params(&cache);
+    let narrow = one_stage_a100_plan(&bf16, 2, ZeroStage::Replicated, &cache).plan;
+    let wide = one_stage_a100_plan(&fp32, 2, ZeroStage::Replicated, &cache).plan;
+    let (narrow, wide) = (&narrow.stages[0], &wide.stages[0]);
+    assert_eq!(wide.memory.grads - narrow.memory.grads, 2 * params);
+    let extra_s = (2 * params) as f64 / (0.8 * 300e9);
+    assert!(
+        (wide.dp_sync_s - narrow.dp_sync_s - extra_s).abs() <= 1e-9 * extra_s,
+        "{} s vs {} s",
+        wide.dp_sync_s - narrow.dp_sync_s,
+        extra_s
+    );
 }
 
 /// Every micro-batch after a copy's first adds its weight gradients into the iteration's: one

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use tandem::calibrate::megatron_flops_per_iteration;
 use tandem::placement::RecomputeMode;
 use tandem::workload::{
-    Checkpoint, CollectiveKind, Ddp, Layer, LayerGraph, Op, OpGraph, OpKind, Optimizer,
-    ParamKernels, Pass, Precision, VectorOp, Workload,
+    Checkpoint, CollectiveKind, Ddp, GradPrecision, Layer, LayerGraph, Op, OpGraph, OpKind,
+    Optimizer, ParamKernels, Pass, Precision, VectorOp, Workload,
 };
 
 fn load(name: &str) -> Workload {
@@ -1867,4 +1867,80 @@ fn ddp_names_the_wrapper_and_its_gradient_kernels() {
             "megatron_coalesced",
         ],
     );
+}
+
+/// `grad_precision` reads the gradients' format in a template and in an operator DAG: absent,
+/// the weights'; fp32 beside bf16 weights; never narrower than the weights, nor unknown.
+#[test]
+fn grad_precision_is_the_weights_or_fp32() {
+    let path = write_temp(
+        "grads-fp32.toml",
+        &format!("{GOOD}grad_precision = \"fp32\"\n"),
+    );
+    let w = Workload::load(&path).expect("fp32 gradients");
+    assert_eq!(
+        (w.precision, w.grads, w.grad_precision()),
+        (Precision::Bf16, GradPrecision::Fp32, Precision::Fp32)
+    );
+    assert_eq!(w.bytes_per_param().grads, 4);
+    let plain = Workload::load(&write_temp("grads-default.toml", GOOD)).expect("default");
+    assert_eq!(
+        (plain.grads, plain.grad_precision()),
+        (GradPrecision::Weights, Precision::Bf16)
+    );
+    // The weights' own precision named is the default.
+    let named = write_temp(
+        "grads-named.toml",
+        &format!("{GOOD}grad_precision = \"bf16\"\n"),
+    );
+    assert_eq!(
+        Workload::load(&named).expect("named").grads,
+        GradPrecision::Weights
+    );
+    let e = load_error(
+        "grads-narrow.toml",
+        &format!("{GOOD}precision = \"fp32\"\ngrad_precision = \"bf16\"\n"),
+    );
+    assert_mentions(
+        &e,
+        &[
+            "grads-narrow.toml",
+            "`grad_precision`",
+            "fp32 weights",
+            "expected fp32",
+        ],
+    );
+    let e = load_error(
+        "grads-unknown.toml",
+        &format!("{GOOD}grad_precision = \"fp8\"\n"),
+    );
+    assert_mentions(
+        &e,
+        &[
+            "grads-unknown.toml",
+            "`grad_precision`",
+            "unknown precision `fp8`",
+        ],
+    );
+    let e = load_error(
+        "grads-other.toml",
+        &format!("{GOOD}grad_precision = \"fp16\"\n"),
+    );
+    assert_mentions(
+        &e,
+        &["grads-other.toml", "`fp16` gradients for bf16 weights"],
+    );
+    // An operator DAG takes the same key.
+    let dag = std::fs::read_to_string("examples/dag-workload.json").expect("example DAG");
+    let mut value: serde_json::Value = serde_json::from_str(&dag).expect("JSON");
+    value["grad_precision"] = "fp32".into();
+    let path = write_temp("grads-dag.json", &value.to_string());
+    assert_eq!(
+        Workload::load(&path).expect("DAG").bytes_per_param().grads,
+        4
+    );
+    value["grad_precision"] = "int8".into();
+    let path = write_temp("grads-dag-bad.json", &value.to_string());
+    let e = Workload::load(&path).unwrap_err().to_string();
+    assert_mentions(&e, &["grads-dag-bad.json", "`grad_precision`", "int8"]);
 }

@@ -95,6 +95,7 @@ pub(crate) struct RawDag {
     seq_len: i64,
     #[serde(default = "default_precision")]
     precision: Precision,
+    grad_precision: Option<String>,
     #[serde(default = "default_optimizer")]
     optimizer: Optimizer,
     loss_scaling: Option<bool>,
@@ -273,6 +274,9 @@ impl RawDag {
         let param_kernels = ParamKernels::read(file, self.param_kernels.as_deref())?;
         let ddp = Ddp::read(file, self.ddp.as_deref())?;
         let checkpoint = Checkpoint::read(file, self.checkpoint.as_deref())?;
+        let grads = self
+            .precision
+            .read_grads(file, self.grad_precision.as_deref())?;
         let mut total_params = 0u64;
         if self.layers.is_empty() {
             return Err(InputError::invalid(
@@ -365,6 +369,7 @@ impl RawDag {
             global_batch,
             seq_len,
             precision: self.precision,
+            grads,
             optimizer: self.optimizer,
             loss_scaling: self
                 .loss_scaling

@@ -98,6 +98,48 @@ impl Precision {
             _ => None,
         }
     }
+
+    /// A workload file's `grad_precision` for weights in `self`: absent, the weights'
+    /// precision; else that or fp32, a gradient no narrower than its weight.
+    fn read_grads(self, file: &Path, text: Option<&str>) -> Result<GradPrecision, InputError> {
+        let Some(text) = text else {
+            return Ok(GradPrecision::Weights);
+        };
+        match Precision::parse(text) {
+            Some(grads) if grads == self => Ok(GradPrecision::Weights),
+            Some(Precision::Fp32) => Ok(GradPrecision::Fp32),
+            Some(_) => {
+                let expected = match self {
+                    Precision::Fp32 => "fp32".to_string(),
+                    narrow => format!("{} or fp32", narrow.name()),
+                };
+                Err(InputError::invalid(
+                    file,
+                    "grad_precision",
+                    format!(
+                        "`{text}` gradients for {} weights; expected {expected}",
+                        self.name()
+                    ),
+                ))
+            }
+            None => Err(InputError::invalid(
+                file,
+                "grad_precision",
+                format!("unknown precision `{text}`; expected one of fp32, bf16, fp16"),
+            )),
+        }
+    }
+}
+
+/// The gradients' format: the weights' ([`Precision`]) or fp32 beside narrower weights
+/// (Megatron-LM's `--accumulate-allreduce-grads-in-fp32`, forced on in bf16; the gradients of
+/// PyTorch autocast's fp32 parameters). Never narrower than the weights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GradPrecision {
+    #[default]
+    Weights,
+    Fp32,
 }
 
 /// Optimizer, which sets the per-parameter state.
@@ -321,6 +363,10 @@ pub struct Workload {
     /// Tokens per sample.
     pub seq_len: u64,
     pub precision: Precision,
+    /// The format the gradients are accumulated, stored, all-reduced and handed to the
+    /// optimizer in (`grad_precision` in a workload file; default the weights');
+    /// [`Workload::grad_precision`] names it.
+    pub grads: GradPrecision,
     pub optimizer: Optimizer,
     /// Whether each step takes a dynamic loss scale off the gradients and checks them for
     /// infinities (`loss_scaling` in a workload file; default: in fp16, whose gradients would
@@ -539,6 +585,14 @@ impl Workload {
         model + recomputed * self.global_batch as f64
     }
 
+    /// The gradients' precision ([`Workload::grads`]).
+    pub fn grad_precision(&self) -> Precision {
+        match self.grads {
+            GradPrecision::Weights => self.precision,
+            GradPrecision::Fp32 => Precision::Fp32,
+        }
+    }
+
     /// Bytes per parameter for weights, gradients and optimizer state (docs/design.md §2,
     /// docs/workloads.md).
     pub fn bytes_per_param(&self) -> BytesPerModelParam {
@@ -550,7 +604,7 @@ impl Workload {
         };
         BytesPerModelParam {
             weights,
-            grads: weights,
+            grads: self.grad_precision().bytes(),
             optimizer,
         }
     }
@@ -558,8 +612,9 @@ impl Workload {
     /// The kernels of the optimizer step over a layer's parameter tensors (sizes in
     /// elements), in order. Adam reads the fp32 weights, gradients and both moments and writes
     /// back the weights and moments (28 B per parameter, a fused Adam on fp32 main parameters
-    /// and gradients); in mixed precision the gradients are first cast up to the main copy and
-    /// the updated main weights cast back to the model's precision (Megatron-LM's
+    /// and gradients); in mixed precision the gradients are first cast up to the main copy
+    /// (unless `grad_precision` keeps them in fp32 already) and the updated main weights cast
+    /// back to the model's precision (Megatron-LM's
     /// `_copy_model_grads_to_main_grads` and `_copy_main_params_to_model_params`: 6 B per
     /// parameter each), a kernel per layer or per tensor as [`Workload::param_kernels`] says.
     /// SGD reads weights and gradients and writes the weights. Before the update, loss scaling
@@ -583,7 +638,8 @@ impl Workload {
             Optimizer::Sgd => e,
         };
         let mut ops = Vec::with_capacity(3 + 2 * param_tensors.len());
-        if mixed {
+        // Gradients already in fp32 are the main copy's.
+        if mixed && self.grad_precision() != Precision::Fp32 {
             ops.extend(
                 self.param_kernel_sizes(param_tensors, true)
                     .into_iter()
@@ -629,8 +685,10 @@ impl Workload {
 
     /// The kernels that add one micro-batch's weight gradients over a layer's parameter
     /// tensors into the iteration's (both read, the sum written, at the gradients' precision:
-    /// PyTorch's `AccumulateGrad`, Megatron-LM's `main_grad.add_`), run by every micro-batch
-    /// after a copy's first; none without parameters or when the GEMMs accumulate themselves.
+    /// PyTorch's `AccumulateGrad`, Megatron-LM's `main_grad.add_`; with fp32 gradients of
+    /// narrower weights the micro-batch's own arrives narrower, 10 B of the 12 priced), run
+    /// by every micro-batch after a copy's first; none without parameters or when the GEMMs
+    /// accumulate themselves.
     pub fn grad_accumulation_ops(&self, param_tensors: &[u64]) -> Vec<Op> {
         let sizes = self.param_kernel_sizes(param_tensors, true);
         self.unfused_grad_adds("grad_accumulate", sizes)

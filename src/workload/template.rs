@@ -40,6 +40,7 @@ pub(crate) struct RawTemplate {
     seq_len: i64,
     global_batch: i64,
     precision: Option<String>,
+    grad_precision: Option<String>,
     optimizer: Option<String>,
     loss_scaling: Option<bool>,
     gradient_clipping: Option<bool>,
@@ -123,6 +124,7 @@ impl RawTemplate {
             seq_len: size(sizes.seq_len),
             global_batch: size(sizes.global_batch),
             precision: Some(precision.name().to_string()),
+            grad_precision: None,
             optimizer: Some("adam".to_string()),
             loss_scaling: None,
             gradient_clipping: None,
@@ -499,6 +501,7 @@ impl RawTemplate {
                 )
             })?,
         };
+        let grads = precision.read_grads(file, self.grad_precision.as_deref())?;
         let optimizer = match self.optimizer.as_deref() {
             None => Optimizer::Adam,
             Some(text) => Optimizer::parse(text).ok_or_else(|| {
@@ -537,6 +540,7 @@ impl RawTemplate {
             seq_len,
             global_batch,
             precision,
+            grads,
             optimizer,
             loss_scaling: self.loss_scaling.unwrap_or(precision == Precision::Fp16),
             gradient_clipping: self.gradient_clipping.unwrap_or(true),
