@@ -16,6 +16,7 @@ use tandem::calibrate::{
     GEMM_CLASS,
 };
 use tandem::output::write_atomic;
+use tandem::placement::RecomputeMode;
 use tandem::report::{self, seconds, table};
 use tandem::schedule::{ScheduleCache, SolverOptions};
 
@@ -464,11 +465,7 @@ fn run_row(r: &RunError) -> Vec<String> {
         r.tp.to_string(),
         r.pp.to_string(),
         r.dp.to_string(),
-        if r.sequence_parallel {
-            format!("{}, sequence parallel", r.recompute)
-        } else {
-            r.recompute.to_string()
-        },
+        recompute_cell(r.recompute, r.sequence_parallel),
         format!(
             "{}{}",
             r.micro_batch,
@@ -525,11 +522,7 @@ fn layer_row(r: &LayerTimeError) -> Vec<String> {
         r.model.clone(),
         r.tp.to_string(),
         r.micro_batch.to_string(),
-        if r.sequence_parallel {
-            format!("{}, sequence parallel", r.recompute)
-        } else {
-            r.recompute.to_string()
-        },
+        recompute_cell(r.recompute, r.sequence_parallel),
         seconds(r.measured_forward_s),
         seconds(r.predicted_forward_s),
         format!("{:+.1} %", 100.0 * r.forward_error),
@@ -567,11 +560,7 @@ fn split_row(r: &IterationSplit) -> Vec<String> {
     let (layers, rest) = r.error_parts();
     vec![
         r.model.clone(),
-        if r.sequence_parallel {
-            format!("{}, sequence parallel", r.recompute)
-        } else {
-            r.recompute.to_string()
-        },
+        recompute_cell(r.recompute, r.sequence_parallel),
         seconds(r.measured_iteration_s),
         seconds(r.predicted_iteration_s),
         seconds(r.measured_layers_s),
@@ -585,6 +574,15 @@ fn split_row(r: &IterationSplit) -> Vec<String> {
             100.0 * rest
         ),
     ]
+}
+
+/// A run's or a layer's recompute mode, and its sequence parallelism where it has it.
+fn recompute_cell(recompute: RecomputeMode, sequence_parallel: bool) -> String {
+    if sequence_parallel {
+        format!("{recompute}, sequence parallel")
+    } else {
+        recompute.to_string()
+    }
 }
 
 fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
