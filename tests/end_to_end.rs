@@ -804,6 +804,46 @@ fn overlapped_input_gradient_all_reduces_hide_behind_the_weight_gradients() {
     );
 }
 
+/// A collective beside the compute stream takes SMs and HBM bandwidth from it: the layer's
+/// time adds `1 − comm_overlap` of its overlap with the kernels beside it. GPT-3 175B's block at
+/// t = 8 on the A100 (micro-batch 1): hiding all of it (1, every shipped chip) prices the
+/// overlapped backward as its schedule; hiding none (0) prices it exactly as the blocking
+/// backward; half, halfway; the forward, whose collectives block, is the same throughout.
+#[test]
+fn overlapped_collectives_hide_comm_overlap_of_themselves() {
+    let blocking = workload("gpt3-175b");
+    let mut overlapped = blocking.clone();
+    if let tandem::workload::Model::Template(t) = &mut overlapped.model {
+        t.block.tp_grad_overlap = true;
+    }
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let block = |w: &Workload, hidden: f64| {
+        let mut a100 = chip("a100");
+        a100.efficiency.comm_overlap = hidden;
+        let costs = layer_costs(w, &CostModel::new(&a100), &cache, 8, 1, false).expect("costs");
+        let block = &costs.graph.layers[1];
+        (block.fwd_s, block.bwd_s)
+    };
+    let (fwd_s, blocking_s) = block(&blocking, 1.0);
+    let (_, hidden_s) = block(&overlapped, 1.0);
+    let (_, half_s) = block(&overlapped, 0.5);
+    let (none_fwd_s, none_s) = block(&overlapped, 0.0);
+    println!(
+        "175B block backward at t = 8: {:.1} µs blocking, overlapped {:.1} / {:.1} / {:.1} µs \
+         hiding all / half / none",
+        blocking_s * 1e6,
+        hidden_s * 1e6,
+        half_s * 1e6,
+        none_s * 1e6
+    );
+    assert!(hidden_s < blocking_s);
+    assert!((none_s - blocking_s).abs() <= 1e-12 * blocking_s);
+    assert!((half_s - 0.5 * (hidden_s + blocking_s)).abs() <= 1e-12 * blocking_s);
+    assert_eq!(none_fwd_s, fwd_s);
+    // The blocking backward is the same whatever the fraction.
+    assert_eq!(block(&blocking, 0.0).1, blocking_s);
+}
+
 /// Under sequence parallelism the backward gathers each sharded block input again for the
 /// weight gradients that read it (Megatron-LM keeps only the shard): GPT-3 175B's block at
 /// t = 8 and micro-batch 1 runs two such all-gathers (attention and feed-forward inputs, the

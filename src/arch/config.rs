@@ -240,10 +240,12 @@ pub struct Efficiency {
     /// forward's, so an unset primitive uses `vector_sustained_rate`, not its forward rate.
     #[serde(skip_serializing_if = "PerVectorOp::is_empty")]
     pub vector_op_backward_sustained_rate: PerVectorOp,
-    /// Fraction of an overlapped collective (the data-parallel gradient all-reduce during the
-    /// last backward pass) that the computation hides, up to the computation's length (1: all
-    /// of it). Below 1 where the collective's kernels take SMs and HBM bandwidth from the
-    /// backward's. Fitted by `calibrate` from collect.py's overlap rows (two or more GPUs).
+    /// Fraction of an overlapped collective that the computation beside it hides, up to the
+    /// computation's length (1: all of it): the data-parallel gradient all-reduce during the
+    /// last backward pass, and on a serial chip each asynchronous collective of a layer's
+    /// passes (`Schedule::async_overlap_s`). Below 1 where the collective's kernels take SMs
+    /// and HBM bandwidth from the computation's. Fitted by `calibrate` from collect.py's
+    /// overlap rows (two or more GPUs).
     #[serde(skip_serializing_if = "is_one")]
     pub comm_overlap: f64,
     /// GPU time between two kernels that the host launches one at a time (eager PyTorch, as

@@ -273,8 +273,17 @@ pub fn layer_costs(
                 let fwd = cache.get_or_compute(&format!("{key}|fwd"), hardware, &fwd_problem)?;
                 let bwd = cache.get_or_compute(&format!("{key}|bwd"), hardware, &bwd_problem)?;
                 let efficiency = &cost.arch().efficiency;
-                let fwd_s = efficiency.eager_pass_s(fwd.makespan_s, layer.fwd.launches());
-                let bwd_s = efficiency.eager_pass_s(bwd.makespan_s, layer.bwd.launches());
+                // A collective beside the compute stream takes SMs and HBM bandwidth from it:
+                // the computation hides `comm_overlap` of their overlap, as it does of the
+                // data-parallel all-reduce.
+                let contended_s = |schedule: &Schedule, problem: &ScheduleProblem| {
+                    schedule.makespan_s
+                        + (1.0 - efficiency.comm_overlap) * schedule.async_overlap_s(problem)
+                };
+                let fwd_s =
+                    efficiency.eager_pass_s(contended_s(&fwd, &fwd_problem), layer.fwd.launches());
+                let bwd_s =
+                    efficiency.eager_pass_s(contended_s(&bwd, &bwd_problem), layer.bwd.launches());
                 let (selective_recompute_s, selective_recompute_energy_j) =
                     attention_core(&layer.fwd, &fwd_problem, efficiency);
                 let (recompute_skipped_s, recompute_skipped_energy_j) = recompute_skipped(

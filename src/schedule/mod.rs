@@ -323,6 +323,33 @@ impl Schedule {
     pub fn gap(&self) -> f64 {
         relative_gap(self.makespan_s, self.lower_bound_s)
     }
+
+    /// How long `problem`'s asynchronous collectives ran beside the compute stream of a
+    /// [`KernelExecution::Serial`] chip: each one's overlap with the tensor and vector
+    /// operators' spans (which never overlap one another there). 0 on a chip whose cores run
+    /// side by side, where a collective has a link of its own.
+    pub fn async_overlap_s(&self, problem: &ScheduleProblem) -> f64 {
+        if problem.execution != KernelExecution::Serial {
+            return 0.0;
+        }
+        let on_link = |op: &ScheduledOp| problem.ops[op.op].core == CoreType::Link;
+        let compute: Vec<(f64, f64)> = self
+            .ops
+            .iter()
+            .filter(|op| !on_link(op))
+            .map(|op| (op.start_s, op.end_s))
+            .collect();
+        self.ops
+            .iter()
+            .filter(|op| on_link(op) && problem.ops[op.op].asynchronous)
+            .map(|c| {
+                compute
+                    .iter()
+                    .map(|&(start, end)| (end.min(c.end_s) - start.max(c.start_s)).max(0.0))
+                    .sum::<f64>()
+            })
+            .sum()
+    }
 }
 
 /// Invalid input to the scheduler, or a failure to write its chart.
