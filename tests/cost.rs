@@ -14,7 +14,9 @@ use tandem::cost::{
     PowerSample,
 };
 use tandem::error::{parse_toml, read_input, InputError};
-use tandem::workload::{CollectiveKind, CoreType, Launches, Op, OpKind, Pass, VectorOp, Workload};
+use tandem::workload::{
+    AttentionShape, CollectiveKind, CoreType, Launches, Op, OpKind, Pass, VectorOp, Workload,
+};
 
 const KERNELS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/reference/a100_kernels");
 
@@ -1434,4 +1436,57 @@ fn negative_board_power_is_refused() {
         err.contains("kernels.csv") && err.contains("row 1, power_run_w") && err.contains("-5"),
         "{err}"
     );
+}
+
+/// A fused attention kernel's score products run on the tensor cores as GEMMs of their shapes
+/// would (QKᵀ-shaped: s × s out of depth d; the others s × d out of depth s), half of them
+/// under a causal mask, while HBM sees only the kernel's own tensors (Q, K, V, the output,
+/// its gradient and the log-sum-exp): each pass takes the longer of the two plus the GEMM
+/// overhead per kernel (one forward, three backward). On the H100, 32 heads of 4096 × 128 are
+/// bound by the products, and without the mask they take twice as long.
+#[test]
+fn flash_attention_prices_its_products_on_the_tensor_cores() {
+    let h100 = load_chip("h100");
+    let model = CostModel::new(&h100);
+    let cores = h100.tensor.count;
+    let square = gemm_cost(&h100, 32, 4096, 4096, 128, 2, cores).compute_s;
+    let tall = gemm_cost(&h100, 32, 4096, 128, 4096, 2, cores).compute_s;
+    let eff = &h100.efficiency;
+    for (pass, squares, talls, kernels) in [
+        (Pass::Forward, 1.0, 1.0, 1.0),
+        (Pass::Backward, 2.0, 3.0, 3.0),
+    ] {
+        let kind = |causal| OpKind::Attention {
+            shape: AttentionShape {
+                heads: 32,
+                kv_heads: 32,
+                seq_len: 4096,
+                head_dim: 128,
+                causal,
+            },
+            pass,
+        };
+        let op = tandem::workload::kernel_op(kind(true), 2);
+        let hbm_s = (op.bytes_read + op.bytes_written) as f64
+            / (h100.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth);
+        let products_s = squares * square + talls * tall;
+        assert!(0.5 * products_s > 2.0 * hbm_s, "{pass:?}: compute-bound");
+        let cost = model.op_cost(&op);
+        assert_eq!(cost.core, CoreType::Tensor);
+        let expected_s = 0.5 * products_s + kernels * eff.gemm_overhead_s;
+        assert!(
+            rel_err(cost.all_cores_s, expected_s) < 1e-12,
+            "{pass:?}: {} s vs {expected_s} s",
+            cost.all_cores_s
+        );
+        assert_eq!(cost.all_cores_bound, Bound::Compute);
+        let unmasked = model.op_cost(&tandem::workload::kernel_op(kind(false), 2));
+        let expected_s = products_s + kernels * eff.gemm_overhead_s;
+        assert!(
+            rel_err(unmasked.all_cores_s, expected_s) < 1e-12,
+            "{pass:?} unmasked"
+        );
+        // One core runs the same products alone.
+        assert!(cost.one_core_s > cost.all_cores_s);
+    }
 }

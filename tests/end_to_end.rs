@@ -2026,6 +2026,8 @@ fn profiled_passes_split_by_kernel_class() {
         ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul> >", false, "add"),
         ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)", false, "copy"),
         ("Memset (Device)", true, "other"),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false>(pytorch_flash::Flash_fwd_params)", false, "attention"),
+        ("void pytorch_flash::flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> > >(pytorch_flash::Flash_bwd_params)", true, "attention"),
         ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, 4>", true, "cast"),
         ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >", true, "cast"),
         ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)", true, "cross_entropy"),
@@ -3974,4 +3976,48 @@ fn stop_early_checkpoint_of_a_forward_that_saves_nothing_reruns_nothing() {
         (rerun_s - early_s - 4.0 * fwd_s).abs() < 1e-12,
         "rerun {rerun_s} s, stop early {early_s} s, forward {fwd_s} s"
     );
+}
+
+/// Flash attention keeps no scores, so selective recompute has nothing to rerun: Llama-2 7B's
+/// block at t = 1 on the H100 prices its selective rerun at zero with `attention_softmax =
+/// "flash"` (the materialised core's rerun otherwise), and the block's forward is its
+/// serial schedule's sum, the fused kernel in place of the score path.
+#[test]
+fn flash_attention_leaves_selective_recompute_nothing_to_rerun() {
+    let plain = workload("llama2-7b");
+    let mut flash = plain.clone();
+    if let tandem::workload::Model::Template(t) = &mut flash.model {
+        t.block.softmax = tandem::workload::AttentionSoftmax::Flash;
+    }
+    let h100 = chip("h100.calibrated");
+    let cost = CostModel::new(&h100);
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let block = |w: &Workload| {
+        layer_costs(w, &cost, &cache, 1, 1, false)
+            .expect("costs")
+            .graph
+            .layers[1]
+            .clone()
+    };
+    let (plain_block, flash_block) = (block(&plain), block(&flash));
+    assert!(plain_block.selective_recompute_s > 0.0);
+    assert_eq!(flash_block.selective_recompute_s, 0.0);
+    let graph = flash.layer_graph(1, 1, false).expect("graph");
+    let fwd = &graph.layers[1].fwd;
+    let eff = &h100.efficiency;
+    let gpu_s: f64 = fwd
+        .ops
+        .iter()
+        .map(|op| {
+            let c = cost.op_cost(op);
+            c.one_core_s.min(c.all_cores_s)
+        })
+        .sum();
+    let expected_s = eff.eager_pass_s(gpu_s, fwd.launches());
+    assert!(
+        (flash_block.fwd_s - expected_s).abs() <= 1e-9 * expected_s,
+        "{} s vs {expected_s} s",
+        flash_block.fwd_s
+    );
+    assert!(fwd.ops.iter().any(|op| op.name == "attention"));
 }

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use tandem::calibrate::megatron_flops_per_iteration;
 use tandem::placement::RecomputeMode;
 use tandem::workload::{
-    Checkpoint, CollectiveKind, Ddp, GradPrecision, Layer, LayerGraph, Op, OpGraph, OpKind,
-    Optimizer, ParamKernels, Pass, Precision, VectorOp, Workload,
+    AttentionShape, Checkpoint, CollectiveKind, Ddp, GradPrecision, Layer, LayerGraph, Op, OpGraph,
+    OpKind, Optimizer, ParamKernels, Pass, Precision, VectorOp, Workload,
 };
 
 fn load(name: &str) -> Workload {
@@ -1943,4 +1943,172 @@ fn grad_precision_is_the_weights_or_fp32() {
     let path = write_temp("grads-dag-bad.json", &value.to_string());
     let e = Workload::load(&path).unwrap_err().to_string();
     assert_mentions(&e, &["grads-dag-bad.json", "`grad_precision`", "int8"]);
+}
+
+/// `attention_softmax = "flash"` runs the attention core as one fused kernel each way
+/// (FlashAttention-2): QKᵀ and P·V forward, five such products backward (the scores
+/// recomputed), 2·s²·d FLOP each per query head, half under a decoder's causal mask. Two
+/// sequences of 16 tokens and 4 heads of 16 (bf16): 8 query heads, Q 8·16·16·2 = 4096 B, K
+/// and V as much again each, the rows' fp32 log-sum-exp 8·16·4 = 512 B. No score tensor
+/// reaches the graphs or the activations, which keep the log-sum-exp instead (so selective
+/// recompute has nothing to drop); BERT's attention is not causal; grouped K/V heads read
+/// less.
+#[test]
+fn flash_attention_is_one_kernel_each_way_without_scores() {
+    let text = format!("{GOOD}attention_softmax = \"flash\"\n");
+    let flash = Workload::load(&write_temp("flash.toml", &text)).expect("loads");
+    let plain = Workload::load(&write_temp("plain-attention.toml", GOOD)).expect("loads");
+    let graph = flash.layer_graph(1, 2, false).expect("graph");
+    let (fwd, bwd) = (&block(&graph).fwd, &block(&graph).bwd);
+    let product = 2.0 * 8.0 * 16.0 * 16.0 * 16.0;
+    let (q, kv, lse) = (4096, 2 * 4096, 512);
+    let forward = &fwd.ops[op_index(fwd, "attention")];
+    assert_eq!(
+        forward.kind,
+        OpKind::Attention {
+            shape: AttentionShape {
+                heads: 8,
+                kv_heads: 8,
+                seq_len: 16,
+                head_dim: 16,
+                causal: true,
+            },
+            pass: Pass::Forward,
+        }
+    );
+    assert_eq!(forward.flops, 2.0 * product / 2.0);
+    assert_eq!(
+        (forward.bytes_read, forward.bytes_written),
+        (q + kv, q + lse)
+    );
+    let backward = &bwd.ops[op_index(bwd, "attention.bwd")];
+    assert_eq!(backward.flops, 5.0 * product / 2.0);
+    assert_eq!(
+        (backward.bytes_read, backward.bytes_written),
+        (3 * q + kv + lse, q + kv)
+    );
+    for gone in ["qk", "softmax", "attn_dropout", "av", "context_transpose"] {
+        assert!(fwd.ops.iter().all(|op| op.name != gone), "{gone}");
+    }
+    for gone in ["q_scale.bwd", "k_scale.bwd", "softmax.bwd", "av.grad_a"] {
+        assert!(bwd.ops.iter().all(|op| op.name != gone), "{gone}");
+    }
+    let (flash_bytes, plain_bytes) = (
+        block(&graph).activation_bytes,
+        block(&plain.layer_graph(1, 2, false).expect("graph")).activation_bytes,
+    );
+    assert_eq!(flash_bytes.none, flash_bytes.selective);
+    assert_eq!(flash_bytes.selective, plain_bytes.selective + lse);
+    assert_eq!(flash_bytes.full, plain_bytes.full);
+    // 8 heads · 16² scores: softmax output, dropout mask and output, 2 + 1 + 2 B each.
+    assert_eq!(plain_bytes.none - plain_bytes.selective, 8 * 16 * 16 * 5);
+
+    let bert = Workload::load(&write_temp(
+        "flash-bert.toml",
+        &text.replace("family = \"gpt\"", "family = \"bert\""),
+    ))
+    .expect("BERT takes flash attention");
+    let graph = bert.layer_graph(1, 2, false).expect("graph");
+    let forward = &block(&graph).fwd.ops[op_index(&block(&graph).fwd, "attention")];
+    assert!(matches!(
+        forward.kind,
+        OpKind::Attention {
+            shape: AttentionShape { causal: false, .. },
+            ..
+        }
+    ));
+    assert_eq!(forward.flops, 2.0 * product);
+    let grouped = Workload::load(&write_temp(
+        "flash-gqa.toml",
+        &format!("{text}kv_heads = 2\n"),
+    ))
+    .expect("grouped K/V");
+    let graph = grouped.layer_graph(1, 2, false).expect("graph");
+    let forward = &block(&graph).fwd.ops[op_index(&block(&graph).fwd, "attention")];
+    assert!(matches!(
+        forward.kind,
+        OpKind::Attention {
+            shape: AttentionShape { kv_heads: 4, .. },
+            ..
+        }
+    ));
+    assert_eq!(forward.bytes_read, q + kv / 2);
+}
+
+/// An operator DAG holds a fused attention kernel as it holds a GEMM: its query and K/V heads
+/// scale with the micro-batch, its backward (five products, three kernels) is derived, and a
+/// zero size or K/V heads that do not divide the query heads are refused by name.
+#[test]
+fn dag_attention_scales_and_derives_its_backward() {
+    let json = serde_json::json!({
+        "name": "flash-dag",
+        "global_batch": 8,
+        "seq_len": 128,
+        "layers": [{
+            "name": "attn",
+            "params": 262144,
+            "activation_bytes": {"none": 1024, "selective": 1024, "full": 1024},
+            "output_bytes": 65536,
+            "fwd": {
+                "ops": [
+                    {"name": "qkv", "kind": {"kind": "gemm", "batch": 1, "m": 128, "n": 512, "k": 256}},
+                    {"name": "attention", "kind": {"kind": "attention", "heads": 4, "kv_heads": 2,
+                        "seq_len": 128, "head_dim": 64, "causal": true}},
+                    {"name": "proj", "kind": {"kind": "gemm", "batch": 1, "m": 128, "n": 256, "k": 256}}
+                ],
+                "edges": [[0, 1], [1, 2]]
+            }
+        }],
+        "edges": []
+    });
+    let w = Workload::load(&write_temp("flash-dag.json", &json.to_string())).expect("loads");
+    let graph = w.layer_graph(1, 2, false).expect("graph");
+    let layer = &graph.layers[0];
+    assert_eq!(
+        layer.fwd.ops[1].kind,
+        OpKind::Attention {
+            shape: AttentionShape {
+                heads: 8,
+                kv_heads: 4,
+                seq_len: 128,
+                head_dim: 64,
+                causal: true,
+            },
+            pass: Pass::Forward,
+        }
+    );
+    let bwd = layer
+        .bwd
+        .ops
+        .iter()
+        .find(|op| op.name == "attention.bwd")
+        .expect("derived backward");
+    assert!(matches!(
+        bwd.kind,
+        OpKind::Attention {
+            shape: AttentionShape {
+                heads: 8,
+                kv_heads: 4,
+                ..
+            },
+            pass: Pass::Backward,
+        }
+    ));
+    assert_eq!(bwd.flops, 5.0 * 2.0 * 8.0 * 128.0 * 128.0 * 64.0 / 2.0);
+    assert_eq!(bwd.launches(), 3.0);
+    for (field, value, expected) in [
+        ("heads", 0, "every size must be positive"),
+        (
+            "kv_heads",
+            3,
+            "3 key/value heads do not divide 4 query heads",
+        ),
+    ] {
+        let mut bad = json.clone();
+        bad["layers"][0]["fwd"]["ops"][1]["kind"][field] = value.into();
+        let e = Workload::load(&write_temp("flash-dag-bad.json", &bad.to_string()))
+            .unwrap_err()
+            .to_string();
+        assert_mentions(&e, &["flash-dag-bad.json", expected]);
+    }
 }

@@ -3,7 +3,7 @@
 //! collect.py timed and profiled them: their latency, their GEMMs' share and their kernels
 //! by class and launch, for `validate`'s comparisons and `calibrate`'s fits.
 
-use super::measurements::GEMM_CLASS;
+use super::measurements::{ATTENTION_CLASS, GEMM_CLASS};
 use super::{BlockShape, Measurement, StepShape, Target};
 use crate::arch::ArchConfig;
 use crate::cost::CostModel;
@@ -71,7 +71,8 @@ pub fn gpt_block_class_s(
 
 /// The class of a model operator, as profiled kernels are classed
 /// ([`super::profiled_kernel_class`]): `gemm`, a vector primitive's name (the causal softmax
-/// counts as softmax), or `collective` (one GPU's profile has none).
+/// counts as softmax), `attention` (a fused kernel), or `collective` (one GPU's profile has
+/// none).
 pub fn model_kernel_class(kind: &OpKind) -> &'static str {
     match kind {
         OpKind::Gemm { .. } => GEMM_CLASS,
@@ -81,6 +82,7 @@ pub fn model_kernel_class(kind: &OpKind) -> &'static str {
         } => VectorOp::Softmax.name(),
         OpKind::Vector { op, .. } => op.name(),
         OpKind::Collective { .. } => "collective",
+        OpKind::Attention { .. } => ATTENTION_CLASS,
     }
 }
 

@@ -184,6 +184,10 @@ impl PassProfile {
 /// The class of GEMM kernels, profiled or modelled.
 pub const GEMM_CLASS: &str = "gemm";
 
+/// The class of fused attention kernels (FlashAttention-2's, PyTorch's flash backend), profiled
+/// or modelled.
+pub const ATTENTION_CLASS: &str = "attention";
+
 /// The class of a profiled CUDA kernel, named as the model's operators are
 /// (`runs::model_kernel_class`): `gemm` for cuBLAS's and CUTLASS's kernels (`gemm`, and Hopper's
 /// cuBLAS `nvjet_…`), else the vector primitive PyTorch's kernel of that name computes in a
@@ -214,7 +218,9 @@ pub fn profiled_kernel_class(name: &str, backward: bool) -> &'static str {
         "sum_and_scatter",
         "arange",
     ];
-    if has("gemm") || has("nvjet") {
+    if has("flash_fwd") || has("flash_bwd") {
+        ATTENTION_CLASS
+    } else if has("gemm") || has("nvjet") {
         GEMM_CLASS
     } else if has("gammabetabackward") || (has("reduce_kernel") && has("sum_functor")) {
         VectorOp::ColumnSum.name()
@@ -668,6 +674,8 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             // calibration, from checked blocks.
             Target::Eager { .. } | Target::InBlock(_) | Target::AfterPrelude { .. } => false,
             Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
+            // collect.py times no fused attention kernel.
+            Target::Op(OpKind::Attention { .. }) => false,
             Target::Block { shape: b, .. } => {
                 [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
             }

@@ -30,7 +30,7 @@ pub use layer_times::{split_iterations, validate_layer_times, IterationSplit, La
 pub use measurements::{
     load_collected, load_measurements, profiled_kernel_class, BlockShape, CollectedRow,
     Measurement, OverlapPart, OverlapShape, PassProfile, Prelude, StepShape, Target, AFTER_GEMM,
-    COLD, GEMM_CLASS, OTHER_CLASS,
+    ATTENTION_CLASS, COLD, GEMM_CLASS, OTHER_CLASS,
 };
 pub use runs::{megatron_flops_per_iteration, validate_runs, RunError, RunPlans};
 
@@ -396,6 +396,7 @@ fn shape(kind: &OpKind) -> String {
             elements, row_len, ..
         } => format!("{}x{row_len}", elements / row_len.max(1)),
         OpKind::Collective { bytes, group, .. } => format!("{bytes}B/{group}"),
+        OpKind::Attention { shape: a, .. } => format!("{}x{}x{}", a.heads, a.seq_len, a.head_dim),
     }
 }
 

@@ -239,6 +239,18 @@ fn shape(kind: &OpKind) -> (String, String) {
             format!("collective/{collective:?}").to_lowercase(),
             format!("{} over {group}", report::bytes(bytes as f64)),
         ),
+        OpKind::Attention { shape: a, .. } => (
+            if a.causal {
+                "attention/causal"
+            } else {
+                "attention"
+            }
+            .into(),
+            format!(
+                "{} heads ({} K/V) × {}×{}",
+                a.heads, a.kv_heads, a.seq_len, a.head_dim
+            ),
+        ),
     }
 }
 

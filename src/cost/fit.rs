@@ -19,7 +19,7 @@
 //! (a profiled block's bias gradients, residual adds, QKV-gradient stack) get their own
 //! bandwidth and overhead from those kernels by [`fit_in_pass`], with the rest held.
 
-use super::{collective_cost, gemm_cost, vector_cost};
+use super::{attention_cost, collective_cost, gemm_cost, vector_cost};
 use crate::arch::{ArchConfig, Efficiency, RowBandwidth};
 use crate::workload::{OpKind, Pass, VectorOp};
 use std::collections::BTreeMap;
@@ -61,6 +61,10 @@ pub fn on_all_cores(arch: &ArchConfig, sample: &KernelSample) -> Option<(f64, f6
             let c = vector_cost(arch, op, pass, elements, row_len, sample.elem_bytes, cores);
             Some((c.latency_s, c.energy_j))
         }
+        OpKind::Attention { .. } => {
+            let c = attention_cost(arch, sample.kind, sample.elem_bytes, arch.tensor.count)?;
+            Some((c.latency_s, c.energy_j))
+        }
         OpKind::Collective { .. } => None,
     }
 }
@@ -85,6 +89,8 @@ pub enum KernelClass {
     Vector(VectorOp, Pass),
     /// All-reduces and all-gathers: they share the links.
     Collective,
+    /// Fused attention kernels.
+    Attention,
 }
 
 impl KernelClass {
@@ -93,6 +99,7 @@ impl KernelClass {
             OpKind::Gemm { .. } => KernelClass::Gemm,
             OpKind::Vector { op, pass, .. } => KernelClass::Vector(op, pass),
             OpKind::Collective { .. } => KernelClass::Collective,
+            OpKind::Attention { .. } => KernelClass::Attention,
         }
     }
 }

@@ -16,12 +16,14 @@
 //! the link bandwidth against measured collectives, then each measured vector primitive's own
 //! bandwidth (forward and, where measured, backward) and overhead.
 
+mod attention;
 mod collective;
 mod fit;
 mod gemm;
 mod power;
 mod vector;
 
+pub use attention::{attention_cost, AttentionCost};
 pub use collective::{collective_cost, CollectiveCost};
 pub use fit::{
     class_errors, fit_efficiency, fit_in_pass, on_all_cores, predicted_latency_s, KernelClass,
@@ -183,6 +185,21 @@ impl CostModel {
                 let all = vector_cost(arch, op, pass, elements, row_len, elem_bytes, cores);
                 OpCost {
                     core: CoreType::Vector,
+                    one_core_s: one.latency_s,
+                    all_cores_s: all.latency_s,
+                    one_core_energy_j: one.energy_j,
+                    all_cores_energy_j: all.energy_j,
+                    one_core_bound: one.bound,
+                    all_cores_bound: all.bound,
+                }
+            }
+            OpKind::Attention { .. } => {
+                let cost = |cores| {
+                    attention_cost(arch, kind, elem_bytes, cores).expect("an attention kind")
+                };
+                let (one, all) = (cost(1), cost(arch.tensor.count));
+                OpCost {
+                    core: CoreType::Tensor,
                     one_core_s: one.latency_s,
                     all_cores_s: all.latency_s,
                     one_core_energy_j: one.energy_j,

@@ -500,7 +500,8 @@ pub(super) fn attention_core(
                 && (score_elements.contains(&(batch * m * n))
                     || score_elements.contains(&(batch * m * k)))
         }
-        OpKind::Collective { .. } => false,
+        // A fused kernel keeps no scores: selective recompute has nothing to drop or rerun.
+        OpKind::Collective { .. } | OpKind::Attention { .. } => false,
     };
     let (time_s, energy_j, launches) =
         ops_in_turn(graph, problem, |_, op| touches_scores(&op.kind));

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::graph::{
-    ActivationBytes, Launches, Layer, LayerGraph, Op, OpGraph, OpKind, ReplicatedParams,
+    ActivationBytes, AttentionShape, Launches, Layer, LayerGraph, Op, OpGraph, OpKind,
+    ReplicatedParams,
 };
-use super::ops::{build_graphs, collective, gemm, mul, vector, Node};
+use super::ops::{attention, build_graphs, collective, gemm, mul, vector, Node};
 use super::{Checkpoint, Ddp, Model, Optimizer, ParamKernels, Precision, Workload};
 use crate::error::InputError;
 
@@ -218,6 +219,9 @@ fn check_graph(file: &Path, field: &str, graph: &DagGraph) -> Result<(), InputEr
                 elements, row_len, ..
             } => elements == 0 || row_len == 0,
             OpKind::Collective { bytes, group, .. } => bytes == 0 || group == 0,
+            OpKind::Attention { shape: a, .. } => {
+                [a.heads, a.kv_heads, a.seq_len, a.head_dim].contains(&0)
+            }
         };
         if zero {
             return Err(InputError::invalid(
@@ -234,9 +238,27 @@ fn check_graph(file: &Path, field: &str, graph: &DagGraph) -> Result<(), InputEr
             OpKind::Collective { bytes, group, .. } => {
                 &[("bytes", bytes), ("group", u64::from(group))]
             }
+            OpKind::Attention { shape: a, .. } => &[
+                ("heads", a.heads),
+                ("kv_heads", a.kv_heads),
+                ("seq_len", a.seq_len),
+                ("head_dim", a.head_dim),
+            ],
         };
         for &(name, value) in sizes {
             at_most(file, &format!("{at}.kind.{name}"), value, MAX_SIZE)?;
+        }
+        if let OpKind::Attention { shape: a, .. } = op.kind {
+            if a.heads % a.kv_heads != 0 {
+                return Err(InputError::invalid(
+                    file,
+                    format!("{at}.kind.kv_heads"),
+                    format!(
+                        "{} key/value heads do not divide {} query heads",
+                        a.kv_heads, a.heads
+                    ),
+                ));
+            }
         }
         let is_gemm = matches!(op.kind, OpKind::Gemm { .. });
         if !is_gemm && (op.scale != Scale::M || !op.weight_operand) {
@@ -417,6 +439,14 @@ fn scaled_op(op: &DagOp, micro_batch: u64, elem_bytes: u32) -> Op {
                 scaled.launches = Launches::Kernels(prim.kernels(pass, *elements, row_len));
             }
             scaled
+        }
+        OpKind::Attention { shape, pass } => {
+            let scaled = AttentionShape {
+                heads: mul(&[shape.heads, micro_batch]),
+                kv_heads: mul(&[shape.kv_heads, micro_batch]),
+                ..shape
+            };
+            attention(&op.name, scaled, pass, elem_bytes)
         }
         OpKind::Collective {
             collective: kind,

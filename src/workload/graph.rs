@@ -51,13 +51,45 @@ pub enum OpKind {
         bytes: u64,
         group: u32,
     },
+    /// Fused (flash) attention of `shape`: the score products, the softmax and the product with
+    /// V in one kernel whose score tiles stay on chip (FlashAttention-2; PyTorch's
+    /// `scaled_dot_product_attention`); the backward recomputes the scores.
+    Attention {
+        #[serde(flatten)]
+        shape: AttentionShape,
+        #[serde(default)]
+        pass: Pass,
+    },
+}
+
+/// The shape of a fused attention kernel ([`OpKind::Attention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AttentionShape {
+    /// Query heads: the micro-batch's samples × the heads on the device.
+    pub heads: u64,
+    /// Key/value heads, as many or a divisor of them (grouped-query attention).
+    pub kv_heads: u64,
+    pub seq_len: u64,
+    pub head_dim: u64,
+    /// Keys after each query masked (decoders): the kernel skips those tiles.
+    pub causal: bool,
+}
+
+/// The score products a fused attention kernel runs per query head: QKᵀ and P·V forward; the
+/// backward recomputes QKᵀ and adds dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q. Each
+/// is a `seq_len × seq_len × head_dim` product.
+pub fn attention_products(pass: Pass) -> u64 {
+    match pass {
+        Pass::Forward => 2,
+        Pass::Backward => 5,
+    }
 }
 
 impl OpKind {
     /// Which core type executes this operator.
     pub fn core_type(&self) -> CoreType {
         match self {
-            OpKind::Gemm { .. } => CoreType::Tensor,
+            OpKind::Gemm { .. } | OpKind::Attention { .. } => CoreType::Tensor,
             OpKind::Vector { .. } => CoreType::Vector,
             OpKind::Collective { .. } => CoreType::Link,
         }
@@ -120,7 +152,7 @@ impl Op {
     /// inputs, a vector primitive as [`VectorOp::saves_for_backward`], a collective nothing.
     pub fn saves_for_backward(&self) -> bool {
         match self.kind {
-            OpKind::Gemm { .. } => true,
+            OpKind::Gemm { .. } | OpKind::Attention { .. } => true,
             OpKind::Vector { op, .. } => op.saves_for_backward(),
             OpKind::Collective { .. } => false,
         }
@@ -133,7 +165,7 @@ impl Op {
             Launches::MultiTensor => {
                 let elements = match self.kind {
                     OpKind::Vector { elements, .. } => elements,
-                    OpKind::Gemm { .. } | OpKind::Collective { .. } => 0,
+                    OpKind::Gemm { .. } | OpKind::Collective { .. } | OpKind::Attention { .. } => 0,
                 };
                 elements as f64 / (MULTI_TENSOR_CHUNK_ELEMENTS * MULTI_TENSOR_CHUNKS_PER_LAUNCH)
             }

@@ -411,6 +411,7 @@ pub fn kernel_op(kind: OpKind, elem_bytes: u32) -> Op {
             bytes,
             group,
         } => ops::collective(name, collective, bytes, group, elem_bytes),
+        OpKind::Attention { shape, pass } => ops::attention(name, shape, pass, elem_bytes),
     }
 }
 

@@ -10,7 +10,9 @@
 
 use std::collections::BTreeSet;
 
-use super::graph::{CollectiveKind, Launches, Op, OpGraph, OpKind};
+use super::graph::{
+    attention_products, AttentionShape, CollectiveKind, Launches, Op, OpGraph, OpKind,
+};
 use crate::vocab::{Pass, VectorOp};
 
 /// Multiplies sizes, saturating instead of wrapping on absurd inputs.
@@ -91,6 +93,52 @@ pub(crate) fn vector_in_pass(
         bytes_written: mul(&[elements, traffic.writes * e + traffic.extra_write_bytes])
             .saturating_add(reduced_output_bytes),
         launches: Launches::Kernels(op.kernels(pass, elements, row_len)),
+        asynchronous: false,
+    }
+}
+
+/// Fused attention ([`OpKind::Attention`]): 2·s²·d FLOP per product and query head (half of
+/// them under a causal mask); HBM traffic of its own tensors only, Q, K and V read and the
+/// output and its fp32 row log-sum-exp written forward, Q, K, V, the output, its gradient and
+/// the log-sum-exp read and dQ, dK, dV written backward. The backward is three kernels, as
+/// FlashAttention-2 runs it (the rows' dO·O sums, the main kernel, dQ's conversion from its
+/// fp32 accumulator).
+pub(crate) fn attention(name: &str, shape: AttentionShape, pass: Pass, elem_bytes: u32) -> Op {
+    let AttentionShape {
+        heads,
+        kv_heads,
+        seq_len,
+        head_dim,
+        causal,
+    } = shape;
+    let e = u64::from(elem_bytes);
+    let per_head = mul(&[seq_len, head_dim, e]);
+    let q = mul(&[heads, per_head]);
+    let kv = mul(&[2, kv_heads, per_head]);
+    let lse = mul(&[heads, seq_len, 4]);
+    let (bytes_read, bytes_written, kernels) = match pass {
+        Pass::Forward => (q.saturating_add(kv), q.saturating_add(lse), 1),
+        Pass::Backward => (
+            mul(&[3, q]).saturating_add(kv).saturating_add(lse),
+            q.saturating_add(kv),
+            3,
+        ),
+    };
+    let masked = if causal { 0.5 } else { 1.0 };
+    Op {
+        name: name.to_string(),
+        kind: OpKind::Attention { shape, pass },
+        elem_bytes,
+        flops: 2.0
+            * attention_products(pass) as f64
+            * masked
+            * heads as f64
+            * seq_len as f64
+            * seq_len as f64
+            * head_dim as f64,
+        bytes_read,
+        bytes_written,
+        launches: Launches::Kernels(kernels),
         asynchronous: false,
     }
 }
@@ -294,6 +342,11 @@ pub(crate) fn standard_backward(fwd: &Op, weight_operand: bool) -> (Vec<(Op, Fee
             (vec![(grad, Feeds::All)], leaf)
         }
         OpKind::Collective { .. } => (vec![(collective_backward(fwd), Feeds::All)], Vec::new()),
+        OpKind::Attention { shape, .. } => {
+            let name = format!("{}.bwd", fwd.name);
+            let grad = attention(&name, shape, Pass::Backward, fwd.elem_bytes);
+            (vec![(grad, Feeds::All)], Vec::new())
+        }
     }
 }
 

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::graph::{
-    ActivationBytes, CollectiveKind, Layer, LayerGraph, Op, OpKind, ReplicatedParams, TiedUse,
+    ActivationBytes, AttentionShape, CollectiveKind, Layer, LayerGraph, Op, OpKind,
+    ReplicatedParams, TiedUse,
 };
 use super::ops::{
-    build_graphs, collective, collective_backward, column_sum, gemm, gemm_grad_a, gemm_grad_b, mul,
-    vector, vector_in_pass, Feeds, Node,
+    attention, build_graphs, collective, collective_backward, column_sum, gemm, gemm_grad_a,
+    gemm_grad_b, mul, vector, vector_in_pass, Feeds, Node,
 };
 use super::{
     Checkpoint, Ddp, Family, GptSizes, Model, Optimizer, ParamKernels, Precision, Workload,
@@ -261,6 +262,11 @@ pub enum AttentionSoftmax {
     /// Megatron-LM's fused causal kernel (`scaled_upper_triang_masked_softmax`): scale, mask
     /// and softmax in one pass that reads each row only up to the diagonal.
     FusedCausal,
+    /// Fused (flash) attention: the score products, the softmax, its dropout and the product
+    /// with V in one kernel whose scores never reach HBM nor the activations
+    /// ([`OpKind::Attention`]; FlashAttention-2, PyTorch's `scaled_dot_product_attention`),
+    /// causal in decoders; the backward recomputes the scores in one kernel of its own.
+    Flash,
 }
 
 /// The kernels that compute the loss over the vocabulary logits.
@@ -342,6 +348,7 @@ impl BlockShape {
             match self.softmax {
                 AttentionSoftmax::Separate => "",
                 AttentionSoftmax::FusedCausal => " fused-causal-softmax",
+                AttentionSoftmax::Flash => " flash-attention",
             },
             match self.cross_entropy {
                 CrossEntropyKernels::Fused => "",
@@ -1060,15 +1067,22 @@ impl Template {
                 }
                 _ => ffn_inside(tokens, self.ffn_hidden),
             };
-        // Attention scores: softmax output (e), dropout mask (1) and dropout output (e).
+        // Attention scores: softmax output (e), dropout mask (1) and dropout output (e); a
+        // fused kernel keeps its rows' fp32 log-sum-exp instead, which selective recompute
+        // has no reason to drop.
         let scores = mul(&[
             shape.micro_batch,
             self.heads / tp,
             shape.seq_len,
             shape.seq_len,
         ]);
-        let attention = scores * (e + drop * (1 + e));
-        let selective = outside + inside;
+        let (attention, kept) = if self.block.softmax == AttentionSoftmax::Flash {
+            let rows = mul(&[shape.micro_batch, self.heads / tp, shape.seq_len]);
+            (0, 4 * rows)
+        } else {
+            (scores * (e + drop * (1 + e)), 0)
+        };
+        let selective = outside + inside + kept;
         ActivationBytes {
             none: selective + attention,
             selective,
@@ -1168,46 +1182,76 @@ impl Template {
         } else {
             qkv
         };
-        // The scores' 1/√d rides on the QKᵀ GEMM in the forward (`baddbmm`'s alpha, as
-        // Megatron-LM's unfused attention runs it); the GEMM's backward multiplies each of its
-        // two operand gradients by it in a kernel of its own (PyTorch's autograd of
-        // `baddbmm`).
-        let operand_grad = |name: &str| {
-            let op = vector_in_pass(name, VectorOp::Scale, Pass::Backward, heads * s * d, 1, e);
-            (op, Feeds::All)
-        };
-        let qk_in = bld.push(Node::new(
-            None,
-            vec![qk_in],
-            vec![operand_grad("q_scale.bwd"), operand_grad("k_scale.bwd")],
-        ));
-        let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
-        let scores = heads * s * s;
-        let softmax_op = match self.block.softmax {
-            AttentionSoftmax::Separate => VectorOp::Softmax,
-            AttentionSoftmax::FusedCausal => VectorOp::CausalSoftmax,
-        };
-        let softmax = bld.op(vector("softmax", softmax_op, scores, s, e), &[qk], false);
-        let probs = if self.has_dropout() {
-            let dropout = vector("attn_dropout", VectorOp::Dropout, scores, 1, e);
-            bld.op(dropout, &[softmax], false)
+        let context = if self.block.softmax == AttentionSoftmax::Flash {
+            // One kernel each way over Q, K and V; its output is already token-major, and its
+            // gradients go to the rotary kernel (Q, K) and the projection (V).
+            let shape = AttentionShape {
+                heads,
+                kv_heads: b * self.kv_heads_per_device(tp),
+                seq_len: s,
+                head_dim: d,
+                causal: self.family != Family::Bert,
+            };
+            let pass = |pass: Pass| {
+                let name = match pass {
+                    Pass::Forward => "attention",
+                    Pass::Backward => "attention.bwd",
+                };
+                attention(name, shape, pass, e)
+            };
+            let inputs = if qk_in == qkv {
+                vec![qkv]
+            } else {
+                vec![qk_in, qkv]
+            };
+            bld.push(Node::new(
+                Some(pass(Pass::Forward)),
+                inputs,
+                vec![(pass(Pass::Backward), Feeds::All)],
+            ))
         } else {
-            softmax
+            // The scores' 1/√d rides on the QKᵀ GEMM in the forward (`baddbmm`'s alpha, as
+            // Megatron-LM's unfused attention runs it); the GEMM's backward multiplies each of its
+            // two operand gradients by it in a kernel of its own (PyTorch's autograd of
+            // `baddbmm`).
+            let operand_grad = |name: &str| {
+                let op = vector_in_pass(name, VectorOp::Scale, Pass::Backward, heads * s * d, 1, e);
+                (op, Feeds::All)
+            };
+            let qk_in = bld.push(Node::new(
+                None,
+                vec![qk_in],
+                vec![operand_grad("q_scale.bwd"), operand_grad("k_scale.bwd")],
+            ));
+            let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
+            let scores = heads * s * s;
+            let softmax_op = if self.block.softmax == AttentionSoftmax::FusedCausal {
+                VectorOp::CausalSoftmax
+            } else {
+                VectorOp::Softmax
+            };
+            let softmax = bld.op(vector("softmax", softmax_op, scores, s, e), &[qk], false);
+            let probs = if self.has_dropout() {
+                let dropout = vector("attn_dropout", VectorOp::Dropout, scores, 1, e);
+                bld.op(dropout, &[softmax], false)
+            } else {
+                softmax
+            };
+            // Probabilities × V: the gradient of the probabilities goes back to the softmax side,
+            // the gradient of V to the QKV projection.
+            let av = gemm("av", heads, s, d, s, e);
+            let grad = vec![
+                (gemm_grad_a(&av, "grad_a"), Feeds::Only(vec![probs])),
+                (gemm_grad_b(&av, "grad_b"), Feeds::Only(vec![qkv])),
+            ];
+            let av = bld.push(Node::new(Some(av), vec![probs, qkv], grad));
+            // The context, batched by head, goes back to token-major rows for the projection. Its
+            // gradient goes the other way as a view: the batched GEMMs' backward reads it strided,
+            // and no copy kernel runs (PyTorch's profile of an iteration: one transpose per block
+            // forward, none in the backward).
+            let transpose = vector("context_transpose", VectorOp::Copy, tokens * q_width, 1, e);
+            bld.forward_only(transpose, av)
         };
-        // Probabilities × V: the gradient of the probabilities goes back to the softmax side,
-        // the gradient of V to the QKV projection.
-        let av = gemm("av", heads, s, d, s, e);
-        let grad = vec![
-            (gemm_grad_a(&av, "grad_a"), Feeds::Only(vec![probs])),
-            (gemm_grad_b(&av, "grad_b"), Feeds::Only(vec![qkv])),
-        ];
-        let av = bld.push(Node::new(Some(av), vec![probs, qkv], grad));
-        // The context, batched by head, goes back to token-major rows for the projection. Its
-        // gradient goes the other way as a view: the batched GEMMs' backward reads it strided,
-        // and no copy kernel runs (PyTorch's profile of an iteration: one transpose per block
-        // forward, none in the backward).
-        let transpose = vector("context_transpose", VectorOp::Copy, tokens * q_width, 1, e);
-        let context = bld.forward_only(transpose, av);
         let proj = bld.linear(gemm("proj", 1, tokens, h, q_width, e), &[context], bias);
         // A sequential block finishes attention (all-reduce, dropout, residual) and normalises
         // again; a parallel block feeds the same normalised input to the feed-forward branch.
