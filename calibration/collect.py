@@ -500,6 +500,42 @@ def run_softmax_rows(w, dtype, quick):
             del x, dy
 
 
+def run_flash_attention(w, dtype, quick):
+    """Fused attention as PyTorch's `scaled_dot_product_attention` runs it on its flash backend
+    (FlashAttention-2), causal (`attention_flash_causal`) or not (`attention_flash`), forward
+    and backward (`_bwd`: forward and backward together less the forward), at sequences
+    1024-8192 and head dimensions 64 and 128: batch = query heads (samples x heads), m =
+    sequence, n = head dimension, k = 0 (as many key/value heads)."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        print("attention_flash: torch.nn.attention (PyTorch 2.3+) is missing, skipped",
+              file=sys.stderr)
+        return
+    for seq in ([2048] if quick else [1024, 2048, 4096, 8192]):
+        for dim in ([128] if quick else [64, 128]):
+            heads = max(8, 2**27 // seq**2)
+            q, k, v = (torch.randn(1, heads, seq, dim, device="cuda", dtype=dtype,
+                                   requires_grad=True) for _ in range(3))
+            dy = torch.randn(1, heads, seq, dim, device="cuda", dtype=dtype)
+            shape = dict(batch=heads, m=seq, n=dim)
+            for causal in (False, True):
+                name = "attention_flash_causal" if causal else "attention_flash"
+
+                def forward():
+                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.no_grad():
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                def forward_and_backward():
+                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        torch.autograd.grad(y, (q, k, v), dy)
+
+                w.time(name, forward, **shape)
+                w.time(name + "_bwd", forward_and_backward, baseline=forward, **shape)
+            del q, k, v, dy
+
+
 def run_loss(w, dtype, quick):
     """Softmax cross-entropy over the vocabulary (the language-model head's loss), forward and
     its gradient, for whole and 8-way vocabulary-parallel logits."""
@@ -839,6 +875,7 @@ SECTIONS = {
     "gemm": run_gemms,
     "vector": run_vector,
     "attention": run_attention,
+    "flash_attention": run_flash_attention,
     "casts": run_casts,
     "copies": run_copies,
     "column_sums": run_column_sums,

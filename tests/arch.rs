@@ -555,6 +555,21 @@ fn bad_chip_files_name_file_field_and_reason() {
         ],
     );
 
+    // The fused attention kernels' own fraction, in range and not above the peak at the
+    // training clock (0.926 × 1.1 > 1).
+    for (file, value, shown) in [
+        ("attention_zero.toml", "0.0", "got 0"),
+        ("attention_peak.toml", "1.1", "got 1.1"),
+    ] {
+        let m = chip_error(
+            "a100.toml",
+            file,
+            "sustained_clock = 0.926",
+            &format!("sustained_clock = 0.926\nattention_compute = {value}"),
+        );
+        assert_mentions(&m, &[file, "efficiency.attention_compute", shown]);
+    }
+
     // Above 1 is a training clock above the fitted kernels', but not above the peak.
     let m = chip_error(
         "a100.toml",

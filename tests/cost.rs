@@ -893,6 +893,8 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     truth.efficiency.gemm_overhead_s = 10e-6;
     truth.efficiency.vector_overhead_s = 5e-6;
     truth.efficiency.link_bandwidth = 0.75;
+    // Fused attention kernels reach less of the arrays than GEMMs do.
+    truth.efficiency.attention_compute = Some(0.6);
     truth
         .efficiency
         .vector_op_overhead_s
@@ -950,7 +952,29 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         bytes,
         group,
     });
-    let kinds = [gemms.as_slice(), vectors.as_slice(), collectives.as_slice()].concat();
+    // Compute-bound fused attention, causal or not, forward and backward.
+    let attention = [
+        (true, Pass::Forward),
+        (false, Pass::Forward),
+        (true, Pass::Backward),
+    ]
+    .map(|(causal, pass)| OpKind::Attention {
+        shape: AttentionShape {
+            heads: 8,
+            kv_heads: 8,
+            seq_len: 1024,
+            head_dim: 64,
+            causal,
+        },
+        pass,
+    });
+    let kinds = [
+        gemms.as_slice(),
+        vectors.as_slice(),
+        collectives.as_slice(),
+        attention.as_slice(),
+    ]
+    .concat();
     let samples: Vec<KernelSample> = kinds
         .iter()
         .map(|&kind| {
@@ -973,6 +997,7 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         );
     };
     near(fitted.tensor_compute, 0.8, 0.005, "tensor_compute");
+    near(fitted.attention_compute(), 0.6, 0.005, "attention_compute");
     near(fitted.hbm_bandwidth, 0.7, 0.005, "hbm_bandwidth");
     near(fitted.gemm_overhead_s, 10e-6, 0.1e-6, "gemm_overhead_s");
     near(fitted.link_bandwidth, 0.75, 0.005, "link_bandwidth");

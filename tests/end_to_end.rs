@@ -4021,3 +4021,108 @@ fn flash_attention_leaves_selective_recompute_nothing_to_rerun() {
     );
     assert!(fwd.ops.iter().any(|op| op.name == "attention"));
 }
+
+/// collect.py's fused-attention rows (`attention_flash`, its `_bwd` and `_causal` variants:
+/// batch = query heads, m = sequence, n = head dimension, k = key/value heads, 0 for as many)
+/// load as fused attention kernels; a row whose K/V heads do not divide its query heads is
+/// refused by file, row and field; and calibrating on rows timed at half the H100's GEMM
+/// fraction gives the chip that fraction for its fused kernels alone.
+#[test]
+fn fused_attention_rows_load_and_set_their_own_fraction() {
+    let tmp = scratch("attention-rows");
+    let dir = tmp.path();
+    let h100 = chip("h100");
+    let mut truth = h100.clone();
+    truth.efficiency.attention_compute = Some(0.5 * h100.efficiency.tensor_compute);
+    let shapes = [
+        ("attention_flash", 64, 2048, 128, 0, false, Pass::Forward),
+        (
+            "attention_flash_bwd",
+            64,
+            2048,
+            128,
+            16,
+            false,
+            Pass::Backward,
+        ),
+        (
+            "attention_flash_causal",
+            32,
+            4096,
+            128,
+            0,
+            true,
+            Pass::Forward,
+        ),
+        (
+            "attention_flash_causal_bwd",
+            32,
+            4096,
+            128,
+            0,
+            true,
+            Pass::Backward,
+        ),
+    ];
+    let mut lines = vec![COLLECTED_HEADER.to_string()];
+    for &(kernel, heads, seq, dim, kv, causal, pass) in &shapes {
+        let kind = OpKind::Attention {
+            shape: tandem::workload::AttentionShape {
+                heads,
+                kv_heads: if kv == 0 { heads } else { kv },
+                seq_len: seq,
+                head_dim: dim,
+                causal,
+            },
+            pass,
+        };
+        let sample = KernelSample {
+            kind,
+            elem_bytes: 2,
+            measured_s: 0.0,
+        };
+        let s = predicted_latency_s(&truth, &sample);
+        lines.push(format!(
+            "H100,1980,2619,1,13.0,2.11,bf16,{kernel},{heads},{seq},{dim},{kv},0,0,1,{s},{s},{s},30,10"
+        ));
+    }
+    std::fs::write(dir.join("kernels.csv"), lines.join("\n") + "\n").expect("write");
+    let loaded = load_measurements(dir).expect("loads");
+    assert_eq!(loaded.len(), shapes.len());
+    for (m, &(kernel, heads, seq, dim, kv, causal, pass)) in loaded.iter().zip(&shapes) {
+        assert_eq!(m.class, kernel);
+        let Target::Op(OpKind::Attention { shape, pass: p }) = m.target else {
+            panic!("{kernel}: not an attention kernel");
+        };
+        assert_eq!(
+            (
+                shape.heads,
+                shape.kv_heads,
+                shape.seq_len,
+                shape.head_dim,
+                shape.causal,
+                p
+            ),
+            (
+                heads,
+                if kv == 0 { heads } else { kv },
+                seq,
+                dim,
+                causal,
+                pass
+            )
+        );
+    }
+    let fitted = calibrate(&h100, &loaded).expect("fits").efficiency;
+    let got = fitted.attention_compute();
+    let want = 0.5 * h100.efficiency.tensor_compute;
+    assert!((got - want).abs() <= 0.005, "{got} vs {want}");
+    assert_eq!(fitted.tensor_compute, h100.efficiency.tensor_compute);
+
+    lines[1] = lines[1].replace(",64,2048,128,0,", ",64,2048,128,24,");
+    std::fs::write(dir.join("kernels.csv"), lines.join("\n") + "\n").expect("write");
+    let e = load_measurements(dir)
+        .expect_err("24 K/V heads")
+        .to_string();
+    assert!(e.contains("kernels.csv") && e.contains("row 1"), "{e}");
+}

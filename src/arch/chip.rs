@@ -138,6 +138,19 @@ pub(crate) fn validate_environment(
     }
     // A training run's GEMMs may clock above the single kernels the fractions were fitted to,
     // but never above the peak.
+    if let Some(value) = eff.attention_compute {
+        if !fraction_of_peak(value) || eff.sustained_clock * value > 1.0 {
+            return Err(InputError::invalid(
+                file,
+                field("efficiency.attention_compute"),
+                format!(
+                    "must be a fraction of peak in {FRACTION_RANGE}, and times \
+                     efficiency.sustained_clock ({}) at most 1, got {value}",
+                    eff.sustained_clock
+                ),
+            ));
+        }
+    }
     let sustained_tensor = eff.sustained_clock * eff.tensor_compute;
     if !(eff.sustained_clock > 0.0 && sustained_tensor <= 1.0) {
         return Err(InputError::invalid(

@@ -179,6 +179,12 @@ pub fn fewest_in_domain(count: u32, stride: u32, domain: u32) -> u32 {
 pub struct Efficiency {
     /// Fraction of peak tensor-core throughput a well-shaped GEMM achieves.
     pub tensor_compute: f64,
+    /// Fraction of peak tensor-core throughput a fused attention kernel's products achieve
+    /// (`OpKind::Attention`); unset, the GEMMs' `tensor_compute`
+    /// ([`Efficiency::attention_compute`]). Fitted by `calibrate` from collect.py's
+    /// `attention_flash` rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_compute: Option<f64>,
     /// Fraction of peak vector throughput achieved.
     pub vector_compute: f64,
     /// Fraction of peak HBM bandwidth achieved by streaming kernels.
@@ -415,6 +421,11 @@ impl PerVectorOp {
 }
 
 impl Efficiency {
+    /// The fused attention kernels' fraction of peak: their own where set, else the GEMMs'.
+    pub fn attention_compute(&self) -> f64 {
+        self.attention_compute.unwrap_or(self.tensor_compute)
+    }
+
     /// The time of `launches` kernels launched eagerly one after another whose GPU work, as a
     /// graph replay times it, is `gpu_s` in all: each adds `launch_gap_s`, and the pass takes
     /// no less than the host's dispatch of all of them. The host usually runs ahead of a busy
@@ -473,6 +484,7 @@ impl Default for Efficiency {
     fn default() -> Self {
         Efficiency {
             tensor_compute: 1.0,
+            attention_compute: None,
             vector_compute: 1.0,
             hbm_bandwidth: 1.0,
             gemm_overhead_s: 0.0,

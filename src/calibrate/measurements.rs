@@ -11,7 +11,9 @@
 use super::in_row;
 use crate::error::InputError;
 use crate::placement::RecomputeMode;
-use crate::workload::{CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload};
+use crate::workload::{
+    AttentionShape, CollectiveKind, GptSizes, OpKind, Pass, Precision, VectorOp, Workload,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -578,6 +580,27 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                     k: r.k,
                 })
             }
+            // Fused (flash) attention (collect.py's `attention_flash`, PyTorch's
+            // `scaled_dot_product_attention` on its flash backend): batch = query heads
+            // (samples × heads), m = sequence, n = head dimension, k = key/value heads (0: as
+            // many as the query heads).
+            "attention_flash"
+            | "attention_flash_bwd"
+            | "attention_flash_causal"
+            | "attention_flash_causal_bwd" => op(OpKind::Attention {
+                shape: AttentionShape {
+                    heads: r.batch,
+                    kv_heads: if r.k == 0 { r.batch } else { r.k },
+                    seq_len: r.m,
+                    head_dim: r.n,
+                    causal: r.kernel.contains("causal"),
+                },
+                pass: if r.kernel.ends_with("_bwd") {
+                    Pass::Backward
+                } else {
+                    Pass::Forward
+                },
+            }),
             "softmax" => op(vector(VectorOp::Softmax)),
             "softmax_bwd" => op(vector_pass(VectorOp::Softmax, Pass::Backward)),
             // Rows of square causal scores (collect.py's Triton stand-in for Megatron-LM's
@@ -674,8 +697,10 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
             // calibration, from checked blocks.
             Target::Eager { .. } | Target::InBlock(_) | Target::AfterPrelude { .. } => false,
             Target::Op(OpKind::Collective { bytes, group, .. }) => bytes == 0 || group < 2,
-            // collect.py times no fused attention kernel.
-            Target::Op(OpKind::Attention { .. }) => false,
+            Target::Op(OpKind::Attention { shape: a, .. }) => {
+                [a.heads, a.kv_heads, a.seq_len, a.head_dim].contains(&0)
+                    || a.heads % a.kv_heads != 0
+            }
             Target::Block { shape: b, .. } => {
                 [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
             }

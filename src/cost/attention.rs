@@ -1,9 +1,9 @@
 //! Fused (flash) attention: the score products run on the tensor cores as GEMMs of their
-//! shapes would (tiles, waves, the sustained clock), while the score tiles stay on chip, so
-//! HBM sees only the kernel's own tensors (`workload::kernel_op` counts them). The softmax's
-//! arithmetic overlaps the products. No kernel of this kind has been timed for tandem: the
-//! tensor-core fraction is the GEMMs' (`efficiency.tensor_compute`), an assumption that a
-//! measured attention kernel would replace.
+//! shapes would (tiles, waves, the sustained clock) while the score tiles stay on chip, so HBM
+//! sees only the kernel's own tensors (`workload::kernel_op` counts them); the softmax's
+//! arithmetic overlaps the products. They run at the chip's `efficiency.attention_compute`
+//! of peak: fitted where fused kernels were timed (collect.py's `attention_flash` rows), else
+//! the GEMMs' `tensor_compute`, an assumption those rows replace.
 
 use super::gemm::gemm_cost;
 use super::{dominant_bound, Bound, MemoryLevel};
@@ -43,10 +43,13 @@ pub fn attention_cost(
     let others = attention_products(pass) - scores;
     let square = gemm_cost(arch, heads, s, s, d, elem_bytes, cores);
     let tall = gemm_cost(arch, heads, s, d, s, elem_bytes, cores);
-    let compute_s = masked * (scores as f64 * square.compute_s + others as f64 * tall.compute_s);
+    // The products at the fused kernel's own fraction of peak, not the GEMMs'.
+    let eff = &arch.efficiency;
+    let fraction = eff.tensor_compute / eff.attention_compute();
+    let compute_s =
+        fraction * masked * (scores as f64 * square.compute_s + others as f64 * tall.compute_s);
     let op = kernel_op(kind, elem_bytes);
     let hbm_bytes = (op.bytes_read + op.bytes_written) as f64;
-    let eff = &arch.efficiency;
     let hbm_s = hbm_bytes / (arch.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth);
     let overhead_s = eff.gemm_overhead_s * op.launches();
     let e = &arch.energy;

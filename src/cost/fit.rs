@@ -130,6 +130,7 @@ fn objective(arch: &ArchConfig, samples: &[KernelSample]) -> f64 {
 #[derive(Debug, Clone, Copy)]
 enum Param {
     TensorCompute,
+    AttentionCompute,
     HbmBandwidth,
     GemmOverhead,
     VectorOverhead(VectorOp),
@@ -148,6 +149,7 @@ impl Param {
     fn range(self) -> (f64, f64) {
         match self {
             Param::TensorCompute
+            | Param::AttentionCompute
             | Param::HbmBandwidth
             | Param::VectorBandwidth(_)
             | Param::VectorBackwardBandwidth(_)
@@ -162,6 +164,7 @@ impl Param {
     fn get(self, eff: &Efficiency) -> f64 {
         match self {
             Param::TensorCompute => eff.tensor_compute,
+            Param::AttentionCompute => eff.attention_compute(),
             Param::HbmBandwidth => eff.hbm_bandwidth,
             Param::GemmOverhead => eff.gemm_overhead_s,
             Param::VectorOverhead(op) => eff.vector_overhead_for(op, Pass::Forward),
@@ -176,6 +179,7 @@ impl Param {
     fn set(self, eff: &mut Efficiency, value: f64) {
         match self {
             Param::TensorCompute => eff.tensor_compute = value,
+            Param::AttentionCompute => eff.attention_compute = Some(value),
             Param::HbmBandwidth => eff.hbm_bandwidth = value,
             Param::GemmOverhead => eff.gemm_overhead_s = value,
             Param::VectorOverhead(op) => eff.vector_op_overhead_s.set(op, Some(value)),
@@ -196,7 +200,8 @@ impl Param {
 
 /// Efficiency parameters of `arch` fitted to `samples`. Parameters without samples to
 /// inform them (tensor terms without GEMMs, vector compute, links without collectives) keep
-/// `arch`'s values.
+/// `arch`'s values. Fused attention kernels get their own tensor-core fraction
+/// (`attention_compute`), fitted after the shared parameters with those held.
 /// The default `vector_overhead_s` becomes the smallest fitted per-primitive overhead (the
 /// leanest measured kernel: the best guess for unmeasured ones), and only primitives that
 /// differ from it keep an override; each measured primitive keeps its own bandwidth, and its
@@ -235,6 +240,12 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
     }
 
     let mut trial = arch.clone();
+    let has_attention = has(KernelClass::Attention);
+    if has_attention {
+        // Held while the shared parameters are fitted, so that the GEMMs' fraction is the
+        // GEMMs' alone; fitted to the attention kernels next.
+        trial.efficiency.attention_compute = Some(trial.efficiency.attention_compute());
+    }
     trial.efficiency.row_hbm_bandwidth.clear();
     for &op in &vector_ops {
         trial.efficiency.vector_op_hbm_bandwidth.set(op, None);
@@ -245,6 +256,9 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
         trial.efficiency.vector_op_backward_overhead_s.set(op, None);
     }
     descend(&mut trial, samples, &params);
+    if has_attention {
+        descend(&mut trial, samples, &[Param::AttentionCompute]);
+    }
     let own: Vec<Param> = vector_ops
         .iter()
         .flat_map(|&op| {
