@@ -512,6 +512,14 @@ def run_flash_attention(w, dtype, quick):
         print("attention_flash: torch.nn.attention (PyTorch 2.3+) is missing, skipped",
               file=sys.stderr)
         return
+    probe = torch.randn(1, 8, 128, 64, device="cuda", dtype=dtype)
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.no_grad():
+            F.scaled_dot_product_attention(probe, probe, probe, is_causal=True)
+    except RuntimeError as error:
+        print(f"attention_flash: no flash backend here ({error}), skipped", file=sys.stderr)
+        return
+    del probe
     for seq in ([2048] if quick else [1024, 2048, 4096, 8192]):
         for dim in ([128] if quick else [64, 128]):
             heads = max(8, 2**27 // seq**2)
