@@ -3497,7 +3497,7 @@ fn data_parallel_wrappers_price_their_gradient_work_once_per_iteration() {
 }
 
 /// Gradients kept in fp32 beside bf16 weights (`grad_precision = "fp32"`: Megatron-LM's
-/// `--accumulate-allreduce-grads-in-fp32`, which it forces on in bf16): 18 B per parameter
+/// `--accumulate-allreduce-grads-in-fp32`, its default in bf16): 18 B per parameter
 /// under Adam (2 weights, 4 gradients, 12 for the fp32 main weights and moments: Megatron-LM's
 /// own count), no cast of the gradients up to the main copy before the step (the weights are
 /// still cast back), Megatron-LM's buffer zeroed at 4 B, and GPT-1.7B's two copies on one

@@ -132,7 +132,7 @@ impl Precision {
 }
 
 /// The gradients' format: the weights' ([`Precision`]) or fp32 beside narrower weights
-/// (Megatron-LM's `--accumulate-allreduce-grads-in-fp32`, forced on in bf16; the gradients of
+/// (Megatron-LM's `--accumulate-allreduce-grads-in-fp32`, its default in bf16; the gradients of
 /// PyTorch autocast's fp32 parameters). Never narrower than the weights.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
