@@ -138,6 +138,19 @@ pub(crate) fn validate_environment(
     }
     // A training run's GEMMs may clock above the single kernels the fractions were fitted to,
     // but never above the peak.
+    let sustained_tensor = eff.sustained_clock * eff.tensor_compute;
+    if !(eff.sustained_clock > 0.0 && sustained_tensor <= 1.0) {
+        return Err(InputError::invalid(
+            file,
+            field("efficiency.sustained_clock"),
+            format!(
+                "must be positive, and times efficiency.tensor_compute ({}) at most 1 (the \
+                 peak), got {}",
+                eff.tensor_compute, eff.sustained_clock
+            ),
+        ));
+    }
+    // The fused attention kernels' own fraction likewise.
     if let Some(value) = eff.attention_compute {
         if !fraction_of_peak(value) || eff.sustained_clock * value > 1.0 {
             return Err(InputError::invalid(
@@ -150,18 +163,6 @@ pub(crate) fn validate_environment(
                 ),
             ));
         }
-    }
-    let sustained_tensor = eff.sustained_clock * eff.tensor_compute;
-    if !(eff.sustained_clock > 0.0 && sustained_tensor <= 1.0) {
-        return Err(InputError::invalid(
-            file,
-            field("efficiency.sustained_clock"),
-            format!(
-                "must be positive, and times efficiency.tensor_compute ({}) at most 1 (the \
-                 peak), got {}",
-                eff.tensor_compute, eff.sustained_clock
-            ),
-        ));
     }
     // A training run's vector kernels may run slower than lone replays (a power-capped clock)
     // or faster (a warm L2), within a factor of a few.

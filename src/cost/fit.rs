@@ -61,8 +61,8 @@ pub fn on_all_cores(arch: &ArchConfig, sample: &KernelSample) -> Option<(f64, f6
             let c = vector_cost(arch, op, pass, elements, row_len, sample.elem_bytes, cores);
             Some((c.latency_s, c.energy_j))
         }
-        OpKind::Attention { .. } => {
-            let c = attention_cost(arch, sample.kind, sample.elem_bytes, arch.tensor.count)?;
+        OpKind::Attention { shape, pass } => {
+            let c = attention_cost(arch, shape, pass, sample.elem_bytes, arch.tensor.count);
             Some((c.latency_s, c.energy_j))
         }
         OpKind::Collective { .. } => None,

@@ -193,10 +193,8 @@ impl CostModel {
                     all_cores_bound: all.bound,
                 }
             }
-            OpKind::Attention { .. } => {
-                let cost = |cores| {
-                    attention_cost(arch, kind, elem_bytes, cores).expect("an attention kind")
-                };
+            OpKind::Attention { shape, pass } => {
+                let cost = |cores| attention_cost(arch, shape, pass, elem_bytes, cores);
                 let (one, all) = (cost(1), cost(arch.tensor.count));
                 OpCost {
                     core: CoreType::Tensor,

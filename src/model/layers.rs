@@ -276,9 +276,13 @@ pub fn layer_costs(
                 // A collective beside the compute stream takes SMs and HBM bandwidth from it:
                 // the computation hides `comm_overlap` of their overlap, as it does of the
                 // data-parallel all-reduce.
+                let exposed = 1.0 - efficiency.comm_overlap;
                 let contended_s = |schedule: &Schedule, problem: &ScheduleProblem| {
-                    schedule.makespan_s
-                        + (1.0 - efficiency.comm_overlap) * schedule.async_overlap_s(problem)
+                    if exposed > 0.0 {
+                        schedule.makespan_s + exposed * schedule.async_overlap_s(problem)
+                    } else {
+                        schedule.makespan_s
+                    }
                 };
                 let fwd_s =
                     efficiency.eager_pass_s(contended_s(&fwd, &fwd_problem), layer.fwd.launches());

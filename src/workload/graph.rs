@@ -75,13 +75,14 @@ pub struct AttentionShape {
     pub causal: bool,
 }
 
-/// The score products a fused attention kernel runs per query head: QKᵀ and P·V forward; the
-/// backward recomputes QKᵀ and adds dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q. Each
-/// is a `seq_len × seq_len × head_dim` product.
-pub fn attention_products(pass: Pass) -> u64 {
+/// The score products a fused attention kernel runs per query head, each over `seq_len` ×
+/// `seq_len` × `head_dim`: those shaped as QKᵀ (an s × s result over depth d) and those
+/// shaped as P·V (s × d over depth s). Forward, QKᵀ and P·V; the backward recomputes QKᵀ and
+/// adds dP = dO·Vᵀ (score-shaped), dV = Pᵀ·dO, dQ = dS·K and dK = dSᵀ·Q.
+pub fn attention_products(pass: Pass) -> [u64; 2] {
     match pass {
-        Pass::Forward => 2,
-        Pass::Backward => 5,
+        Pass::Forward => [1, 1],
+        Pass::Backward => [2, 3],
     }
 }
 

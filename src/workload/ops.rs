@@ -130,7 +130,7 @@ pub(crate) fn attention(name: &str, shape: AttentionShape, pass: Pass, elem_byte
         kind: OpKind::Attention { shape, pass },
         elem_bytes,
         flops: 2.0
-            * attention_products(pass) as f64
+            * attention_products(pass).iter().sum::<u64>() as f64
             * masked
             * heads as f64
             * seq_len as f64

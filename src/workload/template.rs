@@ -1183,8 +1183,9 @@ impl Template {
             qkv
         };
         let context = if self.block.softmax == AttentionSoftmax::Flash {
-            // One kernel each way over Q, K and V; its output is already token-major, and its
-            // gradients go to the rotary kernel (Q, K) and the projection (V).
+            // One kernel each way over Q, K and V (its backward derived); its output is already
+            // token-major, and its gradients go to the rotary kernel (Q, K) and the projection
+            // (V).
             let shape = AttentionShape {
                 heads,
                 kv_heads: b * self.kv_heads_per_device(tp),
@@ -1192,65 +1193,15 @@ impl Template {
                 head_dim: d,
                 causal: self.family != Family::Bert,
             };
-            let pass = |pass: Pass| {
-                let name = match pass {
-                    Pass::Forward => "attention",
-                    Pass::Backward => "attention.bwd",
-                };
-                attention(name, shape, pass, e)
-            };
             let inputs = if qk_in == qkv {
                 vec![qkv]
             } else {
                 vec![qk_in, qkv]
             };
-            bld.push(Node::new(
-                Some(pass(Pass::Forward)),
-                inputs,
-                vec![(pass(Pass::Backward), Feeds::All)],
-            ))
+            let fused = attention("attention", shape, Pass::Forward, e);
+            bld.op(fused, &inputs, false)
         } else {
-            // The scores' 1/√d rides on the QKᵀ GEMM in the forward (`baddbmm`'s alpha, as
-            // Megatron-LM's unfused attention runs it); the GEMM's backward multiplies each of its
-            // two operand gradients by it in a kernel of its own (PyTorch's autograd of
-            // `baddbmm`).
-            let operand_grad = |name: &str| {
-                let op = vector_in_pass(name, VectorOp::Scale, Pass::Backward, heads * s * d, 1, e);
-                (op, Feeds::All)
-            };
-            let qk_in = bld.push(Node::new(
-                None,
-                vec![qk_in],
-                vec![operand_grad("q_scale.bwd"), operand_grad("k_scale.bwd")],
-            ));
-            let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
-            let scores = heads * s * s;
-            let softmax_op = if self.block.softmax == AttentionSoftmax::FusedCausal {
-                VectorOp::CausalSoftmax
-            } else {
-                VectorOp::Softmax
-            };
-            let softmax = bld.op(vector("softmax", softmax_op, scores, s, e), &[qk], false);
-            let probs = if self.has_dropout() {
-                let dropout = vector("attn_dropout", VectorOp::Dropout, scores, 1, e);
-                bld.op(dropout, &[softmax], false)
-            } else {
-                softmax
-            };
-            // Probabilities × V: the gradient of the probabilities goes back to the softmax side,
-            // the gradient of V to the QKV projection.
-            let av = gemm("av", heads, s, d, s, e);
-            let grad = vec![
-                (gemm_grad_a(&av, "grad_a"), Feeds::Only(vec![probs])),
-                (gemm_grad_b(&av, "grad_b"), Feeds::Only(vec![qkv])),
-            ];
-            let av = bld.push(Node::new(Some(av), vec![probs, qkv], grad));
-            // The context, batched by head, goes back to token-major rows for the projection. Its
-            // gradient goes the other way as a view: the batched GEMMs' backward reads it strided,
-            // and no copy kernel runs (PyTorch's profile of an iteration: one transpose per block
-            // forward, none in the backward).
-            let transpose = vector("context_transpose", VectorOp::Copy, tokens * q_width, 1, e);
-            bld.forward_only(transpose, av)
+            self.score_path(&mut bld, qkv, qk_in, shape)
         };
         let proj = bld.linear(gemm("proj", 1, tokens, h, q_width, e), &[context], bias);
         // A sequential block finishes attention (all-reduce, dropout, residual) and normalises
@@ -1288,6 +1239,58 @@ impl Template {
             false,
         );
         bld.nodes
+    }
+
+    /// The attention core as eager PyTorch and Megatron-LM's unfused attention run it, with
+    /// the scores in HBM: QKᵀ, the softmax, its dropout, ×V and the context's transpose back to
+    /// token-major rows, fed by `qk_in` (Q and K) and `qkv` (V); returns the context's node.
+    fn score_path(&self, bld: &mut Builder, qkv: usize, qk_in: usize, shape: &Shape) -> usize {
+        let e = shape.elem_bytes();
+        let (s, d) = (shape.seq_len, self.head_dim);
+        let heads = shape.micro_batch * self.heads / shape.tp;
+        let tokens = shape.tokens();
+        let q_width = self.attention_width() / shape.tp;
+        // The scores' 1/√d rides on the QKᵀ GEMM in the forward (`baddbmm`'s alpha, as
+        // Megatron-LM's unfused attention runs it); the GEMM's backward multiplies each of its
+        // two operand gradients by it in a kernel of its own (PyTorch's autograd of
+        // `baddbmm`).
+        let operand_grad = |name: &str| {
+            let op = vector_in_pass(name, VectorOp::Scale, Pass::Backward, heads * s * d, 1, e);
+            (op, Feeds::All)
+        };
+        let qk_in = bld.push(Node::new(
+            None,
+            vec![qk_in],
+            vec![operand_grad("q_scale.bwd"), operand_grad("k_scale.bwd")],
+        ));
+        let qk = bld.op(gemm("qk", heads, s, s, d, e), &[qk_in], false);
+        let scores = heads * s * s;
+        let softmax_op = if self.block.softmax == AttentionSoftmax::FusedCausal {
+            VectorOp::CausalSoftmax
+        } else {
+            VectorOp::Softmax
+        };
+        let softmax = bld.op(vector("softmax", softmax_op, scores, s, e), &[qk], false);
+        let probs = if self.has_dropout() {
+            let dropout = vector("attn_dropout", VectorOp::Dropout, scores, 1, e);
+            bld.op(dropout, &[softmax], false)
+        } else {
+            softmax
+        };
+        // Probabilities × V: the gradient of the probabilities goes back to the softmax side,
+        // the gradient of V to the QKV projection.
+        let av = gemm("av", heads, s, d, s, e);
+        let grad = vec![
+            (gemm_grad_a(&av, "grad_a"), Feeds::Only(vec![probs])),
+            (gemm_grad_b(&av, "grad_b"), Feeds::Only(vec![qkv])),
+        ];
+        let av = bld.push(Node::new(Some(av), vec![probs, qkv], grad));
+        // The context, batched by head, goes back to token-major rows for the projection. Its
+        // gradient goes the other way as a view: the batched GEMMs' backward reads it strided,
+        // and no copy kernel runs (PyTorch's profile of an iteration: one transpose per block
+        // forward, none in the backward).
+        let transpose = vector("context_transpose", VectorOp::Copy, tokens * q_width, 1, e);
+        bld.forward_only(transpose, av)
     }
 
     /// A feed-forward network over `tokens` rows of width `width` (per device) fed by `inputs`:
