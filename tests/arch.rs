@@ -556,18 +556,52 @@ fn bad_chip_files_name_file_field_and_reason() {
     );
 
     // The fused attention kernels' own fraction, in range and not above the peak at the
-    // training clock (0.926 × 1.1 > 1).
-    for (file, value, shown) in [
-        ("attention_zero.toml", "0.0", "got 0"),
-        ("attention_peak.toml", "1.1", "got 1.1"),
+    // training clock (0.926 × 1.1 > 1); their tiles' work per query row, none or more, at
+    // most sixteen tiles of 128 keys (2048).
+    for (file, key, file_value, value, shown) in [
+        (
+            "attention_zero.toml",
+            "attention_compute",
+            "0.685",
+            "0.0",
+            "got 0",
+        ),
+        (
+            "attention_peak.toml",
+            "attention_compute",
+            "0.685",
+            "1.1",
+            "got 1.1",
+        ),
+        (
+            "attention_row_negative.toml",
+            "attention_row_overhead",
+            "138.0",
+            "-1.0",
+            "got -1",
+        ),
+        (
+            "attention_row_huge.toml",
+            "attention_row_overhead",
+            "138.0",
+            "4096.0",
+            "2048 score elements per query row, got 4096",
+        ),
+        (
+            "attention_row_nan.toml",
+            "attention_row_overhead",
+            "138.0",
+            "nan",
+            "got NaN",
+        ),
     ] {
         let m = chip_error(
             "a100.toml",
             file,
-            "sustained_clock = 0.926",
-            &format!("sustained_clock = 0.926\nattention_compute = {value}"),
+            &format!("{key} = {file_value}"),
+            &format!("{key} = {value}"),
         );
-        assert_mentions(&m, &[file, "efficiency.attention_compute", shown]);
+        assert_mentions(&m, &[file, &format!("efficiency.{key}"), shown]);
     }
 
     // Above 1 is a training clock above the fitted kernels', but not above the peak.

@@ -8,6 +8,7 @@ use tandem::arch::{
     fewest_in_domain, group_link, ArchConfig, Efficiency, EnergyCosts, GlobalBuffer, Hbm,
     KernelExecution, RowBandwidth, TensorCores, Tier, VectorCores, VectorCycles,
 };
+use tandem::calibrate::{load_measurements, Target};
 use tandem::cost::{
     class_errors, collective_cost, fit_efficiency, fit_static_power, gemm_cost, peak_power,
     predicted_latency_s, vector_cost, Bound, CostModel, Decomposition, KernelSample, MemoryLevel,
@@ -843,6 +844,7 @@ fn a100_samples() -> Vec<KernelSample> {
             },
             elem_bytes: 2,
             measured_s: num(ms) * 1e-3,
+            with_backward: false,
         });
     }
     for (op, file) in [
@@ -860,6 +862,7 @@ fn a100_samples() -> Vec<KernelSample> {
                 },
                 elem_bytes: 2,
                 measured_s: (m * n) as f64 / (num(&r[2]) * 1e9),
+                with_backward: false,
             });
         }
     }
@@ -874,6 +877,7 @@ fn a100_samples() -> Vec<KernelSample> {
             },
             elem_bytes: 2,
             measured_s: n as f64 / (num(&r[1]) * 1e9),
+            with_backward: false,
         });
     }
     samples
@@ -893,8 +897,10 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     truth.efficiency.gemm_overhead_s = 10e-6;
     truth.efficiency.vector_overhead_s = 5e-6;
     truth.efficiency.link_bandwidth = 0.75;
-    // Fused attention kernels reach less of the arrays than GEMMs do.
+    // Fused attention kernels reach less of the arrays than GEMMs do, and their tiles add work
+    // per query row.
     truth.efficiency.attention_compute = Some(0.6);
+    truth.efficiency.attention_row_overhead = Some(150.0);
     truth
         .efficiency
         .vector_op_overhead_s
@@ -952,17 +958,20 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         bytes,
         group,
     });
-    // Compute-bound fused attention, causal or not, forward and backward.
+    // Compute-bound fused attention, causal or not, forward and backward, at three sequence
+    // lengths (which tell the tiles' work per row from the fraction).
     let attention = [
-        (true, Pass::Forward),
-        (false, Pass::Forward),
-        (true, Pass::Backward),
+        (true, Pass::Forward, 1024),
+        (false, Pass::Forward, 1024),
+        (true, Pass::Backward, 1024),
+        (false, Pass::Forward, 256),
+        (false, Pass::Forward, 4096),
     ]
-    .map(|(causal, pass)| OpKind::Attention {
+    .map(|(causal, pass, seq_len)| OpKind::Attention {
         shape: AttentionShape {
             heads: 8,
             kv_heads: 8,
-            seq_len: 1024,
+            seq_len,
             head_dim: 64,
             causal,
         },
@@ -975,18 +984,31 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         attention.as_slice(),
     ]
     .concat();
+    // The last attention shape also timed with its backward, as published benchmarks time it.
+    let paired = attention[attention.len() - 1];
     let samples: Vec<KernelSample> = kinds
         .iter()
-        .map(|&kind| {
+        .map(|&kind| (kind, false))
+        .chain([(paired, true)])
+        .map(|(kind, with_backward)| {
             let mut s = KernelSample {
                 kind,
                 elem_bytes: 2,
                 measured_s: 0.0,
+                with_backward,
             };
             s.measured_s = predicted_latency_s(&truth, &s);
             s
         })
         .collect();
+    let forward_alone = predicted_latency_s(
+        &truth,
+        &KernelSample {
+            with_backward: false,
+            ..samples[samples.len() - 1]
+        },
+    );
+    assert!(samples[samples.len() - 1].measured_s > 3.0 * forward_alone);
     let mut start = truth.clone();
     start.efficiency = Efficiency::default();
     let fitted = fit_efficiency(&start, &samples);
@@ -998,6 +1020,12 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     };
     near(fitted.tensor_compute, 0.8, 0.005, "tensor_compute");
     near(fitted.attention_compute(), 0.6, 0.005, "attention_compute");
+    near(
+        fitted.attention_row_overhead(),
+        150.0,
+        2.0,
+        "attention_row_overhead",
+    );
     near(fitted.hbm_bandwidth, 0.7, 0.005, "hbm_bandwidth");
     near(fitted.gemm_overhead_s, 10e-6, 0.1e-6, "gemm_overhead_s");
     near(fitted.link_bandwidth, 0.75, 0.005, "link_bandwidth");
@@ -1060,10 +1088,29 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     }
 }
 
+/// FlashAttention-2's published A100 benchmarks (data/reference/flash_attention/a100), each
+/// row a forward timed with its backward.
+fn a100_flash_attention_samples() -> Vec<KernelSample> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/reference/flash_attention/a100");
+    load_measurements(&dir)
+        .expect("published FlashAttention-2 rows")
+        .iter()
+        .map(|m| match m.target {
+            Target::ForwardBackward(kind) => KernelSample {
+                kind,
+                elem_bytes: m.elem_bytes,
+                measured_s: m.measured_s,
+                with_backward: true,
+            },
+            _ => panic!("{}: the A100 rows time forward and backward", m.source),
+        })
+        .collect()
+}
+
 #[test]
 fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
     let a100 = load_chip("a100");
-    let samples = a100_samples();
+    let samples = [a100_samples(), a100_flash_attention_samples()].concat();
     let fitted = fit_efficiency(&load_chip("a100").timed_in_isolation(), &samples);
     let e = a100.efficiency;
     println!("\nA100 efficiency fit: {fitted:?}");
@@ -1081,6 +1128,18 @@ fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
         "tensor_compute",
     );
     near(e.hbm_bandwidth, fitted.hbm_bandwidth, 0.01, "hbm_bandwidth");
+    near(
+        e.attention_compute(),
+        fitted.attention_compute(),
+        0.005,
+        "attention_compute",
+    );
+    near(
+        e.attention_row_overhead(),
+        fitted.attention_row_overhead(),
+        2.0,
+        "attention_row_overhead",
+    );
     near(
         e.gemm_overhead_s,
         fitted.gemm_overhead_s,
@@ -1352,6 +1411,7 @@ fn static_power_fit_recovers_the_static_part_and_skips_unusable_rows() {
         },
         elem_bytes: 2,
         measured_s,
+        with_backward: false,
     };
     // Board power = 300 W + the model's energy over the measured time, ±10 W.
     let energy_j = |m: u64| gemm_cost(&chip, 1, m, 64, 64, 2, 1).energy_j;
@@ -1463,55 +1523,61 @@ fn negative_board_power_is_refused() {
     );
 }
 
-/// A fused attention kernel's score products run on the tensor cores as GEMMs of their shapes
-/// would (QKᵀ-shaped: s × s out of depth d; the others s × d out of depth s), half of them
-/// under a causal mask, while HBM sees only the kernel's own tensors (Q, K, V, the output,
-/// its gradient and the log-sum-exp): each pass takes the longer of the two plus the GEMM
-/// overhead per kernel (one forward, three backward). On the H100, 32 heads of 4096 × 128 are
-/// bound by the products, and without the mask they take twice as long.
+/// A fused attention kernel streams its score products through the tensor arrays at the
+/// chip's attention fraction of peak (here the GEMMs': none fitted) and takes one exponential
+/// per score element on the vector lanes between them, while HBM sees only the kernel's own
+/// tensors (Q, K, V, the output, its gradient and the log-sum-exp): each pass takes the longer
+/// of the two plus the GEMM overhead per kernel (one forward, three backward). A row computes
+/// its 4096 keys, or under a causal mask up to the end of its 128-row query tile, 2112 on
+/// average, plus the tile's work per row where the chip sets one. On the H100, 32 heads of
+/// 4096 × 128 are bound by the products.
 #[test]
-fn flash_attention_prices_its_products_on_the_tensor_cores() {
-    let h100 = load_chip("h100");
-    let model = CostModel::new(&h100);
+fn flash_attention_prices_its_products_and_exponentials() {
+    let mut h100 = load_chip("h100");
     let cores = h100.tensor.count;
-    let square = gemm_cost(&h100, 32, 4096, 4096, 128, 2, cores).compute_s;
-    let tall = gemm_cost(&h100, 32, 4096, 128, 4096, 2, cores).compute_s;
-    let eff = &h100.efficiency;
-    for (pass, squares, talls, kernels) in [
-        (Pass::Forward, 1.0, 1.0, 1.0),
-        (Pass::Backward, 2.0, 3.0, 3.0),
-    ] {
-        let kind = |causal| OpKind::Attention {
-            shape: AttentionShape {
-                heads: 32,
-                kv_heads: 32,
-                seq_len: 4096,
-                head_dim: 128,
-                causal,
-            },
-            pass,
-        };
-        let op = tandem::workload::kernel_op(kind(true), 2);
-        let hbm_s = (op.bytes_read + op.bytes_written) as f64
-            / (h100.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth);
-        let products_s = squares * square + talls * tall;
-        assert!(0.5 * products_s > 2.0 * hbm_s, "{pass:?}: compute-bound");
-        let cost = model.op_cost(&op);
-        assert_eq!(cost.core, CoreType::Tensor);
-        let expected_s = 0.5 * products_s + kernels * eff.gemm_overhead_s;
-        assert!(
-            rel_err(cost.all_cores_s, expected_s) < 1e-12,
-            "{pass:?}: {} s vs {expected_s} s",
-            cost.all_cores_s
-        );
-        assert_eq!(cost.all_cores_bound, Bound::Compute);
-        let unmasked = model.op_cost(&tandem::workload::kernel_op(kind(false), 2));
-        let expected_s = products_s + kernels * eff.gemm_overhead_s;
-        assert!(
-            rel_err(unmasked.all_cores_s, expected_s) < 1e-12,
-            "{pass:?} unmasked"
-        );
-        // One core runs the same products alone.
-        assert!(cost.one_core_s > cost.all_cores_s);
+    for row_overhead in [None, Some(200.0)] {
+        h100.efficiency.attention_row_overhead = row_overhead;
+        let model = CostModel::new(&h100);
+        let eff = &h100.efficiency;
+        let clock_hz = h100.clock_hz * eff.sustained_clock;
+        let macs_per_s =
+            f64::from(cores * h100.tensor.rows * h100.tensor.cols) * clock_hz * eff.tensor_compute;
+        let lane_cycles_per_s =
+            f64::from(h100.vector.count * h100.vector.lanes) * clock_hz * eff.vector_compute;
+        for (pass, products, kernels) in [(Pass::Forward, 2.0, 1.0), (Pass::Backward, 5.0, 3.0)] {
+            for (causal, keys_per_row) in [(false, 4096.0), (true, 2112.0)] {
+                let keys_per_row = keys_per_row + row_overhead.unwrap_or(0.0);
+                let op = tandem::workload::kernel_op(
+                    OpKind::Attention {
+                        shape: AttentionShape {
+                            heads: 32,
+                            kv_heads: 32,
+                            seq_len: 4096,
+                            head_dim: 128,
+                            causal,
+                        },
+                        pass,
+                    },
+                    2,
+                );
+                let scores = 32.0 * 4096.0 * keys_per_row;
+                let products_s = products * scores * 128.0 / macs_per_s;
+                let exp_s = scores * h100.vector_cycles.exp / lane_cycles_per_s;
+                let hbm_s = (op.bytes_read + op.bytes_written) as f64
+                    / (h100.hbm.bandwidth_bytes_per_s * eff.hbm_bandwidth);
+                assert!(products_s > 2.0 * hbm_s, "{pass:?}: compute-bound");
+                let cost = model.op_cost(&op);
+                assert_eq!(cost.core, CoreType::Tensor);
+                assert_eq!(cost.all_cores_bound, Bound::Compute);
+                let expected_s = products_s + exp_s + kernels * eff.gemm_overhead_s;
+                assert!(
+                    rel_err(cost.all_cores_s, expected_s) < 1e-12,
+                    "{pass:?} causal {causal}: {} s vs {expected_s} s",
+                    cost.all_cores_s
+                );
+                // One core runs the same products alone.
+                assert!(cost.one_core_s > cost.all_cores_s);
+            }
+        }
     }
 }

@@ -57,6 +57,16 @@ fn one_row_per_kernel(text: &str) -> String {
         + "\n"
 }
 
+/// The header and the first two rows of a CSV whose provenance is in `#` comment lines.
+fn first_rows_without_comments(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .take(3)
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
 const INPUTS: &[Input] = &[
     Input {
         path: "workloads/bert-large.toml",
@@ -304,6 +314,31 @@ const INPUTS: &[Input] = &[
         thin: 12,
         sample: one_row_per_kernel,
         file_name: Some("kernels.csv"),
+    },
+    Input {
+        path: "data/reference/flash_attention/a100/attention_fa2.csv",
+        format: Format::Csv,
+        commands: &[
+            &[
+                "validate",
+                "--arch",
+                "arch_specs/a100.toml",
+                "--kernels",
+                "{dir}",
+            ],
+            &[
+                "calibrate",
+                "--arch",
+                "arch_specs/a100.toml",
+                "--measurements",
+                "{dir}",
+                "--out",
+                "{out}.toml",
+            ],
+        ],
+        thin: 1,
+        sample: first_rows_without_comments,
+        file_name: Some("attention_fa2.csv"),
     },
 ];
 

@@ -164,6 +164,19 @@ pub(crate) fn validate_environment(
             ));
         }
     }
+    // A tile's fixed work, in score elements per query row: a few tiles' worth at most.
+    if let Some(value) = eff.attention_row_overhead {
+        if !(value.is_finite() && (0.0..=MAX_ATTENTION_ROW_OVERHEAD).contains(&value)) {
+            return Err(InputError::invalid(
+                file,
+                field("efficiency.attention_row_overhead"),
+                format!(
+                    "must be between 0 and {MAX_ATTENTION_ROW_OVERHEAD} score elements per \
+                     query row, got {value}"
+                ),
+            ));
+        }
+    }
     // A training run's vector kernels may run slower than lone replays (a power-capped clock)
     // or faster (a warm L2), within a factor of a few.
     let rates = VectorOp::ALL.iter().flat_map(|&op| {
@@ -373,6 +386,9 @@ const TIME_S: f64 = 1.0;
 /// (and latencies of large tensors would overflow).
 const MIN_FRACTION: f64 = 1e-3;
 const FRACTION_RANGE: &str = "[0.001, 1]";
+/// The most score elements per query row a fused attention tile may add: sixteen tiles of
+/// 128 keys.
+const MAX_ATTENTION_ROW_OVERHEAD: f64 = 2048.0;
 const VECTOR_CYCLES: f64 = 1e6;
 /// A vector kernel's rate in training relative to its lone replays.
 const VECTOR_RATE: (f64, f64) = (0.25, 4.0);

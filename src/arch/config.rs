@@ -185,6 +185,13 @@ pub struct Efficiency {
     /// `attention_flash` rows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attention_compute: Option<f64>,
+    /// Score elements a fused attention kernel spends per query row beyond the keys the row
+    /// sees, in each pass: its tile's fixed work (loading the query tile, rescaling and writing
+    /// the output and its log-sum-exp), which short sequences amortise worst
+    /// ([`Efficiency::attention_row_overhead`]); unset, none. Fitted by `calibrate` with
+    /// `attention_compute` from fused kernels timed at several sequence lengths.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_row_overhead: Option<f64>,
     /// Fraction of peak vector throughput achieved.
     pub vector_compute: f64,
     /// Fraction of peak HBM bandwidth achieved by streaming kernels.
@@ -426,6 +433,11 @@ impl Efficiency {
         self.attention_compute.unwrap_or(self.tensor_compute)
     }
 
+    /// The fused attention kernels' work per query row beyond its keys, in score elements.
+    pub fn attention_row_overhead(&self) -> f64 {
+        self.attention_row_overhead.unwrap_or(0.0)
+    }
+
     /// The time of `launches` kernels launched eagerly one after another whose GPU work, as a
     /// graph replay times it, is `gpu_s` in all: each adds `launch_gap_s`, and the pass takes
     /// no less than the host's dispatch of all of them. The host usually runs ahead of a busy
@@ -485,6 +497,7 @@ impl Default for Efficiency {
         Efficiency {
             tensor_compute: 1.0,
             attention_compute: None,
+            attention_row_overhead: None,
             vector_compute: 1.0,
             hbm_bandwidth: 1.0,
             gemm_overhead_s: 0.0,

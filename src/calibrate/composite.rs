@@ -358,6 +358,7 @@ pub fn composite_latency(arch: &ArchConfig, cache: &ScheduleCache, m: &Measureme
     let precision = measured_precision(m.elem_bytes);
     match m.target {
         Target::Op(_)
+        | Target::ForwardBackward(_)
         | Target::Eager { .. }
         | Target::InBlock(_)
         | Target::AfterPrelude { .. }

@@ -1,12 +1,15 @@
 //! Reading measured kernel timings from a directory.
 //!
-//! Two formats are recognised by file name:
+//! Three formats are recognised by file name:
 //! - `kernels.csv` (any name ending in `kernels.csv`), written by `calibration/collect.py`:
 //!   a header row and the columns of [`CollectedRow`]; its training steps take their GPU
 //!   time from the `profile.csv` of the same prefix where collect.py wrote one (`--profile`);
 //! - the LLMCompass A100 artifact (`data/reference/a100_kernels/`): headerless
 //!   `matmul_*.csv` (M, N, K, `0.1900ms`, `101.7Tflops`), `softmax_*.csv` and
-//!   `layernorm_*.csv` (M, N, G elements/s) and `gelu_*.csv` (n, G elements/s), all fp16.
+//!   `layernorm_*.csv` (M, N, G elements/s) and `gelu_*.csv` (n, G elements/s), all fp16;
+//! - published fused-attention benchmarks, `attention_*.csv`: a header row and the columns of
+//!   [`AttentionBenchmarkRow`], throughput counted as FlashAttention's benchmarks count it
+//!   ([`attention_benchmark_flops`]).
 
 use super::in_row;
 use crate::error::InputError;
@@ -23,6 +26,9 @@ use std::path::{Path, PathBuf};
 pub enum Target {
     /// One operator on the whole device (collectives: across `group` devices).
     Op(OpKind),
+    /// A forward operator and then its backward of the same shape, timed as one
+    /// (FlashAttention's published benchmarks: `attention_*.csv`).
+    ForwardBackward(OpKind),
     /// One GEMM or vector operator launched eagerly from the host, call after call (collect.py
     /// rows with `timing` = `eager`): its GPU time plus the gap after each of the `launches`
     /// kernels a call launches, or the host's dispatch of them where they are shorter. Beside
@@ -352,6 +358,8 @@ pub fn load_measurements(dir: &Path) -> Result<Vec<Measurement>, InputError> {
             .unwrap_or_default();
         let rows = if name.ends_with("kernels.csv") {
             load_collected(&file)?
+        } else if name.starts_with("attention_") {
+            read_attention_benchmarks(&file)?
         } else if let Some(format) = ArtifactFormat::for_name(&name) {
             read_artifact(&file, format)?
         } else {
@@ -371,8 +379,18 @@ pub fn load_measurements(dir: &Path) -> Result<Vec<Measurement>, InputError> {
             dir,
             "files",
             "no measurement CSVs found (expected kernels.csv from calibration/collect.py, or \
-             matmul_*.csv / softmax_*.csv / layernorm_*.csv / gelu_*.csv)",
+             matmul_*.csv / softmax_*.csv / layernorm_*.csv / gelu_*.csv, or published \
+             attention_*.csv)",
         ));
+    }
+    Ok(out)
+}
+
+/// The measurements of every directory of `dirs` in turn, each read by [`load_measurements`].
+pub fn load_measurement_dirs(dirs: &[PathBuf]) -> Result<Vec<Measurement>, InputError> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        out.extend(load_measurements(dir)?);
     }
     Ok(out)
 }
@@ -506,6 +524,131 @@ fn read_artifact(file: &Path, format: ArtifactFormat) -> Result<Vec<Measurement>
             class.to_string(),
             Target::Op(kind),
             2,
+            measured_s,
+        ));
+    }
+    Ok(out)
+}
+
+/// A row of a published fused-attention benchmark (`attention_*.csv`, `#` lines are comments):
+/// `batch` sequences of `seq_len` tokens with `heads` heads of `head_dim`, timed forward or
+/// forward and backward, at `tflops_per_s` as [`attention_benchmark_flops`] counts it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AttentionBenchmarkRow {
+    /// The kernel's name in the measurement's class (letters, digits, `_`): `fa2`, `fa3`.
+    pub implementation: String,
+    /// `forward` or `forward_backward`.
+    pub pass: String,
+    pub causal: bool,
+    pub batch: u64,
+    pub heads: u64,
+    pub seq_len: u64,
+    pub head_dim: u64,
+    pub dtype: String,
+    pub tflops_per_s: f64,
+}
+
+/// The FLOPs FlashAttention's benchmarks (`benchmarks/benchmark_flash_attention.py`) count for
+/// `shape`'s `batch_heads` = batch × heads: 4 · batch_heads · s² · d forward (the two
+/// products), half that under a causal mask, and 2.5 times the forward for the backward.
+pub fn attention_benchmark_flops(shape: AttentionShape, with_backward: bool) -> f64 {
+    let s = shape.seq_len as f64;
+    let masked = if shape.causal { 0.5 } else { 1.0 };
+    let forward = 4.0 * shape.heads as f64 * s * s * shape.head_dim as f64 * masked;
+    if with_backward {
+        3.5 * forward
+    } else {
+        forward
+    }
+}
+
+fn read_attention_benchmarks(file: &Path) -> Result<Vec<Measurement>, InputError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .from_path(file)
+        .map_err(|e| csv_error(file, e))?;
+    let mut out = Vec::new();
+    for (i, record) in reader.deserialize::<AttentionBenchmarkRow>().enumerate() {
+        let row = i + 1;
+        let r = record.map_err(|e| csv_error(file, e))?;
+        let bad = |field: &str, reason: String| {
+            InputError::invalid(file, format!("row {row}, {field}"), reason)
+        };
+        if r.implementation.is_empty()
+            || !r
+                .implementation
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(bad(
+                "implementation",
+                format!(
+                    "must be letters, digits and `_`, got `{}`",
+                    r.implementation
+                ),
+            ));
+        }
+        let with_backward = match r.pass.as_str() {
+            "forward" => false,
+            "forward_backward" => true,
+            other => {
+                return Err(bad(
+                    "pass",
+                    format!("must be `forward` or `forward_backward`, got `{other}`"),
+                ))
+            }
+        };
+        for (name, value) in [
+            ("batch", r.batch),
+            ("heads", r.heads),
+            ("seq_len", r.seq_len),
+            ("head_dim", r.head_dim),
+        ] {
+            if value == 0 {
+                return Err(bad(name, "must be positive".into()));
+            }
+        }
+        if !(r.tflops_per_s.is_finite() && r.tflops_per_s > 0.0) {
+            return Err(bad(
+                "tflops_per_s",
+                format!("must be positive, got {}", r.tflops_per_s),
+            ));
+        }
+        let elem_bytes = dtype_bytes(&r.dtype)
+            .ok_or_else(|| bad("dtype", format!("unknown dtype `{}`", r.dtype)))?;
+        let batch_heads = r
+            .batch
+            .checked_mul(r.heads)
+            .ok_or_else(|| bad("heads", "batch × heads overflows".into()))?;
+        let shape = AttentionShape {
+            heads: batch_heads,
+            kv_heads: batch_heads,
+            seq_len: r.seq_len,
+            head_dim: r.head_dim,
+            causal: r.causal,
+        };
+        let forward = OpKind::Attention {
+            shape,
+            pass: Pass::Forward,
+        };
+        let target = if with_backward {
+            Target::ForwardBackward(forward)
+        } else {
+            Target::Op(forward)
+        };
+        let measured_s = attention_benchmark_flops(shape, with_backward) / (r.tflops_per_s * 1e12);
+        let class = format!(
+            "attention_{}{}{}",
+            r.implementation,
+            if r.causal { "_causal" } else { "" },
+            if with_backward { "_fwd_bwd" } else { "" }
+        );
+        out.push(Measurement::new(
+            format!("{}:{row}", file.display()),
+            class,
+            target,
+            elem_bytes,
             measured_s,
         ));
     }
@@ -701,6 +844,8 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
                 [a.heads, a.kv_heads, a.seq_len, a.head_dim].contains(&0)
                     || a.heads % a.kv_heads != 0
             }
+            // Only published benchmarks, checked as they are read.
+            Target::ForwardBackward(_) => false,
             Target::Block { shape: b, .. } => {
                 [b.micro_batch, b.seq_len, b.hidden, b.heads].contains(&0) || b.tensor_parallel == 0
             }

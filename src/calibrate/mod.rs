@@ -28,8 +28,9 @@ pub use composite::{
 };
 pub use layer_times::{split_iterations, validate_layer_times, IterationSplit, LayerTimeError};
 pub use measurements::{
-    load_collected, load_measurements, profiled_kernel_class, BlockShape, CollectedRow,
-    Measurement, OverlapPart, OverlapShape, PassProfile, Prelude, StepShape, Target, AFTER_GEMM,
+    attention_benchmark_flops, load_collected, load_measurement_dirs, load_measurements,
+    profiled_kernel_class, AttentionBenchmarkRow, BlockShape, CollectedRow, Measurement,
+    OverlapPart, OverlapShape, PassProfile, Prelude, StepShape, Target, AFTER_GEMM,
     ATTENTION_CLASS, COLD, GEMM_CLASS, OTHER_CLASS,
 };
 pub use runs::{megatron_flops_per_iteration, validate_runs, RunError, RunPlans};
@@ -416,6 +417,7 @@ pub fn kernel_errors(
         .filter_map(|m| {
             let (predicted_s, shape, working_set_bytes) = match m.target {
                 Target::Op(kind)
+                | Target::ForwardBackward(kind)
                 | Target::Eager { kind, .. }
                 | Target::InBlock(kind)
                 | Target::AfterPrelude { kind, .. } => {
@@ -423,6 +425,7 @@ pub fn kernel_errors(
                         kind,
                         elem_bytes: m.elem_bytes,
                         measured_s: m.measured_s,
+                        with_backward: matches!(m.target, Target::ForwardBackward(_)),
                     };
                     let timed_as = match m.target {
                         Target::AfterPrelude {
@@ -655,12 +658,13 @@ fn fittable<'a>(
     measurements
         .into_iter()
         .filter_map(|m| match m.target {
-            Target::Op(kind) | Target::InBlock(kind) => Some((
+            Target::Op(kind) | Target::InBlock(kind) | Target::ForwardBackward(kind) => Some((
                 m,
                 KernelSample {
                     kind,
                     elem_bytes: m.elem_bytes,
                     measured_s: m.measured_s,
+                    with_backward: matches!(m.target, Target::ForwardBackward(_)),
                 },
             )),
             _ => None,

@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tandem::arch::{load_chip, Efficiency, PerVectorOp};
-use tandem::calibrate::{calibrate, load_measurements, summarise, ErrorSummary};
+use tandem::calibrate::{calibrate, load_measurement_dirs, summarise, ErrorSummary};
 use tandem::report::{percent, table};
 use tandem::workload::{Pass, VectorOp};
 
@@ -17,16 +17,25 @@ pub struct Args {
     /// Chip file to calibrate (TOML).
     #[arg(long)]
     arch: PathBuf,
-    /// Directory of measurement CSVs (calibration/collect.py output, or the LLMCompass A100
-    /// files of data/reference/a100_kernels).
-    #[arg(long)]
-    measurements: PathBuf,
+    /// Directory of measurement CSVs (calibration/collect.py output, the LLMCompass A100
+    /// files of data/reference/a100_kernels, or published fused-attention benchmarks such as
+    /// data/reference/flash_attention/h100); repeat for several directories.
+    #[arg(long, required = true)]
+    measurements: Vec<PathBuf>,
     /// Where to write the calibrated chip file (TOML).
     #[arg(long)]
     out: PathBuf,
     /// Print the fit as JSON instead of tables.
     #[arg(long)]
     json: bool,
+}
+
+/// Directories for a report line: `a, b`.
+pub fn dir_list(dirs: &[PathBuf]) -> String {
+    dirs.iter()
+        .map(|dir| dir.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub fn summary_rows(summaries: &[ErrorSummary]) -> Vec<Vec<String>> {
@@ -54,7 +63,7 @@ pub const SUMMARY_HEADER: [&str; 5] = [
 
 pub fn run(args: &Args) -> Result<ExitCode> {
     let mut arch = load_chip(&args.arch)?;
-    let measurements = load_measurements(&args.measurements)?;
+    let measurements = load_measurement_dirs(&args.measurements)?;
     let fit = calibrate(&arch, &measurements)?;
     let held_out = summarise(&fit.held_out);
     let held_out_blocks = summarise(&fit.held_out_blocks);
@@ -86,12 +95,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         )
     });
     let header = format!(
-        "# Calibrated by `tandem calibrate --arch {} --measurements {}` from {} measurements.\n\
+        "# Calibrated by `tandem calibrate --arch {} {}` from {} measurements.\n\
          # Held-out mean |error| (two-fold cross-validation): {class_list}.\n\
          {clock_line}{rates_line}\
          # Facts and citations: see {}.\n",
         args.arch.display(),
-        args.measurements.display(),
+        args.measurements
+            .iter()
+            .map(|dir| format!("--measurements {}", dir.display()))
+            .collect::<Vec<_>>()
+            .join(" "),
         fit.in_sample.len(),
         args.arch.display()
     );
@@ -121,7 +134,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         "{}: fitted to {} measurements from {}",
         arch.name,
         fit.in_sample.len(),
-        args.measurements.display()
+        dir_list(&args.measurements)
     );
     let e = &fit.efficiency;
     let mut rows = vec![

@@ -42,6 +42,7 @@ fn gemm_rows(file: &Path) -> Result<(Vec<PowerSample>, usize), InputError> {
                     kind,
                     elem_bytes: m.elem_bytes,
                     measured_s: m.measured_s,
+                    with_backward: false,
                 },
                 board_power_w: m.board_power_w,
                 timed_s: m.timed_s,

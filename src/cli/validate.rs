@@ -1,6 +1,6 @@
 //! `tandem validate`: predicted against measured, for kernels and for end-to-end runs.
 
-use super::calibrate::{summary_rows, SUMMARY_HEADER};
+use super::calibrate::{dir_list, summary_rows, SUMMARY_HEADER};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::load_chip;
 use tandem::calibrate::{
-    class_splits, class_totals, composite_latency, gemm_splits, kernel_errors, load_measurements,
-    measured_class_launches, measured_class_s, split_iterations, step_errors, summarise,
-    summarise_by_working_set, summarise_errors, time_weighted_class_errors, validate_layer_times,
-    validate_runs, with_in_block_kernels, ClassSplit, ClassTotal, ErrorSummary, GemmSplit,
-    IterationSplit, KernelError, LayerTimeError, Measurement, RunError, RunPlans, StepError,
-    GEMM_CLASS,
+    class_splits, class_totals, composite_latency, gemm_splits, kernel_errors,
+    load_measurement_dirs, measured_class_launches, measured_class_s, split_iterations,
+    step_errors, summarise, summarise_by_working_set, summarise_errors, time_weighted_class_errors,
+    validate_layer_times, validate_runs, with_in_block_kernels, ClassSplit, ClassTotal,
+    ErrorSummary, GemmSplit, IterationSplit, KernelError, LayerTimeError, Measurement, RunError,
+    RunPlans, StepError, GEMM_CLASS,
 };
 use tandem::output::write_atomic;
 use tandem::placement::RecomputeMode;
@@ -28,9 +28,10 @@ pub struct Args {
     /// Chip file (TOML), e.g. a calibrated one.
     #[arg(long)]
     arch: PathBuf,
-    /// Directory of measured kernels (calibration/collect.py output or the LLMCompass A100 files).
+    /// Directory of measured kernels (calibration/collect.py output, the LLMCompass A100 files
+    /// or published fused-attention benchmarks); repeat for several directories.
     #[arg(long)]
-    kernels: Option<PathBuf>,
+    kernels: Vec<PathBuf>,
     /// Published end-to-end runs (CSV with the columns of data/reference/published_runs.csv,
     /// or of data/reference/korthikanti2022_runs.csv: an iteration time instead of TFLOP/s and
     /// sequence parallelism); repeat for several files.
@@ -71,7 +72,7 @@ struct SummaryRow<'a> {
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
-    if args.kernels.is_none() && args.runs.is_empty() && args.layer_times.is_empty() {
+    if args.kernels.is_empty() && args.runs.is_empty() && args.layer_times.is_empty() {
         bail!("nothing to validate: give --kernels DIR, --runs CSV and/or --layer-times CSV");
     }
     let arch = load_chip(&args.arch)?;
@@ -82,15 +83,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     let mut step_rows: Vec<StepError> = Vec::new();
     let mut gemm_rows: Vec<GemmSplit> = Vec::new();
     let mut class_rows: Vec<ClassSplit> = Vec::new();
-    if let Some(dir) = &args.kernels {
-        let measurements = with_in_block_kernels(load_measurements(dir)?)?;
+    if !args.kernels.is_empty() {
+        let measurements = with_in_block_kernels(load_measurement_dirs(&args.kernels)?)?;
         kernel_rows = kernel_errors(&arch, &measurements, |m| {
             composite_latency(&arch, &cache, m)
         });
         let s = summarise(&kernel_rows);
-        println!("kernels ({}): predicted vs measured", dir.display());
+        let dirs = dir_list(&args.kernels);
+        println!("kernels ({dirs}): predicted vs measured");
         println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
-        markdown += &format!("## Kernels (`{}`)\n\n", dir.display());
+        markdown += &format!("## Kernels (`{}`)\n\n", dirs.replace(", ", "`, `"));
         markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
         summaries.extend(s.into_iter().map(|x| ("kernel", x)));
         let l2_bytes = arch.glb.bytes;
@@ -303,7 +305,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     }
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        if args.kernels.is_some() {
+        if !args.kernels.is_empty() {
             write_csv(&out.join("kernels.csv"), &kernel_rows)?;
         }
         if !step_rows.is_empty() {

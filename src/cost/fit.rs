@@ -28,27 +28,70 @@ use std::collections::BTreeMap;
 /// scatter, moves its rows at 0.06 of the H200's HBM bandwidth), and overheads up to 200 µs.
 const FRACTION_RANGE: (f64, f64) = (0.05, 1.0);
 const OVERHEAD_RANGE_S: (f64, f64) = (0.0, 200e-6);
+/// A fused attention tile's fixed work, in score elements per query row: up to eight tiles of
+/// 128 keys.
+const ROW_OVERHEAD_RANGE: (f64, f64) = (0.0, 1024.0);
 /// Grid points per coordinate and rounds of grid shrinking (by 4× per round).
 const GRID_POINTS: usize = 21;
 const ROUNDS: usize = 5;
-/// Distinct row lengths a class needs for a bandwidth per row length.
+/// Distinct row lengths a class needs for a bandwidth per row length (and fused attention
+/// kernels for their tile's work per query row).
 const MIN_ROW_LENGTHS: usize = 3;
 
 /// One measured kernel: a GEMM or vector operator run on all cores of the chip, or a
-/// collective across its group of devices.
+/// collective across its group of devices; or a forward kernel timed with its backward.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KernelSample {
     pub kind: OpKind,
     pub elem_bytes: u32,
     pub measured_s: f64,
+    /// Timed together with the backward of the same shape (`kind` is the forward):
+    /// FlashAttention's published benchmarks time the forward and backward as one.
+    pub with_backward: bool,
 }
 
-/// The model's latency and energy for `sample` on all cores of `arch`: `(latency_s,
-/// energy_j)`; `None` for a collective, which runs on several devices.
+/// The backward of a forward operator that has one of its own shape (a fused attention kernel,
+/// a vector primitive); `None` otherwise (a GEMM's backward is two GEMMs of other shapes).
+pub fn backward_of(kind: OpKind) -> Option<OpKind> {
+    match kind {
+        OpKind::Attention {
+            shape,
+            pass: Pass::Forward,
+        } => Some(OpKind::Attention {
+            shape,
+            pass: Pass::Backward,
+        }),
+        OpKind::Vector {
+            op,
+            elements,
+            row_len,
+            pass: Pass::Forward,
+        } => Some(OpKind::Vector {
+            op,
+            elements,
+            row_len,
+            pass: Pass::Backward,
+        }),
+        _ => None,
+    }
+}
+
+/// The model's latency and energy for `sample` on all cores of `arch` (with its backward's
+/// where it was timed with it): `(latency_s, energy_j)`; `None` for a collective, which runs
+/// on several devices, or a backward the operator does not have.
 pub fn on_all_cores(arch: &ArchConfig, sample: &KernelSample) -> Option<(f64, f64)> {
-    match sample.kind {
+    let forward = one_on_all_cores(arch, sample.kind, sample.elem_bytes)?;
+    if !sample.with_backward {
+        return Some(forward);
+    }
+    let backward = one_on_all_cores(arch, backward_of(sample.kind)?, sample.elem_bytes)?;
+    Some((forward.0 + backward.0, forward.1 + backward.1))
+}
+
+fn one_on_all_cores(arch: &ArchConfig, kind: OpKind, elem_bytes: u32) -> Option<(f64, f64)> {
+    match kind {
         OpKind::Gemm { batch, m, n, k } => {
-            let c = gemm_cost(arch, batch, m, n, k, sample.elem_bytes, arch.tensor.count);
+            let c = gemm_cost(arch, batch, m, n, k, elem_bytes, arch.tensor.count);
             Some((c.latency_s, c.energy_j))
         }
         OpKind::Vector {
@@ -58,11 +101,11 @@ pub fn on_all_cores(arch: &ArchConfig, sample: &KernelSample) -> Option<(f64, f6
             pass,
         } => {
             let cores = arch.vector.count;
-            let c = vector_cost(arch, op, pass, elements, row_len, sample.elem_bytes, cores);
+            let c = vector_cost(arch, op, pass, elements, row_len, elem_bytes, cores);
             Some((c.latency_s, c.energy_j))
         }
         OpKind::Attention { shape, pass } => {
-            let c = attention_cost(arch, shape, pass, sample.elem_bytes, arch.tensor.count);
+            let c = attention_cost(arch, shape, pass, elem_bytes, arch.tensor.count);
             Some((c.latency_s, c.energy_j))
         }
         OpKind::Collective { .. } => None,
@@ -131,6 +174,7 @@ fn objective(arch: &ArchConfig, samples: &[KernelSample]) -> f64 {
 enum Param {
     TensorCompute,
     AttentionCompute,
+    AttentionRowOverhead,
     HbmBandwidth,
     GemmOverhead,
     VectorOverhead(VectorOp),
@@ -158,6 +202,7 @@ impl Param {
             Param::GemmOverhead | Param::VectorOverhead(_) | Param::VectorBackwardOverhead(_) => {
                 OVERHEAD_RANGE_S
             }
+            Param::AttentionRowOverhead => ROW_OVERHEAD_RANGE,
         }
     }
 
@@ -165,6 +210,7 @@ impl Param {
         match self {
             Param::TensorCompute => eff.tensor_compute,
             Param::AttentionCompute => eff.attention_compute(),
+            Param::AttentionRowOverhead => eff.attention_row_overhead(),
             Param::HbmBandwidth => eff.hbm_bandwidth,
             Param::GemmOverhead => eff.gemm_overhead_s,
             Param::VectorOverhead(op) => eff.vector_overhead_for(op, Pass::Forward),
@@ -180,6 +226,7 @@ impl Param {
         match self {
             Param::TensorCompute => eff.tensor_compute = value,
             Param::AttentionCompute => eff.attention_compute = Some(value),
+            Param::AttentionRowOverhead => eff.attention_row_overhead = Some(value),
             Param::HbmBandwidth => eff.hbm_bandwidth = value,
             Param::GemmOverhead => eff.gemm_overhead_s = value,
             Param::VectorOverhead(op) => eff.vector_op_overhead_s.set(op, Some(value)),
@@ -201,7 +248,9 @@ impl Param {
 /// Efficiency parameters of `arch` fitted to `samples`. Parameters without samples to
 /// inform them (tensor terms without GEMMs, vector compute, links without collectives) keep
 /// `arch`'s values. Fused attention kernels get their own tensor-core fraction
-/// (`attention_compute`), fitted after the shared parameters with those held.
+/// (`attention_compute`), fitted after the shared parameters with those held, and where they
+/// were timed at several sequence lengths their tile's work per query row
+/// (`attention_row_overhead`).
 /// The default `vector_overhead_s` becomes the smallest fitted per-primitive overhead (the
 /// leanest measured kernel: the best guess for unmeasured ones), and only primitives that
 /// differ from it keep an override; each measured primitive keeps its own bandwidth, and its
@@ -255,9 +304,35 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
             .set(op, None);
         trial.efficiency.vector_op_backward_overhead_s.set(op, None);
     }
-    descend(&mut trial, samples, &params);
+    // The shared parameters from the other kernels alone: a fused attention kernel's errors
+    // are its own parameters' to settle.
+    let (attention, others): (Vec<KernelSample>, Vec<KernelSample>) = samples
+        .iter()
+        .partition(|s| KernelClass::of(&s.kind) == KernelClass::Attention);
+    descend(&mut trial, &others, &params);
     if has_attention {
-        descend(&mut trial, samples, &[Param::AttentionCompute]);
+        // The tile's work per row only where sequence lengths differ enough to tell it from
+        // the fraction; the two trade off, so the fraction is refitted at every trial row
+        // overhead.
+        let mut seq_lens: Vec<u64> = attention
+            .iter()
+            .filter_map(|s| match s.kind {
+                OpKind::Attention { shape, .. } => Some(shape.seq_len),
+                _ => None,
+            })
+            .collect();
+        seq_lens.sort_unstable();
+        seq_lens.dedup();
+        if seq_lens.len() >= MIN_ROW_LENGTHS {
+            descend_nested(
+                &mut trial,
+                &attention,
+                Param::AttentionRowOverhead,
+                Param::AttentionCompute,
+            );
+        } else {
+            descend(&mut trial, &attention, &[Param::AttentionCompute]);
+        }
     }
     let own: Vec<Param> = vector_ops
         .iter()
@@ -391,6 +466,40 @@ fn row_tables(eff: &Efficiency, samples: &[KernelSample]) -> Vec<RowBandwidth> {
 
 /// Coordinate descent of `params` of `trial` on shrinking grids, each started inside its
 /// range.
+/// `outer` on shrinking grids as [`descend`] does, with `inner` refitted over its whole range
+/// at every trial value: for two parameters that trade off, which coordinate descent would
+/// leave in a valley.
+fn descend_nested(trial: &mut ArchConfig, samples: &[KernelSample], outer: Param, inner: Param) {
+    let (lo, hi) = outer.range();
+    let mut best: Option<(f64, ArchConfig)> = None;
+    let mut centre = outer.get(&trial.efficiency).clamp(lo, hi);
+    for round in 0..ROUNDS {
+        let width = (hi - lo) / 4f64.powi(round as i32);
+        let start = (centre - width / 2.0).max(lo);
+        let end = (centre + width / 2.0).min(hi);
+        for i in 0..GRID_POINTS {
+            let mut candidate = trial.clone();
+            outer.set(
+                &mut candidate.efficiency,
+                start + (end - start) * i as f64 / (GRID_POINTS - 1) as f64,
+            );
+            let (inner_lo, inner_hi) = inner.range();
+            inner.set(&mut candidate.efficiency, 0.5 * (inner_lo + inner_hi));
+            descend(&mut candidate, samples, &[inner]);
+            let obj = objective(&candidate, samples);
+            if best.as_ref().is_none_or(|(b, _)| obj < *b) {
+                best = Some((obj, candidate));
+            }
+        }
+        if let Some((_, b)) = &best {
+            centre = outer.get(&b.efficiency);
+        }
+    }
+    if let Some((_, b)) = best {
+        *trial = b;
+    }
+}
+
 fn descend(trial: &mut ArchConfig, samples: &[KernelSample], params: &[Param]) {
     for p in params {
         let (lo, hi) = p.range();
