@@ -4241,3 +4241,84 @@ fn fused_attention_is_priced_within_the_published_flashattention2_benchmarks() {
         }
     }
 }
+
+/// `tandem schedule` prints each pass as plans price it beside its makespan: on the A100,
+/// whose kernels carry no launch costs, the same where nothing runs beside the compute stream;
+/// with `comm_overlap` 0.5 and the input-gradient collectives asynchronous (`tp_grad_overlap`
+/// under sequence parallelism), the backward gains half of their overlap with the stream,
+/// exactly the layer cost the plans take.
+#[test]
+fn schedule_prints_each_pass_as_plans_price_it() {
+    let tmp = scratch("schedule-pass");
+    let text = std::fs::read_to_string("arch_specs/a100.toml").expect("a100.toml");
+    let contended = text.replacen(
+        "sustained_clock = 0.926",
+        "sustained_clock = 0.926\ncomm_overlap = 0.5",
+        1,
+    );
+    let chip_path = tmp.path().join("a100-contended.toml");
+    std::fs::write(&chip_path, contended).expect("write");
+    let workload_path = tmp.path().join("opt-350m-overlapped.toml");
+    let text = std::fs::read_to_string("workloads/opt-350m.toml").expect("workload");
+    std::fs::write(&workload_path, format!("{text}tp_grad_overlap = true\n")).expect("write");
+    let workload_file = workload_path.to_str().expect("path");
+    let run = |arch: &str| {
+        let out = tandem(&[
+            "schedule",
+            "--workload",
+            workload_file,
+            "--arch",
+            arch,
+            "--tp",
+            "2",
+            "--seq-parallel",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let block = |reports: &serde_json::Value, dir: &str, field: &str| {
+        reports
+            .as_array()
+            .expect("layers")
+            .iter()
+            .find(|r| r["count"].as_u64() > Some(1))
+            .expect("the repeated block")[dir][field]
+            .as_f64()
+            .expect("seconds")
+    };
+    let plain = run("arch_specs/a100.toml");
+    for dir in ["fwd", "bwd"] {
+        assert_eq!(
+            block(&plain, dir, "pass_s"),
+            block(&plain, dir, "makespan_s")
+        );
+    }
+    let reports = run(chip_path.to_str().expect("path"));
+    let arch = load_chip(&chip_path).expect("chip");
+    let cache = ScheduleCache::new(SolverOptions::default()).expect("valid options");
+    let costs = layer_costs(
+        &Workload::load(&workload_path).expect("workload"),
+        &CostModel::new(&arch),
+        &cache,
+        2,
+        1,
+        true,
+    )
+    .expect("layer costs");
+    let unique = costs.unique.iter().find(|u| u.count > 1).expect("block");
+    let bwd_problem = &unique.bwd_problem;
+    let contention_s = 0.5 * unique.bwd.async_overlap_s(bwd_problem);
+    assert!(contention_s > 0.0);
+    let (makespan_s, pass_s) = (
+        block(&reports, "bwd", "makespan_s"),
+        block(&reports, "bwd", "pass_s"),
+    );
+    assert_eq!(makespan_s, unique.bwd.makespan_s);
+    assert!((pass_s - (makespan_s + contention_s)).abs() < 1e-15);
+    assert_eq!(pass_s, unique.bwd_s);
+}

@@ -14,7 +14,9 @@ use tandem::workload::Workload;
 
 /// Schedule each unique layer's forward and backward operator graph on the chip's tensor
 /// cores, vector cores and network link, minimising the makespan (ILP on HiGHS between a
-/// list-scheduling upper bound and a critical-path / work lower bound).
+/// list-scheduling upper bound and a critical-path / work lower bound), and print each pass as
+/// plans price it (`pass`: with the chip's eager launch costs and, on a serial chip, the
+/// contention of asynchronous collectives).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workload file: a model template (TOML) or an operator DAG (JSON).
@@ -53,6 +55,9 @@ struct OpRow<'a> {
 #[derive(Serialize)]
 struct DirectionReport<'a> {
     makespan_s: f64,
+    /// The pass as plans price it: the makespan, the contention of its asynchronous
+    /// collectives on a serial chip and the eager launch costs.
+    pass_s: f64,
     lower_bound_s: f64,
     upper_bound_s: f64,
     status: String,
@@ -123,6 +128,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                     format!("{} ×{}", r.layer, r.count),
                     dir.to_string(),
                     seconds(d.makespan_s),
+                    seconds(d.pass_s),
                     seconds(d.lower_bound_s),
                     seconds(d.upper_bound_s),
                     d.status.clone(),
@@ -141,6 +147,7 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 "layer",
                 "dir",
                 "makespan",
+                "pass",
                 "lower",
                 "upper",
                 "status",
@@ -178,12 +185,12 @@ fn layer_report(u: &UniqueLayerSchedule) -> LayerReport<'_> {
         layer: &u.name,
         signature: &u.signature,
         count: u.count,
-        fwd: direction_report(&u.fwd, &u.fwd_problem),
-        bwd: direction_report(&u.bwd, &u.bwd_problem),
+        fwd: direction_report(&u.fwd, &u.fwd_problem, u.fwd_s),
+        bwd: direction_report(&u.bwd, &u.bwd_problem, u.bwd_s),
     }
 }
 
-fn direction_report<'a>(s: &Schedule, p: &'a ScheduleProblem) -> DirectionReport<'a> {
+fn direction_report<'a>(s: &Schedule, p: &'a ScheduleProblem, pass_s: f64) -> DirectionReport<'a> {
     let mut ops: Vec<OpRow> = s
         .ops
         .iter()
@@ -203,6 +210,7 @@ fn direction_report<'a>(s: &Schedule, p: &'a ScheduleProblem) -> DirectionReport
     ops.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
     DirectionReport {
         makespan_s: s.makespan_s,
+        pass_s,
         lower_bound_s: s.lower_bound_s,
         upper_bound_s: s.upper_bound_s,
         status: s.status.to_string(),

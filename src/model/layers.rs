@@ -24,8 +24,9 @@ pub struct UniqueLayerSchedule {
     pub count: usize,
     pub fwd: Arc<Schedule>,
     pub bwd: Arc<Schedule>,
-    /// The forward and backward as training launches their kernels: each schedule's GPU work
-    /// plus the chip's eager launch costs ([`Efficiency::eager_pass_s`]).
+    /// The forward and backward as training launches their kernels: each schedule's GPU work,
+    /// on a serial chip with the contention of its asynchronous collectives, plus the chip's
+    /// eager launch costs ([`Efficiency::eager_pass_s`]).
     pub fwd_s: f64,
     pub bwd_s: f64,
     /// The problems the schedules solve (operator names and variants, for display).
