@@ -28,10 +28,9 @@ pub use composite::{
 };
 pub use layer_times::{split_iterations, validate_layer_times, IterationSplit, LayerTimeError};
 pub use measurements::{
-    attention_benchmark_flops, load_collected, load_measurement_dirs, load_measurements,
-    profiled_kernel_class, AttentionBenchmarkRow, BlockShape, CollectedRow, Measurement,
-    OverlapPart, OverlapShape, PassProfile, Prelude, StepShape, Target, AFTER_GEMM,
-    ATTENTION_CLASS, COLD, GEMM_CLASS, OTHER_CLASS,
+    load_collected, load_measurement_dirs, load_measurements, profiled_kernel_class, BlockShape,
+    CollectedRow, Measurement, OverlapPart, OverlapShape, PassProfile, Prelude, StepShape, Target,
+    AFTER_GEMM, ATTENTION_CLASS, COLD, GEMM_CLASS, OTHER_CLASS,
 };
 pub use runs::{megatron_flops_per_iteration, validate_runs, RunError, RunPlans};
 

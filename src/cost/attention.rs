@@ -18,12 +18,12 @@ use crate::workload::{attention_products, kernel_op, AttentionShape, OpKind, Pas
 /// Query rows in one tile of a fused attention kernel: FlashAttention-2's and -3's training
 /// kernels tile the queries by 128 rows, and a causal one computes the tile on the diagonal
 /// whole.
-pub const QUERY_TILE_ROWS: u64 = 128;
+const QUERY_TILE_ROWS: u64 = 128;
 
 /// Score elements one query row of `shape` computes in a fused kernel whose tile adds
 /// `row_overhead` per row: all `seq_len` keys, or under a causal mask on average half of them
 /// and half a tile (a row's tile runs to the end of its diagonal tile).
-pub fn scores_per_query_row(shape: AttentionShape, row_overhead: f64) -> f64 {
+fn scores_per_query_row(shape: AttentionShape, row_overhead: f64) -> f64 {
     let s = shape.seq_len as f64;
     let seen = if shape.causal {
         0.5 * (s + QUERY_TILE_ROWS.min(shape.seq_len) as f64)

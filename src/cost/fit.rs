@@ -50,26 +50,15 @@ pub struct KernelSample {
     pub with_backward: bool,
 }
 
-/// The backward of a forward operator that has one of its own shape (a fused attention kernel,
-/// a vector primitive); `None` otherwise (a GEMM's backward is two GEMMs of other shapes).
-pub fn backward_of(kind: OpKind) -> Option<OpKind> {
+/// The backward of a fused attention kernel's forward, of the same shape; `None` for any other
+/// operator (no other is timed with its backward).
+fn backward_of(kind: OpKind) -> Option<OpKind> {
     match kind {
         OpKind::Attention {
             shape,
             pass: Pass::Forward,
         } => Some(OpKind::Attention {
             shape,
-            pass: Pass::Backward,
-        }),
-        OpKind::Vector {
-            op,
-            elements,
-            row_len,
-            pass: Pass::Forward,
-        } => Some(OpKind::Vector {
-            op,
-            elements,
-            row_len,
             pass: Pass::Backward,
         }),
         _ => None,
