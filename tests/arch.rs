@@ -603,6 +603,20 @@ fn bad_chip_files_name_file_field_and_reason() {
         );
         assert_mentions(&m, &[file, &format!("efficiency.{key}"), shown]);
     }
+    // The backward's own pair, bounded as the forward's.
+    for (key, value, shown) in [
+        ("attention_backward_compute", "0.0", "got 0"),
+        ("attention_backward_row_overhead", "-5.0", "got -5"),
+    ] {
+        let file = format!("{key}.toml");
+        let m = chip_error(
+            "a100.toml",
+            &file,
+            "attention_row_overhead = 138.0",
+            &format!("attention_row_overhead = 138.0\n{key} = {value}"),
+        );
+        assert_mentions(&m, &[&file, &format!("efficiency.{key}"), shown]);
+    }
 
     // Above 1 is a training clock above the fitted kernels', but not above the peak.
     let m = chip_error(

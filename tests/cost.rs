@@ -897,9 +897,10 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     truth.efficiency.gemm_overhead_s = 10e-6;
     truth.efficiency.vector_overhead_s = 5e-6;
     truth.efficiency.link_bandwidth = 0.75;
-    // Fused attention kernels reach less of the arrays than GEMMs do, and their tiles add work
-    // per query row.
+    // Fused attention kernels reach less of the arrays than GEMMs do, their backward less
+    // than their forward, and their tiles add work per query row.
     truth.efficiency.attention_compute = Some(0.6);
+    truth.efficiency.attention_backward_compute = Some(0.5);
     truth.efficiency.attention_row_overhead = Some(150.0);
     truth
         .efficiency
@@ -958,8 +959,8 @@ fn fit_recovers_known_parameters_on_toy_chip() {
         bytes,
         group,
     });
-    // Compute-bound fused attention, causal or not, forward and backward, at three sequence
-    // lengths (which tell the tiles' work per row from the fraction).
+    // Compute-bound fused attention, causal or not, forward alone at three sequence lengths
+    // (which tell the tiles' work per row from the fraction), and backward.
     let attention = [
         (true, Pass::Forward, 1024),
         (false, Pass::Forward, 1024),
@@ -1020,6 +1021,13 @@ fn fit_recovers_known_parameters_on_toy_chip() {
     };
     near(fitted.tensor_compute, 0.8, 0.005, "tensor_compute");
     near(fitted.attention_compute(), 0.6, 0.005, "attention_compute");
+    near(
+        fitted.attention_compute_for(Pass::Backward),
+        0.5,
+        0.005,
+        "attention_backward_compute",
+    );
+    assert_eq!(fitted.attention_backward_row_overhead, None);
     near(
         fitted.attention_row_overhead(),
         150.0,
@@ -1139,6 +1147,14 @@ fn a100_chip_file_efficiency_is_the_fit_to_measurements() {
         fitted.attention_row_overhead(),
         2.0,
         "attention_row_overhead",
+    );
+    // Timed only forward and backward together: one set for both passes.
+    assert_eq!(
+        (
+            fitted.attention_backward_compute,
+            fitted.attention_backward_row_overhead
+        ),
+        (None, None)
     );
     near(
         e.gemm_overhead_s,
@@ -1529,22 +1545,29 @@ fn negative_board_power_is_refused() {
 /// tensors (Q, K, V, the output, its gradient and the log-sum-exp): each pass takes the longer
 /// of the two plus the GEMM overhead per kernel (one forward, three backward). A row computes
 /// its 4096 keys, or under a causal mask up to the end of its 128-row query tile, 2112 on
-/// average, plus the tile's work per row where the chip sets one. On the H100, 32 heads of
-/// 4096 × 128 are bound by the products.
+/// average, plus the tile's work per row where the chip sets one; the backward at its own
+/// fraction where the chip sets one. On the H100, 32 heads of 4096 × 128 are bound by the
+/// products.
 #[test]
 fn flash_attention_prices_its_products_and_exponentials() {
     let mut h100 = load_chip("h100");
     let cores = h100.tensor.count;
-    for row_overhead in [None, Some(200.0)] {
+    // Then with tile work per row, and a backward of its own at 0.4 of peak.
+    for (row_overhead, backward_compute) in [(None, None), (Some(200.0), Some(0.4))] {
         h100.efficiency.attention_row_overhead = row_overhead;
+        h100.efficiency.attention_backward_compute = backward_compute;
         let model = CostModel::new(&h100);
         let eff = &h100.efficiency;
         let clock_hz = h100.clock_hz * eff.sustained_clock;
-        let macs_per_s =
-            f64::from(cores * h100.tensor.rows * h100.tensor.cols) * clock_hz * eff.tensor_compute;
         let lane_cycles_per_s =
             f64::from(h100.vector.count * h100.vector.lanes) * clock_hz * eff.vector_compute;
         for (pass, products, kernels) in [(Pass::Forward, 2.0, 1.0), (Pass::Backward, 5.0, 3.0)] {
+            let fraction = match pass {
+                Pass::Backward => backward_compute.unwrap_or(eff.tensor_compute),
+                Pass::Forward => eff.tensor_compute,
+            };
+            let macs_per_s =
+                f64::from(cores * h100.tensor.rows * h100.tensor.cols) * clock_hz * fraction;
             for (causal, keys_per_row) in [(false, 4096.0), (true, 2112.0)] {
                 let keys_per_row = keys_per_row + row_overhead.unwrap_or(0.0);
                 let op = tandem::workload::kernel_op(

@@ -4206,10 +4206,14 @@ fn published_attention_benchmarks_load_as_flashattention_counts_them() {
 
 /// Fused attention against FlashAttention-2's published throughput (data/reference/
 /// flash_attention/: head dimensions 64 and 128, sequences 512-16384, with and without a
-/// causal mask, each row a forward timed with its backward): the A100's chip file and the
-/// calibrated H100 (both fitted to these rows: two parameters over 23 and 24 rows) within
-/// 6.5 % of every row, 3.0 % on average in each class; the calibrated H200, fitted to the
-/// H100's rows (same die and clocks; no H200 rows are published), likewise.
+/// causal mask; each A100 row and 24 H100 rows a forward timed with its backward, 36 H100 rows
+/// the forward alone, head dimension 256 too). The A100's chip file (one set of two parameters
+/// for both passes, fitted to its 23 rows) and the calibrated H100 (the forward's pair fitted
+/// to the forward rows, the backward's to the pairs; the H200 takes the H100's rows: same die
+/// and clocks, none published for it): every forward-and-backward row within 6.5 %, 3.0 % on
+/// average in each class; the forward rows within 13.5 % at head dimensions 64 and 128 (7.5 %
+/// on average), and within 24 % at 256, where FlashAttention-2's forward runs 12 % slower per
+/// FLOP than at 128 and the model, whose exponentials weigh less there, prices it faster.
 #[test]
 fn fused_attention_is_priced_within_the_published_flashattention2_benchmarks() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/reference/flash_attention");
@@ -4222,9 +4226,23 @@ fn fused_attention_is_priced_within_the_published_flashattention2_benchmarks() {
         let measurements = load_measurements(&root.join(data)).expect("published rows");
         let errors = kernel_errors(&arch, &measurements, |_| None);
         assert_eq!(errors.len(), measurements.len());
-        for e in &errors {
+        let mut forward_abs = Vec::new();
+        for (e, m) in errors.iter().zip(&measurements) {
+            let head_dim = match m.target {
+                Target::Op(OpKind::Attention { shape, .. })
+                | Target::ForwardBackward(OpKind::Attention { shape, .. }) => shape.head_dim,
+                _ => panic!("{}: an attention row", m.source),
+            };
+            let bound = match m.target {
+                Target::ForwardBackward(_) => 0.065,
+                _ if head_dim <= 128 => {
+                    forward_abs.push(e.signed_error.abs());
+                    0.135
+                }
+                _ => 0.24,
+            };
             assert!(
-                e.signed_error.abs() <= 0.065,
+                e.signed_error.abs() <= bound,
                 "{chip_name} {} {}: {:+.1} %",
                 e.class,
                 e.shape,
@@ -4233,11 +4251,15 @@ fn fused_attention_is_priced_within_the_published_flashattention2_benchmarks() {
         }
         for s in summarise(&errors) {
             assert!(
-                s.mean_abs_error <= 0.03,
+                !s.class.ends_with("_fwd_bwd") || s.mean_abs_error <= 0.03,
                 "{chip_name} {}: mean {:.1} %",
                 s.class,
                 100.0 * s.mean_abs_error
             );
+        }
+        if !forward_abs.is_empty() {
+            let mean = forward_abs.iter().sum::<f64>() / forward_abs.len() as f64;
+            assert!(mean <= 0.075, "{chip_name} forward rows: mean {mean}");
         }
     }
 }

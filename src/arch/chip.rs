@@ -150,31 +150,50 @@ pub(crate) fn validate_environment(
             ),
         ));
     }
-    // The fused attention kernels' own fraction likewise.
-    if let Some(value) = eff.attention_compute {
-        if !fraction_of_peak(value) || eff.sustained_clock * value > 1.0 {
-            return Err(InputError::invalid(
-                file,
-                field("efficiency.attention_compute"),
-                format!(
-                    "must be a fraction of peak in {FRACTION_RANGE}, and times \
-                     efficiency.sustained_clock ({}) at most 1, got {value}",
-                    eff.sustained_clock
-                ),
-            ));
+    // The fused attention kernels' own fractions likewise, and their tiles' fixed work, in
+    // score elements per query row: a few tiles' worth at most.
+    for (name, value) in [
+        ("efficiency.attention_compute", eff.attention_compute),
+        (
+            "efficiency.attention_backward_compute",
+            eff.attention_backward_compute,
+        ),
+    ] {
+        if let Some(value) = value {
+            if !fraction_of_peak(value) || eff.sustained_clock * value > 1.0 {
+                return Err(InputError::invalid(
+                    file,
+                    field(name),
+                    format!(
+                        "must be a fraction of peak in {FRACTION_RANGE}, and times \
+                         efficiency.sustained_clock ({}) at most 1, got {value}",
+                        eff.sustained_clock
+                    ),
+                ));
+            }
         }
     }
-    // A tile's fixed work, in score elements per query row: a few tiles' worth at most.
-    if let Some(value) = eff.attention_row_overhead {
-        if !(value.is_finite() && (0.0..=MAX_ATTENTION_ROW_OVERHEAD).contains(&value)) {
-            return Err(InputError::invalid(
-                file,
-                field("efficiency.attention_row_overhead"),
-                format!(
-                    "must be between 0 and {MAX_ATTENTION_ROW_OVERHEAD} score elements per \
-                     query row, got {value}"
-                ),
-            ));
+    for (name, value) in [
+        (
+            "efficiency.attention_row_overhead",
+            eff.attention_row_overhead,
+        ),
+        (
+            "efficiency.attention_backward_row_overhead",
+            eff.attention_backward_row_overhead,
+        ),
+    ] {
+        if let Some(value) = value {
+            if !(value.is_finite() && (0.0..=MAX_ATTENTION_ROW_OVERHEAD).contains(&value)) {
+                return Err(InputError::invalid(
+                    file,
+                    field(name),
+                    format!(
+                        "must be between 0 and {MAX_ATTENTION_ROW_OVERHEAD} score elements \
+                         per query row, got {value}"
+                    ),
+                ));
+            }
         }
     }
     // A training run's vector kernels may run slower than lone replays (a power-capped clock)

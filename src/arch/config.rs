@@ -192,6 +192,14 @@ pub struct Efficiency {
     /// `attention_compute` from fused kernels timed at several sequence lengths.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attention_row_overhead: Option<f64>,
+    /// The fused attention backward's own fraction of peak and work per query row, where its
+    /// kernels were timed apart from the forward's (FlashAttention-2's backward runs below
+    /// its forward's rate); unset, the forward's values
+    /// ([`Efficiency::attention_compute_for`], [`Efficiency::attention_row_overhead_for`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_backward_compute: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_backward_row_overhead: Option<f64>,
     /// Fraction of peak vector throughput achieved.
     pub vector_compute: f64,
     /// Fraction of peak HBM bandwidth achieved by streaming kernels.
@@ -438,6 +446,24 @@ impl Efficiency {
         self.attention_row_overhead.unwrap_or(0.0)
     }
 
+    /// The fused attention fraction of `pass`: the backward's own where set, else the
+    /// forward's.
+    pub fn attention_compute_for(&self, pass: Pass) -> f64 {
+        match (pass, self.attention_backward_compute) {
+            (Pass::Backward, Some(value)) => value,
+            _ => self.attention_compute(),
+        }
+    }
+
+    /// The fused attention work per query row of `pass`: the backward's own where set, else
+    /// the forward's.
+    pub fn attention_row_overhead_for(&self, pass: Pass) -> f64 {
+        match (pass, self.attention_backward_row_overhead) {
+            (Pass::Backward, Some(value)) => value,
+            _ => self.attention_row_overhead(),
+        }
+    }
+
     /// The time of `launches` kernels launched eagerly one after another whose GPU work, as a
     /// graph replay times it, is `gpu_s` in all: each adds `launch_gap_s`, and the pass takes
     /// no less than the host's dispatch of all of them. The host usually runs ahead of a busy
@@ -498,6 +524,8 @@ impl Default for Efficiency {
             tensor_compute: 1.0,
             attention_compute: None,
             attention_row_overhead: None,
+            attention_backward_compute: None,
+            attention_backward_row_overhead: None,
             vector_compute: 1.0,
             hbm_bandwidth: 1.0,
             gemm_overhead_s: 0.0,

@@ -7,9 +7,10 @@
 //! every key it sees, under a causal mask up to the end of its query tile (the tile on the
 //! diagonal is computed whole), plus its tile's fixed work per row
 //! (`efficiency.attention_row_overhead`). Both parameters are fitted where fused kernels were
-//! timed (collect.py's `attention_flash` rows, FlashAttention's published benchmarks); unset,
-//! the products run at the GEMMs' `tensor_compute` and the rows carry no overhead, an
-//! assumption those measurements replace.
+//! timed (collect.py's `attention_flash` rows, FlashAttention's published benchmarks), the
+//! backward's own where its kernels were timed apart from the forward's; unset, the products
+//! run at the GEMMs' `tensor_compute` and the rows carry no overhead, an assumption those
+//! measurements replace.
 
 use super::{dominant_bound, Bound, MemoryLevel};
 use crate::arch::ArchConfig;
@@ -57,7 +58,7 @@ pub fn attention_cost(
     let (heads, s, d) = (shape.heads, shape.seq_len, shape.head_dim);
     let eff = &arch.efficiency;
     // The products over the keys each row computes, against the square s × s they price.
-    let scores_per_row = scores_per_query_row(shape, eff.attention_row_overhead());
+    let scores_per_row = scores_per_query_row(shape, eff.attention_row_overhead_for(pass));
     let computed = scores_per_row / s as f64;
     let products = attention_products(pass).iter().sum::<u64>() as f64;
     // Each product is heads × s × s × d multiply-accumulates over the whole square; the tiles
@@ -68,7 +69,7 @@ pub fn attention_cost(
         * array_macs_per_cycle as f64
         * arch.clock_hz
         * eff.sustained_clock
-        * eff.attention_compute();
+        * eff.attention_compute_for(pass);
     let products_s = macs / macs_per_s;
     // One exponential per score element each pass, on the vector lanes beside these cores, at
     // the kernel's clock.

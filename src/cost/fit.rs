@@ -164,6 +164,8 @@ enum Param {
     TensorCompute,
     AttentionCompute,
     AttentionRowOverhead,
+    AttentionBackwardCompute,
+    AttentionBackwardRowOverhead,
     HbmBandwidth,
     GemmOverhead,
     VectorOverhead(VectorOp),
@@ -183,6 +185,7 @@ impl Param {
         match self {
             Param::TensorCompute
             | Param::AttentionCompute
+            | Param::AttentionBackwardCompute
             | Param::HbmBandwidth
             | Param::VectorBandwidth(_)
             | Param::VectorBackwardBandwidth(_)
@@ -191,7 +194,7 @@ impl Param {
             Param::GemmOverhead | Param::VectorOverhead(_) | Param::VectorBackwardOverhead(_) => {
                 OVERHEAD_RANGE_S
             }
-            Param::AttentionRowOverhead => ROW_OVERHEAD_RANGE,
+            Param::AttentionRowOverhead | Param::AttentionBackwardRowOverhead => ROW_OVERHEAD_RANGE,
         }
     }
 
@@ -200,6 +203,8 @@ impl Param {
             Param::TensorCompute => eff.tensor_compute,
             Param::AttentionCompute => eff.attention_compute(),
             Param::AttentionRowOverhead => eff.attention_row_overhead(),
+            Param::AttentionBackwardCompute => eff.attention_compute_for(Pass::Backward),
+            Param::AttentionBackwardRowOverhead => eff.attention_row_overhead_for(Pass::Backward),
             Param::HbmBandwidth => eff.hbm_bandwidth,
             Param::GemmOverhead => eff.gemm_overhead_s,
             Param::VectorOverhead(op) => eff.vector_overhead_for(op, Pass::Forward),
@@ -216,6 +221,10 @@ impl Param {
             Param::TensorCompute => eff.tensor_compute = value,
             Param::AttentionCompute => eff.attention_compute = Some(value),
             Param::AttentionRowOverhead => eff.attention_row_overhead = Some(value),
+            Param::AttentionBackwardCompute => eff.attention_backward_compute = Some(value),
+            Param::AttentionBackwardRowOverhead => {
+                eff.attention_backward_row_overhead = Some(value)
+            }
             Param::HbmBandwidth => eff.hbm_bandwidth = value,
             Param::GemmOverhead => eff.gemm_overhead_s = value,
             Param::VectorOverhead(op) => eff.vector_op_overhead_s.set(op, Some(value)),
@@ -300,27 +309,25 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
         .partition(|s| KernelClass::of(&s.kind) == KernelClass::Attention);
     descend(&mut trial, &others, &params);
     if has_attention {
-        // The tile's work per row only where sequence lengths differ enough to tell it from
-        // the fraction; the two trade off, so the fraction is refitted at every trial row
-        // overhead.
-        let mut seq_lens: Vec<u64> = attention
-            .iter()
-            .filter_map(|s| match s.kind {
-                OpKind::Attention { shape, .. } => Some(shape.seq_len),
-                _ => None,
-            })
-            .collect();
-        seq_lens.sort_unstable();
-        seq_lens.dedup();
-        if seq_lens.len() >= MIN_ROW_LENGTHS {
-            descend_nested(
-                &mut trial,
-                &attention,
-                Param::AttentionRowOverhead,
-                Param::AttentionCompute,
-            );
+        // The forward's parameters from forward kernels timed alone, where there are some
+        // beside kernels that include a backward, and the backward's from those with the
+        // forward's held; otherwise one set for both passes.
+        let (forward, backward): (Vec<KernelSample>, Vec<KernelSample>) =
+            attention.iter().partition(|s| {
+                !s.with_backward
+                    && matches!(
+                        s.kind,
+                        OpKind::Attention {
+                            pass: Pass::Forward,
+                            ..
+                        }
+                    )
+            });
+        if forward.is_empty() || backward.is_empty() {
+            fit_attention(&mut trial, &attention, Pass::Forward);
         } else {
-            descend(&mut trial, &attention, &[Param::AttentionCompute]);
+            fit_attention(&mut trial, &forward, Pass::Forward);
+            fit_attention(&mut trial, &backward, Pass::Backward);
         }
     }
     let own: Vec<Param> = vector_ops
@@ -455,6 +462,34 @@ fn row_tables(eff: &Efficiency, samples: &[KernelSample]) -> Vec<RowBandwidth> {
 
 /// Coordinate descent of `params` of `trial` on shrinking grids, each started inside its
 /// range.
+/// The fused attention fraction and tile work per query row of `pass` (the forward's: of
+/// both passes unless the backward's are fitted next) fitted to `samples`: the work per row
+/// only where sequence lengths differ enough to tell it from the fraction; the two trade off,
+/// so the fraction is refitted at every trial work per row.
+fn fit_attention(trial: &mut ArchConfig, samples: &[KernelSample], pass: Pass) {
+    let (row_overhead, compute) = match pass {
+        Pass::Forward => (Param::AttentionRowOverhead, Param::AttentionCompute),
+        Pass::Backward => (
+            Param::AttentionBackwardRowOverhead,
+            Param::AttentionBackwardCompute,
+        ),
+    };
+    let mut seq_lens: Vec<u64> = samples
+        .iter()
+        .filter_map(|s| match s.kind {
+            OpKind::Attention { shape, .. } => Some(shape.seq_len),
+            _ => None,
+        })
+        .collect();
+    seq_lens.sort_unstable();
+    seq_lens.dedup();
+    if seq_lens.len() >= MIN_ROW_LENGTHS {
+        descend_nested(trial, samples, row_overhead, compute);
+    } else {
+        descend(trial, samples, &[compute]);
+    }
+}
+
 /// `outer` on shrinking grids as [`descend`] does, with `inner` refitted over its whole range
 /// at every trial value: for two parameters that trade off, which coordinate descent would
 /// leave in a valley.
