@@ -1950,9 +1950,9 @@ fn grad_precision_is_the_weights_or_fp32() {
 /// recomputed), 2·s²·d FLOP each per query head, half under a decoder's causal mask. Two
 /// sequences of 16 tokens and 4 heads of 16 (bf16): 8 query heads, Q 8·16·16·2 = 4096 B, K
 /// and V as much again each, the rows' fp32 log-sum-exp 8·16·4 = 512 B. No score tensor
-/// reaches the graphs or the activations, which keep the log-sum-exp instead (so selective
-/// recompute has nothing to drop); BERT's attention is not causal; grouped K/V heads read
-/// less.
+/// reaches the graphs or the activations, which keep the log-sum-exp instead (which selective
+/// recompute drops, as Megatron-Core's `core_attn` checkpoint does); BERT's attention is not
+/// causal; grouped K/V heads read less.
 #[test]
 fn flash_attention_is_one_kernel_each_way_without_scores() {
     let text = format!("{GOOD}attention_softmax = \"flash\"\n");
@@ -1997,8 +1997,8 @@ fn flash_attention_is_one_kernel_each_way_without_scores() {
         block(&graph).activation_bytes,
         block(&plain.layer_graph(1, 2, false).expect("graph")).activation_bytes,
     );
-    assert_eq!(flash_bytes.none, flash_bytes.selective);
-    assert_eq!(flash_bytes.selective, plain_bytes.selective + lse);
+    assert_eq!(flash_bytes.none, flash_bytes.selective + lse);
+    assert_eq!(flash_bytes.selective, plain_bytes.selective);
     assert_eq!(flash_bytes.full, plain_bytes.full);
     // 8 heads · 16² scores: softmax output, dropout mask and output, 2 + 1 + 2 B each.
     assert_eq!(plain_bytes.none - plain_bytes.selective, 8 * 16 * 16 * 5);

@@ -479,8 +479,8 @@ fn ops_in_turn(
 
 /// Time and energy of re-running the attention core (QKᵀ, softmax, dropout, ×V) that
 /// selective recompute drops from memory: the operators over the score tensor, found by shape
-/// (the softmax's element count, whole-row or fused causal), each in its faster variant since
-/// they form a chain.
+/// (the softmax's element count, whole-row or fused causal), or the fused attention kernel's
+/// forward, each in its faster variant since they form a chain.
 pub(super) fn attention_core(
     graph: &OpGraph,
     problem: &ScheduleProblem,
@@ -505,8 +505,9 @@ pub(super) fn attention_core(
                 && (score_elements.contains(&(batch * m * n))
                     || score_elements.contains(&(batch * m * k)))
         }
-        // A fused kernel keeps no scores: selective recompute has nothing to drop or rerun.
-        OpKind::Collective { .. } | OpKind::Attention { .. } => false,
+        // A fused kernel is the whole core: Megatron-Core's `core_attn` checkpoint reruns it.
+        OpKind::Attention { .. } => true,
+        OpKind::Collective { .. } => false,
     };
     let (time_s, energy_j, launches) =
         ops_in_turn(graph, problem, |_, op| touches_scores(&op.kind));

@@ -1069,20 +1069,21 @@ impl Template {
             };
         // Attention scores: softmax output (e), dropout mask (1) and dropout output (e); a
         // fused kernel keeps its rows' fp32 log-sum-exp instead, which selective recompute
-        // has no reason to drop.
+        // drops as Megatron-Core's `core_attn` checkpoint does (it reruns the kernel's
+        // forward; Q, K and V stay, the checkpoint's inputs, and its output is the
+        // projection's input).
         let scores = mul(&[
             shape.micro_batch,
             self.heads / tp,
             shape.seq_len,
             shape.seq_len,
         ]);
-        let (attention, kept) = if self.block.softmax == AttentionSoftmax::Flash {
-            let rows = mul(&[shape.micro_batch, self.heads / tp, shape.seq_len]);
-            (0, 4 * rows)
+        let attention = if self.block.softmax == AttentionSoftmax::Flash {
+            4 * mul(&[shape.micro_batch, self.heads / tp, shape.seq_len])
         } else {
-            (scores * (e + drop * (1 + e)), 0)
+            scores * (e + drop * (1 + e))
         };
-        let selective = outside + inside + kept;
+        let selective = outside + inside;
         ActivationBytes {
             none: selective + attention,
             selective,
