@@ -160,20 +160,32 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         ],
     ];
     // The fused attention kernels' own values, where either file sets one.
-    let attention: [(&str, fn(&Efficiency) -> Option<f64>); 4] = [
-        ("attention_compute", |e| e.attention_compute),
-        ("attention_row_overhead", |e| e.attention_row_overhead),
-        ("attention_backward_compute", |e| {
-            e.attention_backward_compute
-        }),
-        ("attention_backward_row_overhead", |e| {
-            e.attention_backward_row_overhead
-        }),
+    let attention = [
+        (
+            "attention_compute",
+            before.attention_compute,
+            e.attention_compute,
+        ),
+        (
+            "attention_row_overhead",
+            before.attention_row_overhead,
+            e.attention_row_overhead,
+        ),
+        (
+            "attention_backward_compute",
+            before.attention_backward_compute,
+            e.attention_backward_compute,
+        ),
+        (
+            "attention_backward_row_overhead",
+            before.attention_backward_row_overhead,
+            e.attention_backward_row_overhead,
+        ),
     ];
-    for (name, value) in attention {
-        if value(&before).is_some() || value(e).is_some() {
-            let show = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
-            rows.push(vec![name.into(), show(value(&before)), show(value(e))]);
+    let show = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+    for (name, was, now) in attention {
+        if was.is_some() || now.is_some() {
+            rows.push(vec![name.into(), show(was), show(now)]);
         }
     }
     // Per-primitive values, where either file sets one: (parameter, pass label, table, value).
