@@ -4358,3 +4358,70 @@ fn schedule_prints_each_pass_as_plans_price_it() {
     assert!((pass_s - (makespan_s + contention_s)).abs() < 1e-15);
     assert_eq!(pass_s, unique.bwd_s);
 }
+
+/// Measurement directories combine on the command line: `tandem calibrate` with the
+/// LLMCompass A100 kernels and FlashAttention-2's A100 rows writes a chip file whose header
+/// names both and whose fused attention parameters are the A100 file's (the shared ones
+/// untouched by the attention rows), and `tandem validate` scores both directories' classes.
+#[test]
+fn measurement_directories_combine_on_the_command_line() {
+    let tmp = scratch("two-dirs");
+    let out = tmp.path().join("a100.calibrated.toml");
+    let out_str = out.to_str().expect("path");
+    let run = tandem(&[
+        "calibrate",
+        "--arch",
+        "arch_specs/a100.toml",
+        "--measurements",
+        "data/reference/a100_kernels",
+        "--measurements",
+        "data/reference/flash_attention/a100",
+        "--out",
+        out_str,
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = std::fs::read_to_string(&out).expect("chip file");
+    assert!(
+        text.contains(
+            "--measurements data/reference/a100_kernels \
+             --measurements data/reference/flash_attention/a100` from 107 measurements"
+        ),
+        "{}",
+        text.lines().next().unwrap_or_default()
+    );
+    let fitted = load_chip(&out).expect("calibrated chip").efficiency;
+    let file = chip("a100").efficiency;
+    assert!((fitted.attention_compute() - file.attention_compute()).abs() <= 0.005);
+    assert!((fitted.attention_row_overhead() - file.attention_row_overhead()).abs() <= 2.0);
+    assert!((fitted.tensor_compute - file.tensor_compute).abs() <= 0.01);
+    let report = tmp.path().join("validation");
+    let run = tandem(&[
+        "validate",
+        "--arch",
+        "arch_specs/a100.toml",
+        "--kernels",
+        "data/reference/a100_kernels",
+        "--kernels",
+        "data/reference/flash_attention/a100",
+        "--out",
+        report.to_str().expect("path"),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary = std::fs::read_to_string(report.join("summary.md")).expect("summary");
+    for part in [
+        "## Kernels (`data/reference/a100_kernels`, `data/reference/flash_attention/a100`)",
+        "| attention_fa2_fwd_bwd | 11 |",
+        "| attention_fa2_causal_fwd_bwd | 12 |",
+        "| gemm | 20 |",
+    ] {
+        assert!(summary.contains(part), "{part}");
+    }
+}
