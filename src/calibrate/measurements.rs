@@ -12,6 +12,7 @@
 //!   ([`attention_benchmark_flops`]).
 
 use super::in_row;
+use crate::cost::KernelSample;
 use crate::error::InputError;
 use crate::placement::RecomputeMode;
 use crate::workload::{
@@ -298,6 +299,17 @@ impl Measurement {
     pub fn after_prelude(&self) -> bool {
         matches!(self.target, Target::AfterPrelude { .. })
     }
+
+    /// The measurement as the cost fit takes it, of operator `kind` (its target's): timed
+    /// with its backward where the target says so.
+    pub fn kernel_sample(&self, kind: OpKind) -> KernelSample {
+        KernelSample {
+            kind,
+            elem_bytes: self.elem_bytes,
+            measured_s: self.measured_s,
+            with_backward: matches!(self.target, Target::ForwardBackward(_)),
+        }
+    }
 }
 
 /// The class of profiled kernels no operator of the model stands for.
@@ -563,11 +575,7 @@ pub fn attention_benchmark_flops(shape: AttentionShape, with_backward: bool) -> 
 }
 
 fn read_attention_benchmarks(file: &Path) -> Result<Vec<Measurement>, InputError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .comment(Some(b'#'))
-        .trim(csv::Trim::All)
-        .from_path(file)
-        .map_err(|e| csv_error(file, e))?;
+    let mut reader = headed_reader(file)?;
     let mut out = Vec::new();
     for (i, record) in reader.deserialize::<AttentionBenchmarkRow>().enumerate() {
         let row = i + 1;
@@ -971,10 +979,11 @@ pub fn load_collected(file: &Path) -> Result<Vec<Measurement>, InputError> {
     Ok(out)
 }
 
-/// A reader of a CSV file with a header row.
+/// A reader of a CSV file with a header row; lines that start with `#` are comments.
 fn headed_reader(file: &Path) -> Result<csv::Reader<std::fs::File>, InputError> {
     csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
+        .comment(Some(b'#'))
         .from_path(file)
         .map_err(|e| csv_error(file, e))
 }

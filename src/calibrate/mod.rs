@@ -420,12 +420,7 @@ pub fn kernel_errors(
                 | Target::Eager { kind, .. }
                 | Target::InBlock(kind)
                 | Target::AfterPrelude { kind, .. } => {
-                    let sample = KernelSample {
-                        kind,
-                        elem_bytes: m.elem_bytes,
-                        measured_s: m.measured_s,
-                        with_backward: matches!(m.target, Target::ForwardBackward(_)),
-                    };
+                    let sample = m.kernel_sample(kind);
                     let timed_as = match m.target {
                         Target::AfterPrelude {
                             prelude: Prelude::Gemm,
@@ -657,15 +652,9 @@ fn fittable<'a>(
     measurements
         .into_iter()
         .filter_map(|m| match m.target {
-            Target::Op(kind) | Target::InBlock(kind) | Target::ForwardBackward(kind) => Some((
-                m,
-                KernelSample {
-                    kind,
-                    elem_bytes: m.elem_bytes,
-                    measured_s: m.measured_s,
-                    with_backward: matches!(m.target, Target::ForwardBackward(_)),
-                },
-            )),
+            Target::Op(kind) | Target::InBlock(kind) | Target::ForwardBackward(kind) => {
+                Some((m, m.kernel_sample(kind)))
+            }
             _ => None,
         })
         .collect()

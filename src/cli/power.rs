@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tandem::arch::{area_breakdown, load_chip};
 use tandem::calibrate::{load_collected, Target};
-use tandem::cost::{fit_static_power, peak_power, KernelSample, PowerSample, MIN_POWER_WINDOW_S};
+use tandem::cost::{fit_static_power, peak_power, PowerSample, MIN_POWER_WINDOW_S};
 use tandem::error::InputError;
 use tandem::report::table;
 use tandem::workload::OpKind;
@@ -38,12 +38,7 @@ fn gemm_rows(file: &Path) -> Result<(Vec<PowerSample>, usize), InputError> {
         .iter()
         .filter_map(|m| match m.target {
             Target::Op(kind @ OpKind::Gemm { .. }) => Some(PowerSample {
-                kernel: KernelSample {
-                    kind,
-                    elem_bytes: m.elem_bytes,
-                    measured_s: m.measured_s,
-                    with_backward: false,
-                },
+                kernel: m.kernel_sample(kind),
                 board_power_w: m.board_power_w,
                 timed_s: m.timed_s,
             }),

@@ -92,7 +92,12 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         let dirs = dir_list(&args.kernels);
         println!("kernels ({dirs}): predicted vs measured");
         println!("{}", table(&SUMMARY_HEADER, summary_rows(&s)));
-        markdown += &format!("## Kernels (`{}`)\n\n", dirs.replace(", ", "`, `"));
+        let quoted: Vec<String> = args
+            .kernels
+            .iter()
+            .map(|dir| format!("`{}`", dir.display()))
+            .collect();
+        markdown += &format!("## Kernels ({})\n\n", quoted.join(", "));
         markdown += &markdown_table(&SUMMARY_HEADER, &summary_rows(&s));
         summaries.extend(s.into_iter().map(|x| ("kernel", x)));
         let l2_bytes = arch.glb.bytes;

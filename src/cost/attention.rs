@@ -57,13 +57,12 @@ pub fn attention_cost(
 ) -> AttentionCost {
     let (heads, s, d) = (shape.heads, shape.seq_len, shape.head_dim);
     let eff = &arch.efficiency;
-    // The products over the keys each row computes, against the square s × s they price.
-    let scores_per_row = scores_per_query_row(shape, eff.attention_row_overhead_for(pass));
-    let computed = scores_per_row / s as f64;
-    let products = attention_products(pass).iter().sum::<u64>() as f64;
-    // Each product is heads × s × s × d multiply-accumulates over the whole square; the tiles
+    // Each product is d multiply-accumulates per score element its rows compute; the tiles
     // stay on chip, so they stream through the arrays at the kernel's own fraction of peak.
-    let macs = products * computed * (heads * s * s * d) as f64;
+    let scores_per_row = scores_per_query_row(shape, eff.attention_row_overhead_for(pass));
+    let score_elements = (heads * s) as f64 * scores_per_row;
+    let products = attention_products(pass).iter().sum::<u64>() as f64;
+    let macs = products * score_elements * d as f64;
     let array_macs_per_cycle = u64::from(arch.tensor.rows) * u64::from(arch.tensor.cols);
     let macs_per_s = f64::from(cores.clamp(1, arch.tensor.count.max(1)))
         * array_macs_per_cycle as f64
@@ -73,7 +72,6 @@ pub fn attention_cost(
     let products_s = macs / macs_per_s;
     // One exponential per score element each pass, on the vector lanes beside these cores, at
     // the kernel's clock.
-    let score_elements = (heads * s) as f64 * scores_per_row;
     let vector_cores = (u64::from(cores) * u64::from(arch.vector.count)
         / u64::from(arch.tensor.count.max(1)))
     .max(1);

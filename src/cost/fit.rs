@@ -245,10 +245,9 @@ impl Param {
 
 /// Efficiency parameters of `arch` fitted to `samples`. Parameters without samples to
 /// inform them (tensor terms without GEMMs, vector compute, links without collectives) keep
-/// `arch`'s values. Fused attention kernels get their own tensor-core fraction
-/// (`attention_compute`), fitted after the shared parameters with those held, and where they
-/// were timed at several sequence lengths their tile's work per query row
-/// (`attention_row_overhead`).
+/// `arch`'s values. Fused attention kernels, which the shared parameters do not see, get their
+/// own tensor-core fraction and tile work per query row ([`fit_attention`]) after them, the
+/// backward's own pair where forward kernels were timed alone beside kernels that include it.
 /// The default `vector_overhead_s` becomes the smallest fitted per-primitive overhead (the
 /// leanest measured kernel: the best guess for unmeasured ones), and only primitives that
 /// differ from it keep an override; each measured primitive keeps its own bandwidth, and its
@@ -287,12 +286,6 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
     }
 
     let mut trial = arch.clone();
-    let has_attention = has(KernelClass::Attention);
-    if has_attention {
-        // Held while the shared parameters are fitted, so that the GEMMs' fraction is the
-        // GEMMs' alone; fitted to the attention kernels next.
-        trial.efficiency.attention_compute = Some(trial.efficiency.attention_compute());
-    }
     trial.efficiency.row_hbm_bandwidth.clear();
     for &op in &vector_ops {
         trial.efficiency.vector_op_hbm_bandwidth.set(op, None);
@@ -308,7 +301,7 @@ pub fn fit_efficiency(arch: &ArchConfig, samples: &[KernelSample]) -> Efficiency
         .iter()
         .partition(|s| KernelClass::of(&s.kind) == KernelClass::Attention);
     descend(&mut trial, &others, &params);
-    if has_attention {
+    if !attention.is_empty() {
         // The forward's parameters from forward kernels timed alone, where there are some
         // beside kernels that include a backward, and the backward's from those with the
         // forward's held; otherwise one set for both passes.
@@ -460,8 +453,6 @@ fn row_tables(eff: &Efficiency, samples: &[KernelSample]) -> Vec<RowBandwidth> {
         .collect()
 }
 
-/// Coordinate descent of `params` of `trial` on shrinking grids, each started inside its
-/// range.
 /// The fused attention fraction and tile work per query row of `pass` (the forward's: of
 /// both passes unless the backward's are fitted next) fitted to `samples`: the work per row
 /// only where sequence lengths differ enough to tell it from the fraction; the two trade off,
@@ -495,6 +486,7 @@ fn fit_attention(trial: &mut ArchConfig, samples: &[KernelSample], pass: Pass) {
 /// leave in a valley.
 fn descend_nested(trial: &mut ArchConfig, samples: &[KernelSample], outer: Param, inner: Param) {
     let (lo, hi) = outer.range();
+    let (inner_lo, inner_hi) = inner.range();
     let mut best: Option<(f64, ArchConfig)> = None;
     let mut centre = outer.get(&trial.efficiency).clamp(lo, hi);
     for round in 0..ROUNDS {
@@ -507,7 +499,6 @@ fn descend_nested(trial: &mut ArchConfig, samples: &[KernelSample], outer: Param
                 &mut candidate.efficiency,
                 start + (end - start) * i as f64 / (GRID_POINTS - 1) as f64,
             );
-            let (inner_lo, inner_hi) = inner.range();
             inner.set(&mut candidate.efficiency, 0.5 * (inner_lo + inner_hi));
             descend(&mut candidate, samples, &[inner]);
             let obj = objective(&candidate, samples);
@@ -524,6 +515,8 @@ fn descend_nested(trial: &mut ArchConfig, samples: &[KernelSample], outer: Param
     }
 }
 
+/// Coordinate descent of `params` of `trial` on shrinking grids, each started inside its
+/// range.
 fn descend(trial: &mut ArchConfig, samples: &[KernelSample], params: &[Param]) {
     for p in params {
         let (lo, hi) = p.range();

@@ -102,6 +102,24 @@ pub struct OpCost {
     pub all_cores_bound: Bound,
 }
 
+/// One execution variant's price: latency, energy and what limits it.
+type Variant = (f64, f64, Bound);
+
+impl OpCost {
+    /// An operator on `core` from its single-core and all-cores variants.
+    fn from_variants(core: CoreType, [one, all]: [Variant; 2]) -> OpCost {
+        OpCost {
+            core,
+            one_core_s: one.0,
+            all_cores_s: all.0,
+            one_core_energy_j: one.1,
+            all_cores_energy_j: all.1,
+            one_core_bound: one.2,
+            all_cores_bound: all.2,
+        }
+    }
+}
+
 /// Prices operators on one chip. Cheap to share across threads: lookups take a read lock and
 /// a miss computes outside any lock, so parallel schedulers do not serialise on it. The
 /// models are deterministic, so a racing duplicate insert stores an identical value.
@@ -160,52 +178,34 @@ impl CostModel {
 
     fn compute(&self, kind: OpKind, elem_bytes: u32) -> OpCost {
         let arch = &self.arch;
+        let tensor_cores = [1, arch.tensor.count];
         match kind {
-            OpKind::Gemm { batch, m, n, k } => {
-                let one = gemm_cost(arch, batch, m, n, k, elem_bytes, 1);
-                let all = gemm_cost(arch, batch, m, n, k, elem_bytes, arch.tensor.count);
-                OpCost {
-                    core: CoreType::Tensor,
-                    one_core_s: one.latency_s,
-                    all_cores_s: all.latency_s,
-                    one_core_energy_j: one.energy_j,
-                    all_cores_energy_j: all.energy_j,
-                    one_core_bound: one.bound,
-                    all_cores_bound: all.bound,
-                }
-            }
+            OpKind::Gemm { batch, m, n, k } => OpCost::from_variants(
+                CoreType::Tensor,
+                tensor_cores.map(|cores| {
+                    let c = gemm_cost(arch, batch, m, n, k, elem_bytes, cores);
+                    (c.latency_s, c.energy_j, c.bound)
+                }),
+            ),
             OpKind::Vector {
                 op,
                 elements,
                 row_len,
                 pass,
-            } => {
-                let one = vector_cost(arch, op, pass, elements, row_len, elem_bytes, 1);
-                let cores = arch.vector.count;
-                let all = vector_cost(arch, op, pass, elements, row_len, elem_bytes, cores);
-                OpCost {
-                    core: CoreType::Vector,
-                    one_core_s: one.latency_s,
-                    all_cores_s: all.latency_s,
-                    one_core_energy_j: one.energy_j,
-                    all_cores_energy_j: all.energy_j,
-                    one_core_bound: one.bound,
-                    all_cores_bound: all.bound,
-                }
-            }
-            OpKind::Attention { shape, pass } => {
-                let cost = |cores| attention_cost(arch, shape, pass, elem_bytes, cores);
-                let (one, all) = (cost(1), cost(arch.tensor.count));
-                OpCost {
-                    core: CoreType::Tensor,
-                    one_core_s: one.latency_s,
-                    all_cores_s: all.latency_s,
-                    one_core_energy_j: one.energy_j,
-                    all_cores_energy_j: all.energy_j,
-                    one_core_bound: one.bound,
-                    all_cores_bound: all.bound,
-                }
-            }
+            } => OpCost::from_variants(
+                CoreType::Vector,
+                [1, arch.vector.count].map(|cores| {
+                    let c = vector_cost(arch, op, pass, elements, row_len, elem_bytes, cores);
+                    (c.latency_s, c.energy_j, c.bound)
+                }),
+            ),
+            OpKind::Attention { shape, pass } => OpCost::from_variants(
+                CoreType::Tensor,
+                tensor_cores.map(|cores| {
+                    let c = attention_cost(arch, shape, pass, elem_bytes, cores);
+                    (c.latency_s, c.energy_j, c.bound)
+                }),
+            ),
             OpKind::Collective {
                 collective,
                 bytes,
@@ -213,15 +213,10 @@ impl CostModel {
             } => {
                 // The device has one network port: both variants are the same transfer.
                 let c = collective_cost(arch, collective, bytes, group);
-                OpCost {
-                    core: CoreType::Link,
-                    one_core_s: c.latency_s,
-                    all_cores_s: c.latency_s,
-                    one_core_energy_j: c.energy_j,
-                    all_cores_energy_j: c.energy_j,
-                    one_core_bound: Bound::Network,
-                    all_cores_bound: Bound::Network,
-                }
+                OpCost::from_variants(
+                    CoreType::Link,
+                    [(c.latency_s, c.energy_j, Bound::Network); 2],
+                )
             }
         }
     }
